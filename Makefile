@@ -1,0 +1,48 @@
+# The two commands a newcomer needs: `make run` and `make test`. Both bootstrap .venv on first use.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+SCENARIO ?= demo
+
+.PHONY: run test lint unit integration e2e proto proto-check bench bench-quick clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/periscope up --scenario $(SCENARIO)
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check periscope services tests bench
+	$(BIN)/mypy --strict periscope/core services/kube_watcher/mappers.py
+	$(BIN)/mypy periscope services
+	$(BIN)/lint-imports
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q tests/integration
+
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e
+
+# Regenerate protobuf/gRPC code and typed stubs from protos/ (committed; a test fails when stale).
+proto: $(STAMP)
+	$(BIN)/python -m periscope.schema.generate
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+bench-quick: $(STAMP)
+	$(BIN)/python bench/run.py --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

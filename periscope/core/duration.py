@@ -1,0 +1,34 @@
+"""Durations as users write them (`90s`, `10m`, `2h`, `1h30m`, `500ms`) <-> milliseconds."""
+
+from __future__ import annotations
+
+import re
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """Parse a duration; raise ValueError with a readable message when it is not one."""
+    s = text.strip().lower()
+    if not s:
+        raise ValueError("empty duration")
+    pos, total = 0, 0.0
+    for m in _PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_MS[m.group(2)]
+        pos = m.end()
+    if pos != len(s):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
+    return int(round(total))
+
+
+def format_duration_ms(ms: int) -> str:
+    if ms % 3_600_000 == 0 and ms:
+        return f"{ms // 3_600_000}h"
+    if ms % 60_000 == 0 and ms:
+        return f"{ms // 60_000}m"
+    if ms % 1000 == 0:
+        return f"{ms // 1000}s"
+    return f"{ms}ms"

@@ -1,0 +1,371 @@
+"""Domain types of the attribution core: what the bus events mean, free of protobuf.
+
+Everything is an immutable dataclass; times are Unix milliseconds of event time. The bus codec
+(`periscope.bus.convert`) maps these to and from the protobuf messages in protos/periscope/v1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class AllocSource(str, Enum):
+    PODRESOURCES = "podresources"
+    CHECKPOINT = "checkpoint"
+    DRA = "dra"
+
+
+@dataclass(frozen=True, slots=True)
+class Meta:
+    node: str
+    source: str
+    epoch: int
+    seq: int
+    time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceHealth:
+    source: str  # podresources | checkpoint | nvml | procfs | dra
+    state: str  # ok | absent | corrupt | unavailable | error | disabled
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MigRef:
+    uuid: str
+    profile: str = ""
+    gi: int = 0
+    ci: int = 0
+
+
+# ---------------------------------------------------------------- node events (probe)
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationEntry:
+    source: AllocSource
+    container: str
+    resource: str
+    device_ids: tuple[str, ...]
+    pod_uid: str = ""  # checkpoint
+    namespace: str = ""  # podresources / dra
+    pod: str = ""  # podresources / dra
+    claim_name: str = ""
+    claim_namespace: str = ""
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationSnapshot:
+    meta: Meta
+    entries: tuple[AllocationEntry, ...]
+    allocatable: tuple[tuple[str, str], ...] = ()  # (resource, device_id)
+    health: tuple[SourceHealth, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessSample:
+    pid: int
+    pod_uid: str = ""
+    container_id: str = ""
+    qos: str = ""
+    sm_util_pct: float | None = None
+    mem_util_pct: float | None = None
+    used_mib: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSample:
+    uuid: str
+    parent_uuid: str = ""  # set for MIG instances
+    index: int = 0
+    mig: MigRef | None = None
+    util_pct: float | None = None
+    mem_util_pct: float | None = None
+    fb_used_mib: float | None = None
+    fb_total_mib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    lost: bool = False
+    processes: tuple[ProcessSample, ...] = ()
+    error: str = ""
+
+    @property
+    def gpu_uuid(self) -> str:
+        return self.parent_uuid or self.uuid
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTelemetry:
+    meta: Meta
+    devices: tuple[DeviceSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    meta: Meta
+    gpu_uuid: str
+    code: int
+    mig: MigRef | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MigDeviceInfo:
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+    memory_mib: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    uuid: str
+    index: int
+    model: str = ""
+    memory_mib: float = 0.0
+    minor: int = 0
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDeviceInfo, ...] = ()
+    lost: bool = False
+    pci_bus_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInventory:
+    meta: Meta
+    gpus: tuple[GpuInfo, ...]
+    health: tuple[SourceHealth, ...] = ()
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+
+
+# ---------------------------------------------------------------- cluster events (kube_watcher)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    name: str
+    container_id: str = ""
+    requests: tuple[tuple[str, str], ...] = ()
+    limits: tuple[tuple[str, str], ...] = ()
+    claims: tuple[str, ...] = ()
+    init: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaimStatus:
+    name: str
+    resource_claim_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimDevice:
+    claim_name: str
+    request: str
+    driver: str
+    pool: str
+    device: str
+    share_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    uid: str
+    namespace: str
+    name: str
+    node: str = ""
+    phase: str = ""
+    qos: str = ""
+    owner_kind: str = ""
+    owner_name: str = ""
+    labels: tuple[tuple[str, str], ...] = ()
+    created_ms: int = 0
+    deletion_ms: int = 0
+    resource_version: str = ""
+    containers: tuple[ContainerInfo, ...] = ()
+    claim_statuses: tuple[PodClaimStatus, ...] = ()
+    mirror_of: str = ""
+    claim_devices: tuple[ClaimDevice, ...] = ()
+    started_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    meta: Meta
+    pod: PodInfo
+    deleted: bool = False
+    relist: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEvent:
+    meta: Meta
+    name: str
+    labels: tuple[tuple[str, str], ...] = ()
+    capacity: tuple[tuple[str, str], ...] = ()
+    allocatable: tuple[tuple[str, str], ...] = ()
+    deleted: bool = False
+    unschedulable: bool = False
+    ready: bool = True
+
+    def label(self, key: str, default: str = "") -> str:
+        for k, v in self.labels:
+            if k == key:
+                return v
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class OperandStatus:
+    name: str
+    component: str
+    present: bool
+    desired: int = 0
+    ready: int = 0
+    available: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyEvent:
+    meta: Meta
+    crd: str  # installed | not-installed | error
+    name: str = ""
+    state: str = ""
+    namespace: str = ""
+    components: tuple[tuple[str, bool | None], ...] = ()  # (spec key, enabled or None=default)
+    operands: tuple[OperandStatus, ...] = ()
+    detail: str = ""
+    dra_available: bool = False
+
+
+NodeInput = AllocationSnapshot | NodeTelemetry | XidEvent | DeviceInventory | PodEvent | NodeEvent
+
+# ---------------------------------------------------------------- outputs (joiner)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    device_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WindowStat:
+    start_ms: int
+    samples: int = 0
+    util_sum: float = 0.0
+    util_samples: int = 0
+    fb_max_mib: float = 0.0
+    power_sum_w: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class AttributionRow:
+    container: str
+    device_id: str
+    gpu_uuid: str
+    sharing: str  # exclusive | time-slicing | mps | mig
+    share_basis: str  # exclusive | process | equal-split | none
+    mig: MigRef | None = None
+    util_pct: float | None = None
+    fb_used_mib: float | None = None
+    power_w: float | None = None
+    active: bool = True
+    idle: bool = False
+    first_seen_ms: int = 0
+    last_seen_ms: int = 0
+    sources: tuple[str, ...] = ()
+    idle_since_ms: int = 0
+    avg_util_pct: float | None = None
+    wasted_gpu_hours: float = 0.0
+    gpu_fraction: float = 1.0
+    windows: tuple[WindowStat, ...] = ()
+    sample_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodAttribution:
+    pod_uid: str
+    namespace: str
+    pod: str
+    node: str
+    rows: tuple[AttributionRow, ...]
+    owner_kind: str = ""
+    owner_name: str = ""
+    phase: str = ""
+    created_ms: int = 0
+    deleted_ms: int = 0
+    as_of_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MigState:
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+    fb_used_mib: float | None = None
+    fb_total_mib: float | None = None
+    owners: tuple[Owner, ...] = ()
+    util_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidRef:
+    code: int
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    node: str
+    gpu_uuid: str
+    model: str = ""
+    index: int = 0
+    mig_devices: tuple[MigState, ...] = ()
+    sharing: str = "exclusive"
+    util_pct: float | None = None
+    fb_used_mib: float | None = None
+    fb_total_mib: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    owners: tuple[Owner, ...] = ()
+    last_xid: XidRef | None = None
+    sample_ms: int = 0
+    lost: bool = False
+    as_of_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: str  # idle | xid-owner | unattributed-usage | ambiguous-join | source-health
+    key: str  # pod UID or GPU UUID
+    node: str
+    at_ms: int
+    id: str  # stable identity (kind + subject), so consumers can upsert
+    gpu_uuid: str = ""
+    mig: MigRef | None = None
+    pod_uid: str = ""
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    device_id: str = ""
+    xid_code: int = 0
+    owners: tuple[Owner, ...] = ()
+    message: str = ""
+    active: bool = True
+    wasted_gpu_hours: float = 0.0
+    since_ms: int = 0
+    avg_util_pct: float | None = None
+    pids: tuple[int, ...] = field(default=())
+
+
+Output = PodAttribution | GpuState | Finding
