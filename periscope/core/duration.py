@@ -21,7 +21,7 @@ def parse_duration_ms(text: str) -> int:
         pos = m.end()
     if pos != len(s):
         raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 10m, 2h)")
-    return int(round(total))
+    return round(total)
 
 
 def format_duration_ms(ms: int) -> str:

@@ -7,10 +7,10 @@ Everything is an immutable dataclass; times are Unix milliseconds of event time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class AllocSource(str, Enum):
+class AllocSource(StrEnum):
     PODRESOURCES = "podresources"
     CHECKPOINT = "checkpoint"
     DRA = "dra"

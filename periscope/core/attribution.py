@@ -1,0 +1,122 @@
+"""Attribute one telemetry sample: holdings and device samples give per-row usage and findings."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from periscope.core.allocation import Holding
+from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
+from periscope.core.rows import RowConfig, RowState
+from periscope.core.usage import split_instance
+
+if TYPE_CHECKING:
+    from periscope.core.engine import NodeState
+
+SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def _sharing_config(state: NodeState) -> tuple[str, int]:
+    ev = state.node_event
+    if ev is None:
+        return "time-slicing", 0
+    strategy = ev.label(SHARING_LABEL, "time-slicing")
+    raw = ev.label(REPLICAS_LABEL, "0")
+    return strategy, int(raw) if raw.isdigit() else 0
+
+
+def attribute_sample(
+    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig
+) -> tuple[set[str], list[Finding]]:
+    """Update row state from one sample; return the pod UIDs whose attribution changed and the
+    findings that hold at this instant."""
+    t = tel.meta.time_ms
+    strategy, replicas = _sharing_config(state)
+    samples = {d.uuid: d for d in tel.devices}
+    mig_parents = {d.parent_uuid for d in tel.devices if d.parent_uuid}
+    by_instance: dict[str, list[Holding]] = {}
+    findings: list[Finding] = []
+    for h in holdings:
+        if not h.pod_uid:
+            state.counters.ambiguous_joins += 1
+            findings.append(_ambiguous(state.node, t, h))
+        elif h.device.gpu_uuid:
+            by_instance.setdefault(h.device.instance, []).append(h)
+
+    touched: set[str] = set()
+    current: set[tuple[str, str, str]] = set()
+    for inst, hs in by_instance.items():
+        sample = samples.get(inst)
+        usage, unattributed = split_instance(
+            sample, hs, state.pods, strategy, state.devmap.fraction(hs[0].device), replicas
+        )
+        for h in hs:
+            u = usage[h.key]
+            row = state.rows.get(h.key)
+            if row is None:
+                row = RowState(
+                    h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id, h.device.gpu_uuid,
+                    h.device.mig, first_seen_ms=t,
+                )
+                state.rows[h.key] = row
+            srcs = tuple(sorted(set(h.sources) | ({"process"} if u.seen_processes else set())))
+            row.namespace, row.pod = h.namespace or row.namespace, h.pod or row.pod
+            row.observe(t, u, srcs, cfg)
+            current.add(h.key)
+            touched.add(h.pod_uid)
+            if row.idle:
+                findings.append(_idle(state.node, t, row))
+        if sample is not None:
+            findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+    for d in tel.devices:
+        # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
+        if d.uuid not in by_instance and d.uuid not in mig_parents and d.processes:
+            findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
+    for key, row in state.rows.items():
+        if key not in current and row.deactivate():
+            touched.add(key[0])
+    return touched, findings
+
+
+def _idle(node: str, t: int, row: RowState) -> Finding:
+    return Finding(
+        kind="idle", key=row.pod_uid, node=node, at_ms=t,
+        id=f"idle/{row.pod_uid}/{row.container}/{row.device_id}",
+        gpu_uuid=row.gpu_uuid, mig=row.mig, pod_uid=row.pod_uid, namespace=row.namespace, pod=row.pod,
+        container=row.container, device_id=row.device_id, wasted_gpu_hours=row.wasted_gpu_hours(),
+        since_ms=row.idle_since_ms, avg_util_pct=row.avg_util_pct,
+        message=f"allocated but idle since {row.idle_since_ms}",
+    )
+
+
+def _ambiguous(node: str, t: int, h: Holding) -> Finding:
+    owners = tuple(Owner(u, h.namespace, h.pod, h.container, h.device.device_id) for u in h.candidates)
+    return Finding(
+        kind="ambiguous-join", key=h.device.gpu_uuid or h.device.device_id, node=node, at_ms=t,
+        id=f"ambiguous/{h.device.device_id}/{h.namespace}/{h.pod}/{h.container}",
+        gpu_uuid=h.device.gpu_uuid, mig=h.device.mig, namespace=h.namespace, pod=h.pod,
+        container=h.container, device_id=h.device.device_id, owners=owners,
+        message=f"{h.namespace}/{h.pod} matches {len(h.candidates)} pod UIDs; not guessed",
+    )
+
+
+def _unattributed(
+    state: NodeState, t: int, gpu_uuid: str, instance: str, procs: list[ProcessSample]
+) -> list[Finding]:
+    by_pod: dict[str, list[int]] = {}
+    for p in procs:
+        by_pod.setdefault(p.pod_uid, []).append(p.pid)
+    out = []
+    for uid in sorted(by_pod):
+        state.counters.unattributed_samples += 1
+        rec = state.pods.get(uid) if uid else None
+        out.append(
+            Finding(
+                kind="unattributed-usage", key=gpu_uuid, node=state.node, at_ms=t,
+                id=f"unattributed/{instance}/{uid or 'host'}", gpu_uuid=gpu_uuid, pod_uid=uid,
+                namespace=rec.info.namespace if rec else "", pod=rec.info.name if rec else "",
+                pids=tuple(sorted(by_pod[uid])),
+                message="process on a device its pod does not hold" if uid else "non-pod process on GPU",
+            )
+        )
+    return out

@@ -1,0 +1,287 @@
+"""The per-node attribution engine: `step(state, event) -> (state, outputs)`. Pure and deterministic.
+
+State-based inputs (allocation snapshots, pods, inventory, node labels) update time-indexed state as
+they arrive. Telemetry and XIDs are buffered and processed in event-time order once the node's
+watermark (the newest probe event time seen) has passed them by `lateness_ms`, so small reorderings
+between topics do not change the result, and the live joiner and replay compute the same outputs.
+Each sample is joined against the allocation snapshot and pod registry *as of the sample's time*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from periscope.core.allocation import Holding, reconcile
+from periscope.core.attribution import attribute_sample
+from periscope.core.devices import DeviceMap
+from periscope.core.findings import FindingBook
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    Finding,
+    GpuState,
+    NodeEvent,
+    NodeInput,
+    NodeTelemetry,
+    Output,
+    PodEvent,
+    XidEvent,
+    XidRef,
+)
+from periscope.core.pods import PodRegistry
+from periscope.core.rows import RowConfig, RowState
+from periscope.core.views import gpu_states, pod_attribution, xid_finding
+
+PRUNE_EVERY_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    rows: RowConfig = field(default_factory=RowConfig)
+    lateness_ms: int = 1000  # how far behind the watermark a sample may arrive and still count
+    history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
+    retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
+
+
+DEFAULT_CONFIG = EngineConfig()
+
+
+@dataclass(slots=True)
+class Counters:
+    events: int = 0
+    duplicates: int = 0
+    late_dropped: int = 0
+    samples: int = 0
+    device_samples: int = 0
+    unattributed_samples: int = 0
+    ambiguous_joins: int = 0
+
+
+Pending = NodeTelemetry | XidEvent
+
+
+@dataclass(slots=True)
+class NodeState:
+    node: str
+    pods: PodRegistry = field(default_factory=PodRegistry)
+    allocs: list[AllocationSnapshot] = field(default_factory=list)  # sorted by event time
+    inventory: DeviceInventory | None = None
+    node_event: NodeEvent | None = None
+    pending: list[Pending] = field(default_factory=list)
+    watermark_ms: int = 0
+    processed_ms: int = 0
+    pruned_ms: int = 0
+    rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
+    last_xid: dict[str, XidRef] = field(default_factory=dict)
+    last_telemetry: NodeTelemetry | None = None
+    findings: FindingBook = field(default_factory=FindingBook)
+    emitted: dict[str, Output] = field(default_factory=dict)
+    counters: Counters = field(default_factory=Counters)
+    devmap: DeviceMap = field(default_factory=DeviceMap)
+    # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
+    _hold_key: tuple[object, ...] = ()
+    _hold_span: tuple[int, int] = (0, -1)
+    _holdings: list[Holding] = field(default_factory=list)
+
+
+def new_state(node: str) -> NodeState:
+    return NodeState(node=node)
+
+
+def _meta_key(ev: NodeInput) -> tuple[str, int, int]:
+    return (ev.meta.source, ev.meta.epoch, ev.meta.seq)
+
+
+def step(
+    state: NodeState, event: NodeInput, config: EngineConfig = DEFAULT_CONFIG
+) -> tuple[NodeState, list[Output]]:
+    """Apply one input event; return the state and the outputs it caused (possibly none)."""
+    state.counters.events += 1
+    out: list[Output] = []
+    if isinstance(event, PodEvent):
+        state.pods.apply(event)
+    elif isinstance(event, NodeEvent):
+        if state.node_event is None or event.meta.time_ms >= state.node_event.meta.time_ms:
+            state.node_event = event
+    elif isinstance(event, DeviceInventory):
+        newer = state.inventory is None or event.meta.time_ms >= state.inventory.meta.time_ms
+        if newer and state.inventory != event:
+            state.inventory = event
+            state.devmap = DeviceMap.from_inventory(event)
+        _advance_watermark(state, event.meta.time_ms)
+    elif isinstance(event, AllocationSnapshot):
+        _add_snapshot(state, event)
+        _advance_watermark(state, event.meta.time_ms)
+    else:
+        t = event.meta.time_ms
+        if isinstance(event, NodeTelemetry) and t <= state.processed_ms:
+            dup = state.last_telemetry is not None and _meta_key(state.last_telemetry) == _meta_key(event)
+            if dup:
+                state.counters.duplicates += 1
+            else:
+                state.counters.late_dropped += 1
+        elif isinstance(event, XidEvent) and t <= state.processed_ms:
+            out.extend(_process_xid(state, event, config))  # never drop an XID
+        elif any(_meta_key(p) == _meta_key(event) for p in state.pending):
+            state.counters.duplicates += 1
+        else:
+            state.pending.append(event)
+        _advance_watermark(state, t)
+    out.extend(_drain(state, state.watermark_ms - config.lateness_ms, config))
+    return state, out
+
+
+def advance(state: NodeState, t_ms: int, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
+    """Move the watermark to t (e.g. when a node has gone quiet) and process what that releases."""
+    _advance_watermark(state, t_ms)
+    return _drain(state, state.watermark_ms - config.lateness_ms, config)
+
+
+def flush(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
+    """Process everything still buffered (end of a replay, shutdown)."""
+    return _drain(state, max([p.meta.time_ms for p in state.pending], default=0), config)
+
+
+def _advance_watermark(state: NodeState, t_ms: int) -> None:
+    if t_ms > state.watermark_ms:
+        state.watermark_ms = t_ms
+
+
+def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
+    key = _meta_key(snap)
+    if any(_meta_key(s) == key for s in state.allocs):
+        state.counters.duplicates += 1
+        return
+    # Probes republish unchanged snapshots every few seconds; history only needs the changes.
+    prev = snapshot_at(state, snap.meta.time_ms)
+    if prev is not None and _same_content(prev, snap):
+        return
+    state.allocs.append(snap)
+    state.allocs.sort(key=lambda s: (s.meta.time_ms, s.meta.epoch, s.meta.seq))
+    i = state.allocs.index(snap)
+    if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
+        del state.allocs[i + 1]  # a reordered arrival: the later copy is now redundant
+
+
+def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
+    return a.entries == b.entries and a.allocatable == b.allocatable and a.health == b.health
+
+
+def snapshot_at(state: NodeState, t_ms: int) -> AllocationSnapshot | None:
+    best: AllocationSnapshot | None = None
+    for s in state.allocs:
+        if s.meta.time_ms <= t_ms:
+            best = s
+        else:
+            break
+    return best
+
+
+def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
+    snap = snapshot_at(state, t_ms)
+    key = (id(snap), state.pods.version, id(state.inventory))
+    lo, hi = state._hold_span
+    if key == state._hold_key and lo <= t_ms < hi:
+        return state._holdings
+    state._holdings = reconcile(snap, state.pods, state.devmap, t_ms)
+    # Pod lifetimes change the answer only at start/deletion times: cache until the next boundary.
+    bounds = sorted({b for r in state.pods.pods.values() for b in (r.start_ms, r.deleted_ms) if b})
+    lo = max((b for b in bounds if b <= t_ms), default=-(2**62))
+    hi = min((b for b in bounds if b > t_ms), default=2**62)
+    state._hold_key, state._hold_span = key, (lo, hi)
+    return state._holdings
+
+
+def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
+    ready = [p for p in state.pending if p.meta.time_ms <= upto_ms]
+    if not ready:
+        return []
+    state.pending = [p for p in state.pending if p.meta.time_ms > upto_ms]
+    # XIDs before samples of the same instant; then by producer order.
+    ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
+    out: list[Output] = []
+    for ev in ready:
+        if isinstance(ev, XidEvent):
+            out.extend(_process_xid(state, ev, config))
+        elif ev.meta.time_ms > state.processed_ms:
+            out.extend(_process_sample(state, ev, config))
+        else:
+            state.counters.late_dropped += 1
+    return out
+
+
+def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[Output]:
+    prev = state.last_xid.get(ev.gpu_uuid)
+    if prev is None or ev.meta.time_ms >= prev.at_ms:
+        state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
+    finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
+    return _emit(state, [finding])
+
+
+def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
+    t = tel.meta.time_ms
+    state.processed_ms = t
+    state.last_telemetry = tel
+    state.counters.samples += 1
+    state.counters.device_samples += len(tel.devices)
+    touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
+    outs: list[Output] = []
+    for uid in sorted(touched):
+        att = pod_attribution(state, uid, t)
+        if att is not None:
+            outs.append(att)
+    outs.extend(gpu_states(state, tel, holdings_at(state, t)))
+    outs.extend(state.findings.reconcile(findings, t))
+    if t - state.pruned_ms >= PRUNE_EVERY_MS:
+        _prune(state, t, config)
+    return _emit(state, outs)
+
+
+def _emit(state: NodeState, outs: list[Output]) -> list[Output]:
+    """Drop outputs identical (apart from as_of) to the last one emitted for the same key."""
+    fresh: list[Output] = []
+    for o in outs:
+        key = output_key(o)
+        cmp = o if isinstance(o, Finding) else replace(o, as_of_ms=0)
+        if state.emitted.get(key) == cmp:
+            continue
+        state.emitted[key] = cmp
+        fresh.append(o)
+    return fresh
+
+
+def output_key(o: Output) -> str:
+    if isinstance(o, Finding):
+        return "finding/" + o.id
+    if isinstance(o, GpuState):
+        return "gpu/" + o.gpu_uuid
+    return "pod/" + o.pod_uid
+
+
+def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
+    state.pruned_ms = t_ms
+    gone = set(state.pods.prune(t_ms - config.retention_ms))
+    for key in [k for k in state.rows if k[0] in gone]:
+        del state.rows[key]
+    for uid in gone:
+        state.emitted.pop("pod/" + uid, None)
+    cutoff = t_ms - config.history_ms
+    keep_from = 0
+    for i, s in enumerate(state.allocs):
+        if s.meta.time_ms <= cutoff:
+            keep_from = i  # keep the last snapshot before the cutoff: it is "as of" the cutoff
+    del state.allocs[:keep_from]
+
+
+def current_view(state: NodeState) -> list[Output]:
+    """Every output as of the latest processed sample (for recovery and convergence checks)."""
+    t = state.processed_ms
+    outs: list[Output] = []
+    for uid in sorted({k[0] for k in state.rows}):
+        att = pod_attribution(state, uid, t)
+        if att is not None:
+            outs.append(att)
+    if state.last_telemetry is not None:
+        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t)))
+    outs.extend(state.findings.active())
+    return outs

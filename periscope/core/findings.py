@@ -1,0 +1,38 @@
+"""Findings that hold while a condition lasts (idle, unattributed usage, ambiguous joins).
+
+The book remembers which are active, emits a finding when it appears or materially changes, and emits
+it once more with active=False when the condition clears. XID findings are one-shot and not kept here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from periscope.core.model import Finding
+
+
+def _material(f: Finding) -> Finding:
+    # Fields that move every tick do not make a finding "changed".
+    return replace(f, at_ms=0, wasted_gpu_hours=0.0, avg_util_pct=None)
+
+
+@dataclass(slots=True)
+class FindingBook:
+    active_by_id: dict[str, Finding] = field(default_factory=dict)
+
+    def reconcile(self, current: list[Finding], t_ms: int) -> list[Finding]:
+        out: list[Finding] = []
+        seen: set[str] = set()
+        for f in sorted(current, key=lambda x: x.id):
+            seen.add(f.id)
+            old = self.active_by_id.get(f.id)
+            if old is None or _material(old) != _material(f):
+                self.active_by_id[f.id] = f
+                out.append(f)
+        for fid in sorted(set(self.active_by_id) - seen):
+            old = self.active_by_id.pop(fid)
+            out.append(replace(old, active=False, at_ms=t_ms))
+        return out
+
+    def active(self) -> list[Finding]:
+        return [self.active_by_id[k] for k in sorted(self.active_by_id)]

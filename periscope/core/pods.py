@@ -1,0 +1,99 @@
+"""Pod registry keyed by pod UID, with lifetimes, so a reused name resolves to the right UID.
+
+PodResources names pods by namespace/name only; this registry answers "which UID did ns/name refer to
+at event time t" and never lets a newer pod inherit an older one's identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from periscope.core.model import PodEvent, PodInfo
+
+
+@dataclass(slots=True)
+class PodRecord:
+    info: PodInfo
+    first_seen_ms: int  # event time we first heard of it
+    deleted_ms: int = 0  # when it disappeared from the apiserver (0 = alive)
+    version: tuple[int, int] = (0, 0)  # (epoch, seq) of the event that set `info`
+
+    @property
+    def start_ms(self) -> int:
+        return self.info.created_ms or self.first_seen_ms
+
+    def alive_at(self, t_ms: int) -> bool:
+        if self.start_ms > t_ms:
+            return False
+        return self.deleted_ms == 0 or self.deleted_ms > t_ms
+
+
+@dataclass(slots=True)
+class PodRegistry:
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    by_name: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    version: int = 0  # bumps on every effective change (cache key for allocation reconciliation)
+
+    def apply(self, ev: PodEvent) -> bool:
+        """Apply a state-based pod event; return True if anything changed. Idempotent."""
+        info = ev.pod
+        ver = (ev.meta.epoch, ev.meta.seq)
+        rec = self.pods.get(info.uid)
+        if rec is None:
+            rec = PodRecord(info=info, first_seen_ms=ev.meta.time_ms, version=ver)
+            self.pods[info.uid] = rec
+            self.by_name.setdefault((info.namespace, info.name), []).append(info.uid)
+            changed = True
+        else:
+            changed = False
+            if ver >= rec.version and info != rec.info:
+                rec.info, rec.version, changed = info, ver, True
+            if ev.meta.time_ms < rec.first_seen_ms:
+                rec.first_seen_ms, changed = ev.meta.time_ms, True
+        if ev.deleted:
+            # Keep the earliest deletion time we learn of: duplicates and reorderings converge.
+            at = info.deletion_ms or ev.meta.time_ms
+            if rec.deleted_ms == 0 or at < rec.deleted_ms:
+                rec.deleted_ms, changed = at, True
+        if changed:
+            self.version += 1
+        return changed
+
+    def resolve(self, namespace: str, name: str, t_ms: int) -> list[str]:
+        """UIDs that namespace/name could mean at time t (0, 1, or several when ambiguous)."""
+        uids = self.by_name.get((namespace, name), ())
+        return [u for u in uids if self.pods[u].alive_at(t_ms)]
+
+    def get(self, uid: str) -> PodRecord | None:
+        return self.pods.get(uid)
+
+    def container_name(self, uid: str, container_id: str) -> str | None:
+        rec = self.pods.get(uid)
+        if rec is None or not container_id:
+            return None
+        for c in rec.info.containers:
+            if c.container_id == container_id:
+                return c.name
+        return None
+
+    def prune(self, before_ms: int) -> list[str]:
+        """Forget pods deleted before `before_ms`; return their UIDs."""
+        gone = [u for u, r in self.pods.items() if r.deleted_ms and r.deleted_ms < before_ms]
+        for u in gone:
+            rec = self.pods.pop(u)
+            key = (rec.info.namespace, rec.info.name)
+            rest = [x for x in self.by_name.get(key, []) if x != u]
+            if rest:
+                self.by_name[key] = rest
+            else:
+                self.by_name.pop(key, None)
+        if gone:
+            self.version += 1
+        return gone
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            u: {"first": r.first_seen_ms, "deleted": r.deleted_ms, "ver": list(r.version)}
+            for u, r in self.pods.items()
+        }

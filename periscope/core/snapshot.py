@@ -1,0 +1,119 @@
+"""Engine state <-> JSON-compatible dicts, split into a node part and per-pod-UID parts.
+
+The joiner keeps the node part in a table keyed by node and each pod's rows in a table keyed by pod
+UID (both changelogged), so a restarted or rebalanced worker rebuilds exactly this state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from periscope.core.devices import DeviceMap
+from periscope.core.engine import Counters, NodeState
+from periscope.core.findings import FindingBook
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    Finding,
+    MigRef,
+    NodeEvent,
+    NodeTelemetry,
+    PodInfo,
+    XidEvent,
+    XidRef,
+)
+from periscope.core.pods import PodRecord, PodRegistry
+from periscope.core.rows import RowState
+from periscope.core.serde import from_jsonable, to_jsonable
+from periscope.core.usage import Usage
+
+FORMAT = 1
+
+
+def _row_to(r: RowState) -> dict[str, Any]:
+    return {
+        "uid": r.pod_uid, "ns": r.namespace, "pod": r.pod, "c": r.container, "dev": r.device_id,
+        "gpu": r.gpu_uuid, "mig": to_jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,
+        "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
+        "win": r.windows, "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms,
+        "avg": r.avg_util_pct,
+    }
+
+
+def _row_from(d: dict[str, Any]) -> RowState:
+    return RowState(
+        pod_uid=d["uid"], namespace=d["ns"], pod=d["pod"], container=d["c"], device_id=d["dev"],
+        gpu_uuid=d["gpu"], mig=from_jsonable(MigRef | None, d["mig"]), first_seen_ms=d["first"],
+        last_seen_ms=d["last"], sample_ms=d["sample"], active=d["active"], sources=tuple(d["src"]),
+        usage=from_jsonable(Usage | None, d["usage"]), windows=[list(w) for w in d["win"]],
+        low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
+    )
+
+
+def _pending_to(ev: NodeTelemetry | XidEvent) -> dict[str, Any]:
+    return {"t": "xid" if isinstance(ev, XidEvent) else "tel", "v": to_jsonable(ev)}
+
+
+def _pending_from(d: dict[str, Any]) -> NodeTelemetry | XidEvent:
+    ev: NodeTelemetry | XidEvent = from_jsonable(XidEvent if d["t"] == "xid" else NodeTelemetry, d["v"])
+    return ev
+
+
+def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """(node part, {pod_uid: [row dicts]})."""
+    node: dict[str, Any] = {
+        "format": FORMAT,
+        "node": state.node,
+        "pods": [
+            {"info": to_jsonable(r.info), "first": r.first_seen_ms, "deleted": r.deleted_ms,
+             "ver": list(r.version)}
+            for _, r in sorted(state.pods.pods.items())
+        ],
+        "allocs": [to_jsonable(s) for s in state.allocs],
+        "inventory": to_jsonable(state.inventory),
+        "node_event": to_jsonable(state.node_event),
+        "pending": [_pending_to(p) for p in state.pending],
+        "watermark": state.watermark_ms,
+        "processed": state.processed_ms,
+        "pruned": state.pruned_ms,
+        "last_xid": {k: to_jsonable(v) for k, v in sorted(state.last_xid.items())},
+        "last_telemetry": to_jsonable(state.last_telemetry),
+        "findings": [to_jsonable(f) for f in state.findings.active()],
+        "counters": to_jsonable(state.counters),
+    }
+    pods: dict[str, list[dict[str, Any]]] = {}
+    for key in sorted(state.rows):
+        pods.setdefault(key[0], []).append(_row_to(state.rows[key]))
+    return node, pods
+
+
+def from_parts(node: dict[str, Any], pods: dict[str, list[dict[str, Any]]]) -> NodeState:
+    if node.get("format") != FORMAT:
+        raise ValueError(f"unsupported state format {node.get('format')!r}")
+    reg = PodRegistry()
+    for p in node["pods"]:
+        info: PodInfo = from_jsonable(PodInfo, p["info"])
+        reg.pods[info.uid] = PodRecord(info, p["first"], p["deleted"], (p["ver"][0], p["ver"][1]))
+        reg.by_name.setdefault((info.namespace, info.name), []).append(info.uid)
+    inventory = from_jsonable(DeviceInventory | None, node["inventory"])
+    state = NodeState(
+        node=node["node"],
+        pods=reg,
+        allocs=[from_jsonable(AllocationSnapshot, s) for s in node["allocs"]],
+        inventory=inventory,
+        node_event=from_jsonable(NodeEvent | None, node["node_event"]),
+        pending=[_pending_from(p) for p in node["pending"]],
+        watermark_ms=node["watermark"],
+        processed_ms=node["processed"],
+        pruned_ms=node["pruned"],
+        last_xid={k: from_jsonable(XidRef, v) for k, v in node["last_xid"].items()},
+        last_telemetry=from_jsonable(NodeTelemetry | None, node["last_telemetry"]),
+        findings=FindingBook({f["id"]: from_jsonable(Finding, f) for f in node["findings"]}),
+        counters=from_jsonable(Counters, node["counters"]),
+        devmap=DeviceMap.from_inventory(inventory),
+    )
+    for rows in pods.values():
+        for d in rows:
+            r = _row_from(d)
+            state.rows[(r.pod_uid, r.container, r.device_id)] = r
+    return state

@@ -1,0 +1,110 @@
+"""Split one device's measured usage between the pods holding it.
+
+Exclusive: the holder gets the device's numbers. Time-slicing/MPS: per-process NVML samples, mapped to
+pods through /proc cgroups, give each holder its own SM util and memory (`process`); without per-process
+util every holder gets an equal share, flagged `equal-split`. MIG: per-instance memory, util only when
+the hardware reports it, power stays with the parent GPU (it is a whole-GPU value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from periscope.core.allocation import Holding
+from periscope.core.model import DeviceSample, ProcessSample
+from periscope.core.pods import PodRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    util_pct: float | None
+    fb_used_mib: float | None
+    power_w: float | None
+    sharing: str  # exclusive | time-slicing | mps | mig
+    share_basis: str  # exclusive | process | equal-split | none
+    gpu_fraction: float
+    seen_processes: bool  # the holder's own processes were observed on the device
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
+
+
+def sharing_of(holders: list[Holding], strategy: str) -> str:
+    if any(h.device.mig is not None for h in holders):
+        return "mig"
+    if len(holders) > 1 or any(h.device.replica is not None for h in holders):
+        return strategy if strategy in ("time-slicing", "mps") else "time-slicing"
+    return "exclusive"
+
+
+def split_instance(
+    sample: DeviceSample | None,
+    holders: list[Holding],
+    pods: PodRegistry,
+    strategy: str,
+    base_fraction: float,
+    replicas: int,
+) -> tuple[dict[tuple[str, str, str], Usage], list[ProcessSample]]:
+    """Usage per holding key on one measured unit (GPU or MIG instance), and unattributed processes."""
+    sharing = sharing_of(holders, strategy)
+    n = len(holders)
+    procs = sample.processes if sample is not None else ()
+    holder_uids = {h.pod_uid for h in holders if h.pod_uid}
+    unattributed = [p for p in procs if not p.pod_uid or p.pod_uid not in holder_uids]
+    out: dict[tuple[str, str, str], Usage] = {}
+    if sample is None or sample.lost:
+        for h in holders:
+            out[h.key] = Usage(None, None, None, sharing, "none", base_fraction / max(n, 1), False)
+        return out, unattributed
+    power = sample.power_w
+    if n == 1 and holders[0].device.replica is None:
+        h = holders[0]
+        seen = any(p.pod_uid == h.pod_uid for p in procs)
+        out[h.key] = Usage(
+            _round(sample.util_pct), _round(sample.fb_used_mib), _round(power), sharing, "exclusive",
+            base_fraction, seen,
+        )
+        return out, unattributed
+
+    fraction = base_fraction / max(replicas, n, 1)
+    # Assign processes to holders: by container ID when the pod holds several rows here, else to the
+    # pod's only row; a pod's unassignable processes are shared among its rows.
+    rows_of_pod: dict[str, list[Holding]] = {}
+    for h in holders:
+        if h.pod_uid:
+            rows_of_pod.setdefault(h.pod_uid, []).append(h)
+    mine: dict[tuple[str, str, str], list[tuple[ProcessSample, float]]] = {h.key: [] for h in holders}
+    for p in procs:
+        rows = rows_of_pod.get(p.pod_uid)
+        if not rows:
+            continue
+        if len(rows) > 1:
+            cname = pods.container_name(p.pod_uid, p.container_id)
+            named = [h for h in rows if h.container == cname] if cname else []
+            rows = named or rows
+        for h in rows:
+            mine[h.key].append((p, 1.0 / len(rows)))
+
+    per_proc_util = any(p.sm_util_pct is not None for p in procs)
+    per_proc_mem = any(p.used_mib is not None for p in procs)
+    total_util = sum(p.sm_util_pct or 0.0 for p in procs)
+    for h in holders:
+        assigned = mine[h.key]
+        mem = sum((p.used_mib or 0.0) * w for p, w in assigned) if per_proc_mem else None
+        util: float | None
+        if per_proc_util:
+            util = min(100.0, sum((p.sm_util_pct or 0.0) * w for p, w in assigned))
+            share = util / total_util if total_util > 0 else 1.0 / n
+            pw = power * share if power is not None else None
+            basis = "process"
+        else:
+            util = sample.util_pct / n if sample.util_pct is not None else None
+            pw = power / n if power is not None else None
+            basis = "equal-split"
+        if mem is None and sample.fb_used_mib is not None:
+            mem = sample.fb_used_mib / n
+        if sharing == "mig":
+            pw = None
+        out[h.key] = Usage(_round(util), _round(mem), _round(pw), sharing, basis, fraction, bool(assigned))
+    return out, unattributed
