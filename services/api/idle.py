@@ -1,0 +1,74 @@
+"""Allocated-but-idle: the joiner's own flags, or a recomputation for a caller's threshold and window.
+
+The joiner publishes each row's tumbling window stats (`AttributionRow.windows`), so /v1/idle can answer
+"idle below P % over the last W" for any P and any W up to the joiner's window retention, without
+keeping telemetry in the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from periscope.core.model import AttributionRow, PodAttribution, WindowStat
+
+DEFAULT_THRESHOLD_PCT = 5.0
+DEFAULT_WINDOW_MS = 10 * 60_000
+_HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class IdleVerdict:
+    since_ms: int
+    avg_util_pct: float | None
+    wasted_gpu_hours: float
+
+
+def _avg(windows: list[WindowStat]) -> float | None:
+    samples = sum(w.util_samples for w in windows)
+    if samples <= 0:
+        return None
+    return sum(w.util_sum for w in windows) / samples
+
+
+def joiner_verdict(row: AttributionRow) -> IdleVerdict | None:
+    """The joiner's own decision, as published."""
+    if not (row.active and row.idle):
+        return None
+    return IdleVerdict(row.idle_since_ms, row.avg_util_pct, row.wasted_gpu_hours)
+
+
+def recompute(
+    pod: PodAttribution, row: AttributionRow, threshold_pct: float, window_ms: int
+) -> IdleVerdict | None:
+    """Idle iff the row is active, was allocated for the whole window, and its average utilization over
+    the windows starting at or after `as_of - window` is below the threshold.
+
+    A row without utilization samples (e.g. a MIG slice without profiling data) is never called idle:
+    "unknown" is not "idle". idle_since extends back through the trailing run of below-threshold windows
+    (so a pod idle for an hour under a 10m window reports the hour), never before the row was first seen.
+    """
+    if not row.active:
+        return None
+    as_of = pod.as_of_ms or row.last_seen_ms or row.sample_ms
+    windows = sorted(row.windows, key=lambda w: w.start_ms)
+    if not as_of or not windows:
+        return None
+    cutoff = as_of - window_ms
+    known_from = row.first_seen_ms or windows[0].start_ms
+    if known_from > cutoff:
+        return None  # not held long enough to judge over this window
+    selected = [w for w in windows if w.start_ms >= cutoff]
+    avg = _avg(selected)
+    if avg is None or avg >= threshold_pct:
+        return None
+    since = selected[0].start_ms
+    for w in reversed(windows):
+        if w.start_ms >= since:
+            continue
+        wavg = _avg([w])
+        if wavg is not None and wavg >= threshold_pct:
+            break
+        since = w.start_ms
+    since = max(since, row.first_seen_ms)
+    wasted = max(0, as_of - since) / _HOUR_MS * row.gpu_fraction
+    return IdleVerdict(since, avg, wasted)
