@@ -1,0 +1,146 @@
+"""Operator intent versus reconciled state: the `GET /v1/policy` view of the GPU Operator.
+
+A ClusterPolicy says, per component, enabled / disabled / unset (then the Helm default applies); each
+component is reconciled as an operand DaemonSet in the operator namespace, scheduled on the nodes
+whose `nvidia.com/gpu.deploy.<operand>` label is "true". Absence is only a problem when it was not
+intended: a component disabled in the policy, or labelled off on every GPU node, is
+"disabled-as-intended", not "missing".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from periscope.core.model import NodeEvent, OperandStatus, PolicyEvent
+
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
+ALL_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    component: str  # ClusterPolicy spec key
+    daemonset: str  # DaemonSet name in the operator namespace (also its `app` label)
+    deploy_label: str  # suffix of nvidia.com/gpu.deploy.<...>, the DaemonSet's nodeSelector
+    default_enabled: bool  # Helm default (deployments/gpu-operator/values.yaml)
+
+
+OPERANDS: tuple[Operand, ...] = (
+    Operand("driver", "nvidia-driver-daemonset", "driver", True),
+    Operand("toolkit", "nvidia-container-toolkit-daemonset", "container-toolkit", True),
+    Operand("devicePlugin", "nvidia-device-plugin-daemonset", "device-plugin", True),
+    Operand("gfd", "gpu-feature-discovery", "gpu-feature-discovery", True),
+    Operand("dcgmExporter", "nvidia-dcgm-exporter", "dcgm-exporter", True),
+    Operand("dcgm", "nvidia-dcgm", "dcgm", False),  # off: the exporter embeds its own hostengine
+    Operand("validator", "nvidia-operator-validator", "operator-validator", True),
+    Operand("migManager", "nvidia-mig-manager", "mig-manager", True),
+    Operand("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter", False),
+)
+# DaemonSets that belong to a component without being its primary operand.
+SECONDARY_DAEMONSETS: dict[str, str] = {"nvidia-device-plugin-mps-control-daemon": "devicePlugin"}
+DAEMONSET_COMPONENT: dict[str, str] = {
+    **{o.daemonset: o.component for o in OPERANDS}, **SECONDARY_DAEMONSETS}
+
+INTENDED = ("enabled", "disabled", "default")
+STATUSES = ("ok", "degraded", "disabled-as-intended", "missing", "unexpected")
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentStatus:
+    name: str  # ClusterPolicy spec key
+    intended: str  # enabled | disabled | default
+    desired: int
+    ready: int
+    status: str  # ok | degraded | disabled-as-intended | missing | unexpected
+    daemonset: str = ""
+    nodes_on: int = 0  # GPU nodes labelled gpu.deploy.<operand>=true
+    nodes_off: int = 0  # GPU nodes where the operand is labelled off
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "intended": self.intended, "desired": self.desired, "ready": self.ready,
+                "status": self.status, "daemonset": self.daemonset, "nodes_on": self.nodes_on,
+                "nodes_off": self.nodes_off}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyView:
+    cluster_policy: tuple[str, str] | None  # (name, status.state)
+    components: tuple[ComponentStatus, ...] = ()
+    crd: str = ""  # installed | not-installed | error | "" (nothing observed yet)
+    namespace: str = ""
+    dra_available: bool = False
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        cp = None if self.cluster_policy is None else {
+            "name": self.cluster_policy[0], "state": self.cluster_policy[1]}
+        return {"cluster_policy": cp, "components": [c.to_json() for c in self.components],
+                "crd": self.crd or None, "namespace": self.namespace, "dra_available": self.dra_available,
+                "detail": self.detail}
+
+
+def _node_counts(operand: Operand, nodes: Iterable[NodeEvent]) -> tuple[int, int]:
+    """(GPU nodes that want the operand, GPU nodes where it is labelled off)."""
+    on = off = 0
+    for node in nodes:
+        if node.deleted or node.label(GPU_PRESENT_LABEL) != "true":
+            continue
+        value = node.label(DEPLOY_LABEL_PREFIX + operand.deploy_label)
+        # "false", "paused-for-driver-upgrade", ... keep the operand off; so does deploy.operands=false.
+        if node.label(ALL_OPERANDS_LABEL) == "false" or (value and value != "true"):
+            off += 1
+        elif value == "true":
+            on += 1
+    return on, off
+
+
+def component_status(operand: Operand, enabled: bool | None, ds: OperandStatus | None,
+                     nodes_on: int, nodes_off: int) -> str:
+    """The decision table of one component (pure; every row is tested)."""
+    present = ds is not None and ds.present
+    desired = ds.desired if ds is not None else 0
+    ready = ds.ready if ds is not None else 0
+    wanted = operand.default_enabled if enabled is None else enabled
+    off_everywhere = nodes_off > 0 and nodes_on == 0
+    if not wanted or off_everywhere:
+        return "unexpected" if present and (desired > 0 or ready > 0) else "disabled-as-intended"
+    if not present:
+        return "missing"
+    if ready < desired or desired < nodes_on:
+        return "degraded"
+    return "ok"
+
+
+def _intended(enabled: bool | None) -> str:
+    return "default" if enabled is None else ("enabled" if enabled else "disabled")
+
+
+def policy_view(policy: PolicyEvent | None, nodes: Iterable[NodeEvent] = ()) -> PolicyView:
+    """Compare the ClusterPolicy's intent with the operand DaemonSets and the nodes' deploy labels."""
+    if policy is None:
+        return PolicyView(cluster_policy=None)
+    node_list = list(nodes)
+    operands = {o.name: o for o in policy.operands}
+    has_policy = policy.crd == "installed" and bool(policy.name)
+    spec = dict(policy.components)
+    components: list[ComponentStatus] = []
+    for operand in OPERANDS:
+        ds = operands.get(operand.daemonset)
+        if not has_policy and (ds is None or not ds.present):
+            continue  # no operator intent to compare with: only report what actually runs
+        enabled = spec.get(operand.component) if has_policy else None
+        on, off = _node_counts(operand, node_list)
+        if has_policy:
+            status = component_status(operand, enabled, ds, on, off)
+        else:  # no intent to compare with: only readiness
+            status = "degraded" if ds is not None and ds.ready < ds.desired else "ok"
+        components.append(ComponentStatus(
+            name=operand.component, intended=_intended(enabled), desired=ds.desired if ds else 0,
+            ready=ds.ready if ds else 0, status=status, daemonset=operand.daemonset, nodes_on=on,
+            nodes_off=off))
+    return PolicyView(
+        cluster_policy=(policy.name, policy.state) if has_policy else None, components=tuple(components),
+        crd=policy.crd, namespace=policy.namespace, dra_available=policy.dra_available, detail=policy.detail)
