@@ -1,0 +1,126 @@
+"""FastAPI application over a View: query endpoints, /v1/policy, /metrics, /healthz, /readyz.
+
+`create_app(view, status)` only wires routes; the consumer that fills the view is started by whoever
+runs the app (services.api.server), so tests can serve a preloaded view. More routers (e.g. GET
+/v1/owners from the replay tool) plug in through `extra_routers`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from services.api import queries, schemas
+from services.api.metrics import ViewCollector
+from services.api.queries import ApiError, only
+from services.api.render import rfc3339
+from services.api.status import ConsumerStatus
+from services.api.view import View
+
+Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("query", "path", "body")]
+        where = ".".join(loc) or "request"
+        parts.append(f"{where}: {err.get('msg', 'invalid value')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def create_app(
+    view: View,
+    status: ConsumerStatus | None = None,
+    *,
+    extra_routers: Sequence[APIRouter] = (),
+    lifespan: Lifespan | None = None,
+) -> FastAPI:
+    """The HTTP API over `view`. With `status` None the view is static and always ready."""
+    app = FastAPI(
+        title="Periscope API",
+        summary="Which pod is using this GPU right now, and what is it doing?",
+        version="1",
+        lifespan=lifespan,
+    )
+    app.state.view = view
+    app.state.status = status
+
+    # The contract: bad input is 400 {"error": ...}, never FastAPI's 422 shape.
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(400, _validation_message(exc))
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.message)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    app.include_router(queries.router(view))
+    for r in extra_routers:
+        app.include_router(r)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ViewCollector(view, status))
+
+    @app.get(
+        "/v1/policy",
+        tags=["cluster"],
+        dependencies=[Depends(only())],
+        responses={200: {"model": schemas.Policy}, 503: {"model": schemas.Error}},
+    )
+    async def policy() -> Any:
+        """GPU Operator intent (ClusterPolicy) against what is reconciled on the nodes."""
+        try:
+            from periscope.core.policy import policy_view
+        except ImportError:
+            raise ApiError(503, "policy view is not available in this build") from None
+        nodes = [n for n in view.nodes.values() if not n.deleted]
+        out = policy_view(view.policy, nodes).to_json()
+        if isinstance(out, dict):
+            out = {**out, "as_of": rfc3339(view.policy.meta.time_ms) if view.policy else None}
+        return out
+
+    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(only())])
+    async def metrics() -> Response:
+        """Prometheus text, generated from the view at scrape time."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", tags=["ops"], response_model=schemas.Health)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        tags=["ops"],
+        response_model=None,
+        responses={200: {"model": schemas.Ready}, 503: {"model": schemas.Ready}},
+    )
+    async def readyz() -> JSONResponse:
+        """200 once the view has caught up with the topics' end offsets seen at start, 503 before."""
+        if status is None:
+            return JSONResponse({"ready": True, "group_id": None, "lag": None, "error": None})
+        body = {
+            "ready": status.ready,
+            "group_id": status.group_id,
+            "lag": status.total_lag(),
+            "error": status.error or None,
+            "pending_partitions": len(status.pending),
+        }
+        return JSONResponse(body, status_code=200 if status.ready else 503)
+
+    return app

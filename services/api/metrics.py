@@ -1,0 +1,151 @@
+"""Prometheus exposition, generated from the view at scrape time.
+
+Nothing is kept in global gauges: a collector walks the view on each scrape, so a pod that left stops
+being exported at once (no stale series to expire) and replicas need no state beyond the view.
+Attribution series are labelled with the pod UID, never the name alone (names are reused).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from services.api.render import num
+from services.api.status import ConsumerStatus
+from services.api.view import XID_KIND, View
+
+_MIB = 1024 * 1024
+POD_LABELS = ["pod_uid", "namespace", "pod", "container", "node", "gpu_uuid", "device_id", "mig_profile"]
+GPU_LABELS = ["node", "gpu_uuid", "model", "index"]
+XID_LABELS = ["node", "gpu_uuid", "code", "pod_uid", "namespace", "pod", "container"]
+
+
+def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class ViewCollector(Collector):
+    def __init__(self, view: View, status: ConsumerStatus | None) -> None:
+        self.view = view
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._pods()
+        yield from self._gpus()
+        yield from self._xids()
+        yield from self._consumer()
+
+    def _pods(self) -> Iterator[Metric]:
+        util = _g(
+            "periscope_pod_gpu_util_percent", "Attributed GPU utilization of the pod's device", POD_LABELS
+        )
+        fb = _g("periscope_pod_gpu_fb_used_bytes", "Attributed framebuffer memory in use", POD_LABELS)
+        power = _g("periscope_pod_gpu_power_watts", "Attributed board power", POD_LABELS)
+        idle = _g("periscope_pod_gpu_idle", "1 when the allocation is idle (joiner's flag)", POD_LABELS)
+        wasted = _g("periscope_pod_gpu_idle_wasted_gpu_hours", "GPU-hours held idle so far", POD_LABELS)
+        fraction = _g(
+            "periscope_pod_gpu_fraction", "Share of the physical GPU this row stands for", POD_LABELS
+        )
+        for key in self.view.row_keys():
+            pod, row = self.view.row(key)
+            if not row.active:
+                continue  # released allocations are history, not series
+            labels = [
+                pod.pod_uid,
+                pod.namespace,
+                pod.pod,
+                row.container,
+                pod.node,
+                row.gpu_uuid,
+                row.device_id,
+                row.mig.profile if row.mig else "",
+            ]
+            if (u := num(row.util_pct)) is not None:
+                util.add_metric(labels, u)
+            if (m := num(row.fb_used_mib)) is not None:
+                fb.add_metric(labels, m * _MIB)
+            if (p := num(row.power_w)) is not None:
+                power.add_metric(labels, p)
+            idle.add_metric(labels, 1.0 if row.idle else 0.0)
+            wasted.add_metric(labels, num(row.wasted_gpu_hours) or 0.0)
+            fraction.add_metric(labels, num(row.gpu_fraction) or 0.0)
+        yield from (util, fb, power, idle, wasted, fraction)
+
+    def _gpus(self) -> Iterator[Metric]:
+        util = _g("periscope_gpu_util_percent", "GPU utilization", GPU_LABELS)
+        fb = _g("periscope_gpu_fb_used_bytes", "Framebuffer memory in use", GPU_LABELS)
+        fb_total = _g("periscope_gpu_fb_total_bytes", "Framebuffer memory size", GPU_LABELS)
+        power = _g("periscope_gpu_power_watts", "Board power", GPU_LABELS)
+        temp = _g("periscope_gpu_temperature_celsius", "GPU temperature", GPU_LABELS)
+        owners = _g(
+            "periscope_gpu_owners", "Pod containers holding the GPU or one of its MIG slices", GPU_LABELS
+        )
+        lost = _g("periscope_gpu_lost", "1 when the GPU fell off the bus", GPU_LABELS)
+        last_xid = _g("periscope_gpu_last_xid_code", "Code of the GPU's latest XID error", GPU_LABELS)
+        for key in self.view.gpu_keys():
+            g = self.view.gpus[key[2]]
+            labels = [g.node, g.gpu_uuid, g.model, str(g.index)]
+            for fam, v, scale in (
+                (util, g.util_pct, 1.0),
+                (fb, g.fb_used_mib, _MIB),
+                (fb_total, g.fb_total_mib, _MIB),
+                (power, g.power_w, 1.0),
+                (temp, g.temp_c, 1.0),
+            ):
+                if (x := num(v)) is not None:
+                    fam.add_metric(labels, x * scale)
+            owners.add_metric(labels, len(g.owners) + sum(len(m.owners) for m in g.mig_devices))
+            lost.add_metric(labels, 1.0 if g.lost else 0.0)
+            if g.last_xid is not None:
+                last_xid.add_metric(labels, g.last_xid.code)
+        yield from (util, fb, fb_total, power, temp, owners, lost, last_xid)
+
+    def _xids(self) -> Iterator[Metric]:
+        counts: Counter[tuple[str, ...]] = Counter()
+        for f in self.view.findings.values():
+            if f.kind != XID_KIND:
+                continue
+            if not f.owners:
+                counts[(f.node, f.gpu_uuid, str(f.xid_code), "", "", "", "")] += 1
+            for o in f.owners:
+                counts[(f.node, f.gpu_uuid, str(f.xid_code), o.pod_uid, o.namespace, o.pod, o.container)] += 1
+        xid = CounterMetricFamily(
+            "periscope_xid_errors", "XID errors by the pods that owned the device then", labels=XID_LABELS
+        )
+        for labels, n in sorted(counts.items()):
+            xid.add_metric(list(labels), n)
+        yield xid
+
+    def _consumer(self) -> Iterator[Metric]:
+        v = self.view
+        size = _g("periscope_api_view_rows", "Rows held by the view", ["kind"])
+        size.add_metric(["pod_device"], v.row_count())
+        size.add_metric(["pod"], len(v.pods))
+        size.add_metric(["gpu"], len(v.gpus))
+        size.add_metric(["finding"], len(v.findings))
+        yield size
+        s = self.status
+        ready = _g("periscope_api_ready", "1 once the view caught up with the topics", [])
+        ready.add_metric([], 1.0 if s is None or s.ready else 0.0)
+        yield ready
+        if s is None:
+            return
+        consumed = CounterMetricFamily("periscope_api_records_consumed", "Records read", labels=["topic"])
+        for topic, n in sorted(s.consumed.items()):
+            consumed.add_metric([topic], n)
+        applied = CounterMetricFamily("periscope_api_records_applied", "Records that changed the view")
+        applied.add_metric([], s.applied)
+        stale = CounterMetricFamily("periscope_api_records_stale", "Duplicate or older records ignored")
+        stale.add_metric([], s.stale)
+        dead = CounterMetricFamily("periscope_api_dead_letters", "Records that could not be decoded/applied")
+        dead.add_metric([], s.dead_letters)
+        lag = _g("periscope_api_consumer_lag", "Records behind the end of the topic", ["topic"])
+        per_topic: Counter[str] = Counter()
+        for (topic, _), n in s.lag.items():
+            per_topic[topic] += n
+        for topic, n in sorted(per_topic.items()):
+            lag.add_metric([topic], n)
+        yield from (consumed, applied, stale, dead, lag)

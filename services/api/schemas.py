@@ -1,0 +1,212 @@
+"""Response shapes, for /openapi.json and /docs only.
+
+The endpoints build plain dicts (services.api.render) and skip response validation, which would cost
+more than the query itself at 100,000 rows; a schema test checks these models against real responses.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class Error(BaseModel):
+    error: str
+
+
+class Mig(BaseModel):
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+
+
+class PodRow(BaseModel):
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    node: str
+    device_id: str
+    gpu_uuid: str
+    mig: Mig | None
+    sharing: str = Field(description="exclusive | time-slicing | mps | mig")
+    share_basis: str = Field(description="exclusive | process | equal-split | none")
+    util_pct: float | None = Field(description="attributed share of the latest sample; null when unknown")
+    fb_used_mib: float | None
+    power_w: float | None
+    active: bool
+    idle: bool
+    first_seen: str | None
+    last_seen: str | None
+    sources: list[str]
+    gpu_fraction: float | None
+    sample_at: str | None
+
+
+class IdleRow(PodRow):
+    idle_since: str | None
+    avg_util_pct: float | None
+    wasted_gpu_hours: float | None
+
+
+class Owner(BaseModel):
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    device_id: str
+
+
+class Window(BaseModel):
+    start: str | None
+    samples: int
+    avg_util_pct: float | None
+    fb_max_mib: float | None
+    avg_power_w: float | None
+
+
+class PodDetailRow(PodRow):
+    windows: list[Window] = Field(description="tumbling window stats, oldest first")
+
+
+class PodOwnerRef(BaseModel):
+    kind: str
+    name: str
+
+
+class PodDetail(BaseModel):
+    pod_uid: str
+    namespace: str
+    pod: str
+    node: str
+    owner: PodOwnerRef | None
+    phase: str
+    created: str | None
+    deleted: str | None
+    as_of: str | None
+    rows: list[PodDetailRow]
+
+
+class MigDevice(Mig):
+    owners: list[Owner]
+    util_pct: float | None
+    fb_used_mib: float | None
+    fb_total_mib: float | None
+
+
+class LastXid(BaseModel):
+    code: int
+    at: str | None
+
+
+class GpuRow(BaseModel):
+    node: str
+    gpu_uuid: str
+    model: str
+    index: int
+    mig_devices: list[MigDevice]
+    sharing: str
+    util_pct: float | None
+    fb_used_mib: float | None
+    fb_total_mib: float | None
+    power_w: float | None
+    temp_c: float | None
+    owners: list[Owner]
+    last_xid: LastXid | None
+    sample_at: str | None
+    lost: bool
+
+
+class XidRow(BaseModel):
+    at: str | None
+    node: str
+    gpu_uuid: str
+    mig: Mig | None
+    code: int
+    owners: list[Owner] = Field(description="owners at the moment of the error, not at query time")
+    message: str
+
+
+class FindingRow(BaseModel):
+    id: str
+    kind: str = Field(description="idle | xid-owner | unattributed-usage | ambiguous-join | source-health")
+    key: str
+    node: str
+    at: str | None
+    active: bool
+    gpu_uuid: str
+    mig: Mig | None
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    device_id: str
+    xid_code: int | None
+    owners: list[Owner]
+    message: str
+    since: str | None
+    avg_util_pct: float | None
+    wasted_gpu_hours: float | None
+    pids: list[int]
+
+
+class _Listing(BaseModel):
+    as_of: str | None = Field(description="newest event time in the view (RFC 3339 UTC)")
+    continue_: str | None = Field(
+        alias="continue", description="pass as ?continue= for the next page; null on the last page"
+    )
+
+
+class PodList(_Listing):
+    items: list[PodRow]
+
+
+class IdleList(_Listing):
+    items: list[IdleRow]
+    threshold_pct: float | None = Field(description="null when the joiner's own idle flags were used")
+    window: str | None
+
+
+class GpuList(_Listing):
+    items: list[GpuRow]
+
+
+class XidList(_Listing):
+    items: list[XidRow]
+
+
+class FindingList(_Listing):
+    items: list[FindingRow]
+
+
+class ClusterPolicy(BaseModel):
+    name: str
+    state: str
+
+
+class Component(BaseModel):
+    name: str
+    intended: str = Field(description="enabled | disabled | default")
+    desired: int | None
+    ready: int | None
+    status: str = Field(description="ok | degraded | disabled-as-intended | missing | unexpected")
+    daemonset: str | None = None
+    nodes_on: int | None = Field(None, description="GPU nodes labelled to run the operand")
+    nodes_off: int | None = Field(None, description="GPU nodes where the operand is labelled off")
+
+
+class Policy(BaseModel):
+    cluster_policy: ClusterPolicy | None
+    components: list[Component]
+    as_of: str | None = Field(None, description="event time of the policy state shown")
+
+
+class Health(BaseModel):
+    status: str
+
+
+class Ready(BaseModel):
+    ready: bool
+    group_id: str | None
+    lag: int | None
+    error: str | None
