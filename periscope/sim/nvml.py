@@ -1,0 +1,461 @@
+"""A stand-in for the `pynvml` module (nvidia-ml-py 13.615.71) driven by a JSON state file.
+
+The simulator process owns the state and rewrites it (atomically) whenever the simulated GPUs change;
+each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml` (probe setting
+NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
+Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
+are `NVMLError` subclasses with the pynvml names and codes (`NVMLError_NotSupported`, ...).
+
+State (one file per simulated node; every key but `gpus[].uuid` optional):
+
+    {"driver_version": "550.54.15", "cuda_driver_version": 12040,
+     "gpus": [{"uuid": "GPU-...", "name": "NVIDIA A100-SXM4-80GB", "minor": 0,
+               "pci_bus_id": "00000000:07:00.0", "memory_total_mib": 81920, "memory_used_mib": 512,
+               "util_pct": 40, "mem_util_pct": 10, "power_w": 210.5, "temp_c": 51,
+               "lost": false,                      # true: metric calls raise NVMLError_GpuIsLost
+               "fail": {"nvmlDeviceGetPowerUsage": "NotSupported"},   # injected errors by call
+               "processes": [{"pid": 4242, "used_mib": 500, "sm_util": 35, "mem_util": 8}],
+               "mig_capable": true,                # MIG mode [0, 0]; without it: NotSupported
+               "mig": [{"uuid": "MIG-...", "profile": "1g.10gb", "gi": 9, "ci": 0,
+                        "profile_id": 19, "placement_start": 0, "placement_size": 1,
+                        "memory_total_mib": 9856, "memory_used_mib": 100,
+                        "processes": [{"pid": 4343, "used_mib": 100}]}]}],   # "mig" set: enabled
+     "xids": [{"seq": 1, "gpu": "GPU-...", "code": 79, "gi": null, "ci": null}]}
+
+XIDs: an event set delivers, once, each XID of a registered GPU whose `seq` is above the highest
+`seq` present when the set was created, as NVML delivers only events that happen after registration.
+`add_xid(state, gpu_uuid, code)` appends one with the next `seq`. Per-process utilization is sampled
+at call time: every process with `sm_util` yields one sample stamped with the current time in µs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+import threading
+import time
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# NVML return codes 1..30 in order (nvml.h), plus Unknown = 999; pynvml names its classes after them.
+_CODES = (
+    "Uninitialized InvalidArgument NotSupported NoPermission AlreadyInitialized NotFound InsufficientSize "
+    "InsufficientPower DriverNotLoaded Timeout IrqIssue LibraryNotFound FunctionNotFound CorruptedInforom "
+    "GpuIsLost ResetRequired OperatingSystem LibRmVersionMismatch InUse Memory NoData VgpuEccNotSupported "
+    "InsufficientResources FreqNotSupported ArgumentVersionMismatch Deprecated NotReady GpuNotFound "
+    "InvalidState ResetTypeNotSupported"
+)
+_ERRORS = {name: code for code, name in enumerate(_CODES.split(), start=1)} | {"Unknown": 999}
+_MIB = 1024 * 1024
+
+
+class NVMLError(Exception):
+    """Base error; `NVMLError(code)` builds the matching subclass, as pynvml does."""
+
+    value: int
+    _by_code: dict[int, type[NVMLError]] = {}
+
+    def __new__(cls, value: int) -> NVMLError:
+        if cls is NVMLError:
+            cls = NVMLError._by_code.get(value, NVMLError)
+        obj = Exception.__new__(cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value: int | None = None) -> None:
+        super().__init__(self.value)
+
+    def __str__(self) -> str:
+        for name, code in _ERRORS.items():
+            if code == self.value:
+                return name
+        return f"NVML Error with code {self.value}"
+
+
+def _error_class(name: str, code: int) -> type[NVMLError]:
+    def new(cls: type[NVMLError], *args: object) -> NVMLError:
+        return NVMLError.__new__(cls, code)
+
+    cls = type(f"NVMLError_{name}", (NVMLError,), {"__new__": new})
+    NVMLError._by_code[code] = cls
+    return cls
+
+
+ERROR_CLASSES: dict[str, type[NVMLError]] = {n: _error_class(n, c) for n, c in _ERRORS.items()}
+
+
+def _raise(name: str) -> None:
+    raise ERROR_CLASSES[name](_ERRORS[name])
+
+
+class _Obj(types.SimpleNamespace):
+    """Attribute bag standing in for the ctypes structs pynvml returns."""
+
+
+class _Device:
+    __slots__ = ("mig", "uuid")
+
+    def __init__(self, uuid: str, mig: bool) -> None:
+        self.uuid, self.mig = uuid, mig
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Device) and other.uuid == self.uuid
+
+    def __hash__(self) -> int:
+        return hash(self.uuid)
+
+
+class _EventSet:
+    def __init__(self, baseline: int) -> None:
+        self.baseline = baseline
+        self.devices: set[str] = set()
+        self.delivered: set[int] = set()
+        self.freed = False
+
+
+def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
+    """Write the state so that readers never see a partial file (temp file + rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".nvml-", dir=target.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, target)
+
+
+def read_nvml_state(path: str | Path) -> dict[str, Any]:
+    with open(path) as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+def add_xid(
+    state: dict[str, Any], gpu_uuid: str, code: int, gi: int | None = None, ci: int | None = None
+) -> dict[str, Any]:
+    xids = state.setdefault("xids", [])
+    seq = max((int(x.get("seq", 0)) for x in xids), default=0) + 1
+    xids.append({"seq": seq, "gpu": gpu_uuid, "code": code, "gi": gi, "ci": ci})
+    return state
+
+
+class FakePynvml(types.ModuleType):
+    """Module object exposing the pynvml API over one state file."""
+
+    NVMLError = NVMLError
+    NVML_SUCCESS = 0
+    NVML_TEMPERATURE_GPU = 0
+    NVML_DEVICE_MIG_DISABLE = 0
+    NVML_DEVICE_MIG_ENABLE = 1
+    nvmlEventTypeNone = 0
+    nvmlEventTypeXidCriticalError = 0x8
+    nvmlMemory_v2 = 0x02000028
+    NVML_VALUE_NOT_AVAILABLE_ulonglong = ctypes.c_ulonglong(-1)
+
+    def __init__(self, state_path: str | Path) -> None:
+        super().__init__("pynvml")
+        self.state_path = Path(state_path)
+        for name, cls in ERROR_CLASSES.items():
+            setattr(self, f"NVMLError_{name}", cls)
+            setattr(
+                self,
+                "NVML_ERROR_" + "".join("_" + ch if ch.isupper() else ch for ch in name)[1:].upper(),
+                _ERRORS[name],
+            )
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._state: dict[str, Any] = {}
+        self._initialized = 0
+
+    # ------------------------------------------------------------------ state access
+
+    def _load(self) -> dict[str, Any]:
+        with self._lock:
+            try:
+                st = os.stat(self.state_path)
+            except OSError:
+                _raise("DriverNotLoaded")
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                self._state = read_nvml_state(self.state_path)
+                self._stamp = stamp
+            return self._state
+
+    def _ready(self) -> dict[str, Any]:
+        if not self._initialized:
+            _raise("Uninitialized")
+        return self._load()
+
+    def _find(
+        self, dev: _Device, call: str, metric: bool = True
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """(gpu, mig-or-None) for a handle; applies `lost` and injected failures."""
+        if not isinstance(dev, _Device):
+            _raise("InvalidArgument")
+        for gpu in self._ready().get("gpus", []):
+            if gpu["uuid"] == dev.uuid:
+                found: tuple[dict[str, Any], dict[str, Any] | None] = (gpu, None)
+                break
+            mig = next((m for m in gpu.get("mig") or [] if m["uuid"] == dev.uuid), None)
+            if mig is not None:
+                found = (gpu, mig)
+                break
+        else:
+            _raise("GpuIsLost")  # the device vanished from the bus
+        gpu = found[0]
+        if metric and gpu.get("lost"):
+            _raise("GpuIsLost")
+        failure = gpu.get("fail", {}).get(call)
+        if failure:
+            _raise(failure)
+        return found
+
+    # ------------------------------------------------------------------ init / system
+
+    def nvmlInit(self) -> None:
+        self._load()
+        self._initialized += 1
+
+    def nvmlShutdown(self) -> None:
+        if not self._initialized:
+            _raise("Uninitialized")
+        self._initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self._ready().get("driver_version", "550.54.15"))
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return int(self._ready().get("cuda_driver_version", 12040))
+
+    # ------------------------------------------------------------------ enumeration
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self._ready().get("gpus", []))
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Device:
+        gpus = self._ready().get("gpus", [])
+        if not 0 <= index < len(gpus):
+            _raise("InvalidArgument")
+        return _Device(gpus[index]["uuid"], False)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Device:
+        for gpu in self._ready().get("gpus", []):
+            if gpu["uuid"] == uuid:
+                return _Device(uuid, False)
+            if any(m["uuid"] == uuid for m in gpu.get("mig") or []):
+                return _Device(uuid, True)
+        _raise("NotFound")
+        raise AssertionError
+
+    def nvmlDeviceGetUUID(self, dev: _Device) -> str:
+        self._find(dev, "nvmlDeviceGetUUID", metric=False)
+        return dev.uuid
+
+    def nvmlDeviceGetName(self, dev: _Device) -> str:
+        gpu, mig = self._find(dev, "nvmlDeviceGetName", metric=False)
+        name = str(gpu.get("name", "NVIDIA A100-SXM4-80GB"))
+        return f"{name} MIG {mig.get('profile', '')}" if mig is not None else name
+
+    def nvmlDeviceGetIndex(self, dev: _Device) -> int:
+        gpu, _ = self._find(dev, "nvmlDeviceGetIndex", metric=False)
+        return [g["uuid"] for g in self._state.get("gpus", [])].index(gpu["uuid"])
+
+    def nvmlDeviceGetMinorNumber(self, dev: _Device) -> int:
+        gpu, mig = self._find(dev, "nvmlDeviceGetMinorNumber", metric=False)
+        if mig is not None:
+            _raise("NotSupported")
+        return int(gpu.get("minor", self.nvmlDeviceGetIndex(dev)))
+
+    def nvmlDeviceGetPciInfo(self, dev: _Device) -> _Obj:
+        gpu, _ = self._find(dev, "nvmlDeviceGetPciInfo", metric=False)
+        bus = str(gpu.get("pci_bus_id", "00000000:00:00.0")).encode()
+        return _Obj(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
+
+    # ------------------------------------------------------------------ metrics
+
+    def nvmlDeviceGetUtilizationRates(self, dev: _Device) -> _Obj:
+        gpu, mig = self._find(dev, "nvmlDeviceGetUtilizationRates")
+        if mig is not None or gpu.get("mig") is not None:
+            _raise("NotSupported")  # as on real MIG-enabled GPUs
+        return _Obj(gpu=int(gpu.get("util_pct", 0)), memory=int(gpu.get("mem_util_pct", 0)))
+
+    def nvmlDeviceGetMemoryInfo(self, dev: _Device, version: int | None = None) -> _Obj:
+        gpu, mig = self._find(dev, "nvmlDeviceGetMemoryInfo")
+        src = mig if mig is not None else gpu
+        total = int(float(src.get("memory_total_mib", 0)) * _MIB)
+        if mig is None and gpu.get("mig") is not None:
+            used = int(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]) * _MIB)
+        else:
+            used = int(float(src.get("memory_used_mib", 0)) * _MIB)
+        mem = _Obj(total=total, free=max(total - used, 0), used=used)
+        if version:
+            mem.version, mem.reserved = version, 0
+        return mem
+
+    def nvmlDeviceGetPowerUsage(self, dev: _Device) -> int:
+        gpu, mig = self._find(dev, "nvmlDeviceGetPowerUsage")
+        if mig is not None:
+            _raise("NotSupported")
+        return int(float(gpu.get("power_w", 0.0)) * 1000)
+
+    def nvmlDeviceGetTemperature(self, dev: _Device, sensor: int) -> int:
+        gpu, mig = self._find(dev, "nvmlDeviceGetTemperature")
+        if mig is not None or sensor != 0:
+            _raise("NotSupported")
+        return int(gpu.get("temp_c", 0))
+
+    def nvmlDeviceGetComputeRunningProcesses(self, dev: _Device) -> list[_Obj]:
+        gpu, mig = self._find(dev, "nvmlDeviceGetComputeRunningProcesses")
+        sources = (
+            [(mig, mig.get("processes", []))]
+            if mig is not None
+            else (
+                [(m, m.get("processes", [])) for m in gpu["mig"]]
+                if gpu.get("mig") is not None
+                else [(None, gpu.get("processes", []))]
+            )
+        )
+        out = []
+        for inst, procs in sources:
+            for p in procs:
+                used = p.get("used_mib")
+                out.append(
+                    _Obj(
+                        pid=int(p["pid"]),
+                        usedGpuMemory=None if used is None else int(float(used) * _MIB),
+                        gpuInstanceId=0xFFFFFFFF if inst is None else int(inst.get("gi", 0)),
+                        computeInstanceId=0xFFFFFFFF if inst is None else int(inst.get("ci", 0)),
+                    )
+                )
+        return out
+
+    def nvmlDeviceGetProcessUtilization(self, dev: _Device, timeStamp: int) -> list[_Obj]:
+        gpu, mig = self._find(dev, "nvmlDeviceGetProcessUtilization")
+        if mig is not None or gpu.get("mig") is not None:
+            _raise("NotSupported")
+        sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
+        if not sampled:
+            _raise("NotFound")  # no sample newer than timeStamp
+        ts = max(int(time.time() * 1_000_000), int(timeStamp) + 1)
+        return [
+            _Obj(
+                pid=int(p["pid"]),
+                timeStamp=ts,
+                smUtil=int(p["sm_util"]),
+                memUtil=int(p.get("mem_util", 0)),
+                encUtil=0,
+                decUtil=0,
+            )
+            for p in sampled
+        ]
+
+    # ------------------------------------------------------------------ MIG
+
+    def nvmlDeviceGetMigMode(self, dev: _Device) -> list[int]:
+        gpu, mig = self._find(dev, "nvmlDeviceGetMigMode", metric=False)
+        if mig is not None or (gpu.get("mig") is None and not gpu.get("mig_capable")):
+            _raise("NotSupported")
+        return [1, 1] if gpu.get("mig") is not None else [0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, dev: _Device) -> int:
+        gpu, _ = self._find(dev, "nvmlDeviceGetMaxMigDeviceCount", metric=False)
+        return 7 if gpu.get("mig") is not None or gpu.get("mig_capable") else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, dev: _Device, index: int) -> _Device:
+        gpu, _ = self._find(dev, "nvmlDeviceGetMigDeviceHandleByIndex", metric=False)
+        migs = gpu.get("mig") or []
+        if not 0 <= index < len(migs):
+            _raise("NotFound")
+        return _Device(migs[index]["uuid"], True)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, dev: _Device) -> _Device:
+        gpu, mig = self._find(dev, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
+        if mig is None:
+            _raise("InvalidArgument")
+        return _Device(gpu["uuid"], False)
+
+    def nvmlDeviceIsMigDeviceHandle(self, dev: _Device) -> ctypes.c_uint:
+        _, mig = self._find(dev, "nvmlDeviceIsMigDeviceHandle", metric=False)
+        return ctypes.c_uint(1 if mig is not None else 0)
+
+    def _mig(self, dev: _Device, call: str) -> dict[str, Any]:
+        _, mig = self._find(dev, call, metric=False)
+        if mig is None:
+            _raise("InvalidArgument")
+        assert mig is not None
+        return mig
+
+    def nvmlDeviceGetGpuInstanceId(self, dev: _Device) -> int:
+        return int(self._mig(dev, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
+
+    def nvmlDeviceGetComputeInstanceId(self, dev: _Device) -> int:
+        return int(self._mig(dev, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
+
+    def nvmlDeviceGetGpuInstanceById(self, dev: _Device, gpuInstanceId: int) -> _Obj:
+        gpu, _ = self._find(dev, "nvmlDeviceGetGpuInstanceById", metric=False)
+        for m in gpu.get("mig") or []:
+            if int(m.get("gi", 0)) == gpuInstanceId:
+                return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
+        _raise("NotFound")
+        raise AssertionError
+
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: _Obj) -> _Obj:
+        m = gpuInstance.mig
+        placement = _Obj(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
+        return _Obj(
+            device=_Device(gpuInstance.parent, False),
+            id=gpuInstance.id,
+            profileId=int(m.get("profile_id", 0)),
+            placement=placement,
+        )
+
+    # ------------------------------------------------------------------ events
+
+    def nvmlEventSetCreate(self) -> _EventSet:
+        xids = self._ready().get("xids", [])
+        return _EventSet(max((int(x.get("seq", 0)) for x in xids), default=0))
+
+    def nvmlDeviceGetSupportedEventTypes(self, dev: _Device) -> int:
+        self._find(dev, "nvmlDeviceGetSupportedEventTypes", metric=False)
+        return 0x1 | 0x2 | 0x4 | 0x8 | 0x10
+
+    def nvmlDeviceRegisterEvents(self, dev: _Device, eventTypes: int, eventSet: _EventSet) -> None:
+        self._find(dev, "nvmlDeviceRegisterEvents", metric=False)
+        if eventTypes & self.nvmlEventTypeXidCriticalError:
+            eventSet.devices.add(dev.uuid)
+
+    def nvmlEventSetWait(self, eventSet: _EventSet, timeoutms: int) -> _Obj:
+        deadline = time.monotonic() + timeoutms / 1000.0
+        while True:
+            if eventSet.freed:
+                _raise("Uninitialized")
+            for x in self._ready().get("xids", []):
+                seq = int(x.get("seq", 0))
+                if (
+                    seq > eventSet.baseline
+                    and seq not in eventSet.delivered
+                    and x.get("gpu") in eventSet.devices
+                ):
+                    eventSet.delivered.add(seq)
+                    gi, ci = x.get("gi"), x.get("ci")
+                    return _Obj(
+                        device=_Device(str(x["gpu"]), False),
+                        eventType=self.nvmlEventTypeXidCriticalError,
+                        eventData=int(x.get("code", 999)),
+                        gpuInstanceId=0xFFFFFFFF if gi is None else int(gi),
+                        computeInstanceId=0xFFFFFFFF if ci is None else int(ci),
+                    )
+            if time.monotonic() >= deadline:
+                _raise("Timeout")
+            time.sleep(min(0.02, max(deadline - time.monotonic(), 0.0)))
+
+    def nvmlEventSetFree(self, eventSet: _EventSet) -> None:
+        eventSet.freed = True
+
+
+def fake_pynvml(state_path: str | Path) -> FakePynvml:
+    """A fresh fake module bound to `state_path` (one per probe; the file may not exist yet)."""
+    return FakePynvml(state_path)
