@@ -1,0 +1,73 @@
+"""Read-only source of CHECKPOINT allocation entries: the device manager's checkpoint file.
+
+The file is the only node-local record with pod UIDs, but it is internal and may be absent (no
+device plugin yet, or a kubelet that moved on) or corrupt (a torn write, a foreign format). Either
+case is reported as the `checkpoint` source's health and yields no entries, so the snapshot carries
+PodResources data alone. A checksum that does not match is treated as the kubelet treats it: the
+file is not trusted. The file is parsed again only when its stat identity changes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from periscope.core.model import AllocationEntry, AllocSource, SourceHealth
+from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint
+from services.probe.allocations import is_gpu_resource
+
+_Stamp = tuple[int, int, int, int]
+
+
+class CheckpointSource:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.parses = 0
+        self._stamp: _Stamp | None = None
+        self._result: tuple[tuple[AllocationEntry, ...], SourceHealth] = (
+            (),
+            SourceHealth("checkpoint", "absent", f"{path} not read yet"),
+        )
+
+    def read(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            self._stamp = None
+            return (), SourceHealth("checkpoint", "absent", f"{self.path} does not exist")
+        except OSError as e:
+            self._stamp = None
+            return (), SourceHealth("checkpoint", "error", f"{self.path}: {e.strerror or e}")
+        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            self._result = self._parse()
+            self._stamp = stamp
+        return self._result
+
+    def _parse(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
+        self.parses += 1
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return (), SourceHealth("checkpoint", "absent", f"{self.path} does not exist")
+        except OSError as e:
+            return (), SourceHealth("checkpoint", "error", f"{self.path}: {e.strerror or e}")
+        try:
+            cp = parse_checkpoint(data)
+        except CheckpointError as e:
+            return (), SourceHealth("checkpoint", "corrupt", str(e))
+        if cp.checksum_ok is False:
+            return (), SourceHealth("checkpoint", "corrupt", f"{cp.format} checkpoint: checksum mismatch")
+        entries = tuple(
+            AllocationEntry(
+                source=AllocSource.CHECKPOINT,
+                container=e.container,
+                resource=e.resource,
+                device_ids=e.device_ids,
+                pod_uid=e.pod_uid,
+            )
+            for e in cp.entries
+            if is_gpu_resource(e.resource) and e.device_ids
+        )
+        checksum = {True: "checksum ok", None: "checksum not verified"}[cp.checksum_ok]
+        return entries, SourceHealth("checkpoint", "ok", f"{cp.format}, {checksum}")

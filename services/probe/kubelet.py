@@ -1,0 +1,94 @@
+"""What the kubelet says is allocated on this node: PodResources (with DRA) plus the checkpoint.
+
+`AllocationReader.poll()` asks both sources and returns the entries, the allocatable devices and
+the health of `podresources`, `checkpoint` and `dra`. While the PodResources socket is absent or
+refuses calls, its state is "unavailable" and none of its entries are returned: data from before
+the outage is never re-published as if current, and the checkpoint (if readable) stands alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from grpc import aio
+
+from periscope.core.model import AllocationEntry, SourceHealth
+from services.probe.allocations import allocatable_devices, dra_resolver, podresources_entries, sort_entries
+from services.probe.checkpoint_source import CheckpointSource
+from services.probe.nvml import NvmlInventory
+from services.probe.podresources import (
+    PodResourcesClient,
+    PodResourcesUnavailable,
+    socket_identity,
+    watch_socket,
+)
+
+log = logging.getLogger("periscope.probe.kubelet")
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationView:
+    entries: tuple[AllocationEntry, ...]
+    allocatable: tuple[tuple[str, str], ...]
+    health: tuple[SourceHealth, ...]
+    retry_soon: bool = False  # the socket exists but the call failed: the kubelet may be starting
+
+
+class AllocationReader:
+    def __init__(self, socket_path: str, checkpoint_path: str, node: str) -> None:
+        self.node = node
+        self.client = PodResourcesClient(socket_path)
+        self.checkpoint = CheckpointSource(checkpoint_path)
+        self._health: tuple[SourceHealth, ...] = (
+            SourceHealth("podresources", "unavailable", "not polled yet"),
+            SourceHealth("checkpoint", "absent", "not read yet"),
+            SourceHealth("dra", "unavailable", "not polled yet"),
+        )
+
+    def health(self) -> tuple[SourceHealth, ...]:
+        return self._health
+
+    async def poll(self, inventory: NvmlInventory) -> AllocationView:
+        cp_entries, cp_health = self.checkpoint.read()
+        entries: list[AllocationEntry] = list(cp_entries)
+        allocatable: tuple[tuple[str, str], ...] = ()
+        retry = False
+        try:
+            pods = await self.client.list_pods()
+            allocatable = allocatable_devices(await self.client.allocatable())
+            get_mode = await self.client.get_mode()
+        except PodResourcesUnavailable as e:
+            retry = socket_identity(self.client.socket_path) is not None
+            pr_health = SourceHealth("podresources", "unavailable", str(e))
+            dra_health = SourceHealth("dra", "unavailable", "podresources unavailable")
+        except aio.AioRpcError as e:
+            retry = True
+            pr_health = SourceHealth("podresources", "error", f"{e.code().name}: {e.details()}")
+            dra_health = SourceHealth("dra", "unavailable", "podresources failed")
+        else:
+            pr = podresources_entries(pods, dra_resolver(inventory))
+            entries.extend(pr)
+            pr_health = SourceHealth("podresources", "ok", f"get={get_mode}")
+            dra_health = self._dra_health(pr, get_mode)
+        self._health = (pr_health, cp_health, dra_health)
+        return AllocationView(sort_entries(entries), allocatable, self._health, retry)
+
+    @staticmethod
+    def _dra_health(entries: list[AllocationEntry], get_mode: str) -> SourceHealth:
+        # The kubelet fills dynamic_resources only with KubeletPodResourcesDynamicResources on; that gate
+        # went beta together with KubeletPodResourcesGet, so Get's state is the best available hint.
+        if any(e.source.value == "dra" for e in entries):
+            unresolved = sum(1 for e in entries if e.source.value == "dra" and not e.device_ids)
+            return SourceHealth("dra", "ok", f"{unresolved} unresolved devices" if unresolved else "")
+        if get_mode == "enabled":
+            return SourceHealth("dra", "ok", "no claims")
+        return SourceHealth("dra", "disabled", f"PodResources Get {get_mode}; dynamic_resources likely off")
+
+    async def watch(self, on_change: Callable[[], None], stop: asyncio.Event) -> None:
+        await watch_socket(self.client.socket_path, lambda _ident: on_change(), stop=stop)
+
+    async def close(self) -> None:
+        await self.client.close()

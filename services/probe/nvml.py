@@ -1,0 +1,331 @@
+"""NVML backend: device inventory (GPUs and MIG layout) and one telemetry sample of every device.
+
+The `pynvml` module is injected (the real nvidia-ml-py module, or `periscope.sim.nvml.fake_pynvml`),
+so the same code runs against real GPUs and the simulator. Rules from the NVML documentation:
+a metric that answers NotSupported (utilization on MIG, per-process utilization with MIG) becomes
+None; GpuIsLost marks the device lost; any other error is recorded on that device only and the
+other devices are still sampled. Calls block, so the service runs them in a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from periscope.core.model import DeviceSample, GpuInfo, MigDeviceInfo, MigRef, ProcessSample
+
+_MIB = 1024.0 * 1024.0
+_NO_INSTANCE = 0xFFFFFFFF
+_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z]+)?)", re.IGNORECASE)
+
+
+class NvmlUnavailable(Exception):
+    """NVML could not be initialised (no driver, no library, no state file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MigPlacement:
+    """Where a MIG instance sits; the NVIDIA DRA driver names MIG devices after these numbers."""
+
+    uuid: str
+    parent_uuid: str
+    parent_minor: int
+    profile: str
+    profile_id: int | None
+    start: int | None
+    size: int | None
+
+
+@dataclass
+class _Gpu:
+    info: GpuInfo
+    handle: Any
+    migs: list[tuple[MigDeviceInfo, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlInventory:
+    gpus: tuple[GpuInfo, ...]
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+    placements: tuple[MigPlacement, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def mig_ref(self, parent_uuid: str, gi: int, ci: int) -> MigRef | None:
+        for g in self.gpus:
+            if g.uuid == parent_uuid:
+                for m in g.mig_devices:
+                    if m.gi == gi and m.ci == ci:
+                        return MigRef(uuid=m.uuid, profile=m.profile, gi=gi, ci=ci)
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}" if v > 0 else ""
+
+
+class NvmlBackend:
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.opened = False
+        self._lock = threading.Lock()
+        self._gpus: list[_Gpu] = []
+        self._last_seen: dict[str, int] = {}  # per GPU: newest per-process sample timestamp (µs)
+        self.inventory = NvmlInventory(gpus=())
+
+    def _is(self, e: BaseException, name: str) -> bool:
+        cls = getattr(self.nvml, f"NVMLError_{name}", None)
+        return cls is not None and isinstance(e, cls)
+
+    def _opt(self, fn: str, *args: Any) -> Any:
+        """Call one NVML function; None when the device cannot report it (NotSupported)."""
+        try:
+            return getattr(self.nvml, fn)(*args)
+        except self.nvml.NVMLError as e:
+            if self._is(e, "NotSupported") or self._is(e, "FunctionNotFound"):
+                return None
+            raise
+
+    def open(self) -> None:
+        try:
+            self.nvml.nvmlInit()
+        except self.nvml.NVMLError as e:
+            raise NvmlUnavailable(f"nvmlInit: {e}") from e
+        self.opened = True
+
+    def close(self) -> None:
+        if self.opened:
+            self.opened = False
+            with contextlib.suppress(self.nvml.NVMLError):
+                self.nvml.nvmlShutdown()
+
+    # ------------------------------------------------------------------ inventory
+
+    def refresh(self) -> NvmlInventory:
+        """Enumerate GPUs and MIG instances; a GPU that fails here is listed as lost, not skipped."""
+        nv = self.nvml
+        gpus: list[_Gpu] = []
+        placements: list[MigPlacement] = []
+        errors: list[str] = []
+        driver = _text(self._opt("nvmlSystemGetDriverVersion") or "")
+        cuda = _cuda_version(int(self._opt("nvmlSystemGetCudaDriverVersion") or 0))
+        for index in range(int(nv.nvmlDeviceGetCount())):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(index)
+                gpu = self._describe(index, handle, placements)
+            except nv.NVMLError as e:
+                errors.append(f"gpu {index}: {e}")
+                old = next((g for g in self._gpus if g.info.index == index), None)
+                if old is None:
+                    continue
+                gpu = _Gpu(replace(old.info, lost=self._is(e, "GpuIsLost")), old.handle)
+            gpus.append(gpu)
+        with self._lock:
+            self._gpus = gpus
+        self.inventory = NvmlInventory(
+            tuple(g.info for g in gpus), driver, cuda, tuple(placements), tuple(errors)
+        )
+        return self.inventory
+
+    def _describe(self, index: int, handle: Any, placements: list[MigPlacement]) -> _Gpu:
+        nv = self.nvml
+        uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        minor = self._opt("nvmlDeviceGetMinorNumber", handle)
+        pci = self._opt("nvmlDeviceGetPciInfo", handle)
+        mode = self._opt("nvmlDeviceGetMigMode", handle)
+        mig_enabled = bool(mode and int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE)
+        try:
+            mem = self._opt("nvmlDeviceGetMemoryInfo", handle)
+        except nv.NVMLError:
+            mem = None  # MIG parents may refuse without privileges; the total is not essential
+        gpu = _Gpu(
+            GpuInfo(
+                uuid=uuid,
+                index=index,
+                model=_text(nv.nvmlDeviceGetName(handle)),
+                memory_mib=(mem.total / _MIB) if mem else 0.0,
+                minor=int(minor) if minor is not None else index,
+                mig_enabled=mig_enabled,
+                pci_bus_id=_text(pci.busId) if pci is not None else "",
+            ),
+            handle,
+        )
+        if mig_enabled:
+            for slot in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
+                try:
+                    mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+                except nv.NVMLError:
+                    continue  # slots are sparse
+                info, placement = self._describe_mig(gpu.info, handle, mh)
+                gpu.migs.append((info, mh))
+                placements.append(placement)
+            gpu.info = replace(gpu.info, mig_devices=tuple(m for m, _ in gpu.migs))
+        return gpu
+
+    def _describe_mig(self, parent: GpuInfo, handle: Any, mh: Any) -> tuple[MigDeviceInfo, MigPlacement]:
+        nv = self.nvml
+        uuid = _text(nv.nvmlDeviceGetUUID(mh))
+        gi, ci = int(nv.nvmlDeviceGetGpuInstanceId(mh)), int(nv.nvmlDeviceGetComputeInstanceId(mh))
+        m = _PROFILE.search(_text(self._opt("nvmlDeviceGetName", mh) or ""))
+        mem = self._opt("nvmlDeviceGetMemoryInfo", mh)
+        profile_id = start = size = None
+        try:  # GPU-instance placement: needed to resolve DRA MIG device names
+            gi_info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(handle, gi))
+            profile_id, start, size = (
+                int(gi_info.profileId),
+                int(gi_info.placement.start),
+                int(gi_info.placement.size),
+            )
+        except (nv.NVMLError, AttributeError):
+            pass
+        profile = m.group(1) if m else ""
+        info = MigDeviceInfo(
+            uuid=uuid, profile=profile, gi=gi, ci=ci, memory_mib=(mem.total / _MIB) if mem else 0.0
+        )
+        return info, MigPlacement(uuid, parent.uuid, parent.minor, profile, profile_id, start, size)
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample(self) -> tuple[DeviceSample, ...]:
+        with self._lock:
+            gpus = list(self._gpus)
+        out: list[DeviceSample] = []
+        for gpu in gpus:
+            out.extend(self._sample_gpu(gpu))
+        return tuple(out)
+
+    def _metric(self, errors: list[str], fn: str, *args: Any) -> Any:
+        """One metric: None when unsupported or failing (noted in `errors`); GpuIsLost propagates."""
+        try:
+            return self._opt(fn, *args)
+        except self.nvml.NVMLError as e:
+            if self._is(e, "GpuIsLost"):
+                raise
+            errors.append(f"{fn}: {e}")
+            return None
+
+    def _sample_gpu(self, gpu: _Gpu) -> list[DeviceSample]:
+        nv, info = self.nvml, gpu.info
+        errors: list[str] = []
+        try:
+            util = self._metric(errors, "nvmlDeviceGetUtilizationRates", gpu.handle)
+            mem = self._metric(errors, "nvmlDeviceGetMemoryInfo", gpu.handle)
+            power = self._metric(errors, "nvmlDeviceGetPowerUsage", gpu.handle)
+            temp = self._metric(errors, "nvmlDeviceGetTemperature", gpu.handle, nv.NVML_TEMPERATURE_GPU)
+            procs = () if info.mig_enabled else self._processes(gpu.handle, info.uuid, errors)
+        except nv.NVMLError as e:  # GpuIsLost: the device and its instances are gone
+            err = str(e) or type(e).__name__
+            return [DeviceSample(uuid=info.uuid, index=info.index, lost=True, error=err)] + [
+                DeviceSample(
+                    uuid=m.uuid,
+                    parent_uuid=info.uuid,
+                    index=info.index,
+                    mig=MigRef(uuid=m.uuid, profile=m.profile, gi=m.gi, ci=m.ci),
+                    lost=True,
+                    error=err,
+                )
+                for m, _ in gpu.migs
+            ]
+        samples = [
+            DeviceSample(
+                uuid=info.uuid,
+                index=info.index,
+                util_pct=float(util.gpu) if util is not None else None,
+                mem_util_pct=float(util.memory) if util is not None else None,
+                fb_used_mib=mem.used / _MIB if mem is not None else None,
+                fb_total_mib=mem.total / _MIB if mem is not None else None,
+                power_w=power / 1000.0 if power is not None else None,
+                temp_c=float(temp) if temp is not None else None,
+                processes=procs,
+                error="; ".join(errors),
+            )
+        ]
+        for mig, mh in gpu.migs:
+            ref = MigRef(uuid=mig.uuid, profile=mig.profile, gi=mig.gi, ci=mig.ci)
+            merr: list[str] = []
+            try:
+                mmem = self._metric(merr, "nvmlDeviceGetMemoryInfo", mh)
+                mprocs = self._processes(mh, mig.uuid, merr, utilization=False)
+            except nv.NVMLError as e:
+                samples.append(
+                    DeviceSample(
+                        uuid=mig.uuid,
+                        parent_uuid=info.uuid,
+                        index=info.index,
+                        mig=ref,
+                        lost=True,
+                        error=str(e) or type(e).__name__,
+                    )
+                )
+                continue
+            samples.append(
+                DeviceSample(
+                    uuid=mig.uuid,
+                    parent_uuid=info.uuid,
+                    index=info.index,
+                    mig=ref,
+                    fb_used_mib=mmem.used / _MIB if mmem is not None else None,
+                    fb_total_mib=mmem.total / _MIB if mmem is not None else None,
+                    processes=mprocs,
+                    error="; ".join(merr),
+                )
+            )
+        return samples
+
+    def _processes(
+        self, handle: Any, uuid: str, errors: list[str], utilization: bool = True
+    ) -> tuple[ProcessSample, ...]:
+        running = self._metric(errors, "nvmlDeviceGetComputeRunningProcesses", handle) or []
+        util = None
+        if utilization and running:
+            try:
+                util = self._process_util(handle, uuid)
+            except self.nvml.NVMLError as e:
+                if self._is(e, "GpuIsLost"):
+                    raise
+                errors.append(f"nvmlDeviceGetProcessUtilization: {e}")
+        out = []
+        for p in running:
+            used = getattr(p, "usedGpuMemory", None)
+            sm, mu = (None, None) if util is None else util.get(int(p.pid), (0.0, 0.0))
+            out.append(
+                ProcessSample(
+                    pid=int(p.pid),
+                    sm_util_pct=sm,
+                    mem_util_pct=mu,
+                    used_mib=used / _MIB if used is not None else None,
+                )
+            )
+        return tuple(out)
+
+    def _process_util(self, handle: Any, uuid: str) -> dict[int, tuple[float, float]] | None:
+        """Average per-process utilization over the samples newer than the last ones seen.
+
+        NotFound means no newer sample: no process was active since the last tick (all zeros);
+        NotSupported (MIG) gives None, i.e. unknown.
+        """
+        try:
+            samples = self.nvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
+        except self.nvml.NVMLError as e:
+            if self._is(e, "NotFound") or getattr(e, "value", None) == 0:  # 0: the wrapper saw no samples
+                return {}
+            if self._is(e, "NotSupported") or self._is(e, "FunctionNotFound"):
+                return None
+            raise
+        acc: dict[int, list[tuple[float, float]]] = {}
+        for s in samples:
+            acc.setdefault(int(s.pid), []).append((float(s.smUtil), float(s.memUtil)))
+            self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(s.timeStamp))
+        return {pid: (sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v)) for pid, v in acc.items()}
+
+    def handles(self) -> list[Any]:
+        """Handles of the physical GPUs (for event registration)."""
+        with self._lock:
+            return [g.handle for g in self._gpus if not g.info.lost]

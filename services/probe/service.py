@@ -1,0 +1,328 @@
+"""The node probe: samples its sources and publishes node-keyed events through the outbox.
+
+Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
+- telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
+  each process labelled with pod UID / container ID / QoS from /proc;
+- allocations, every `tick` and at once when the kubelet socket appears, vanishes or is replaced:
+  an AllocationSnapshot when it changed, and every `allocation_interval` regardless;
+- XIDs from the NVML event thread, published as they arrive;
+- DeviceInventory at start and whenever the hardware or a source's health changes.
+Every event carries EventMeta(node, "probe/<node>", epoch = start time, seq), and its time is the
+wall clock read once at sampling: `clock` is the only clock read for event time (injectable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from periscope.bus import topics
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    DeviceSample,
+    Meta,
+    MigRef,
+    NodeTelemetry,
+    SourceHealth,
+    XidEvent,
+)
+from services.probe.buffer import Kind, OutBuffer, Outgoing
+from services.probe.health import HealthServer
+from services.probe.kubelet import AllocationReader
+from services.probe.metrics import ProbeMetrics
+from services.probe.nvml import NvmlBackend, NvmlUnavailable
+from services.probe.outbox import Outbox, PublisherLike
+from services.probe.procfs import ProcMapper
+from services.probe.settings import ProbeSettings
+from services.probe.xid import RawXid, XidWatcher
+
+log = logging.getLogger("periscope.probe")
+Clock = Callable[[], int]
+_NVML_RETRY_S = 10.0
+
+
+def wall_clock_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def load_nvml(backend: str) -> Any:
+    """The pynvml module, or the simulator's stand-in for `fake:<state-file>`."""
+    if backend.startswith("fake:"):
+        from periscope.sim.nvml import fake_pynvml
+
+        return fake_pynvml(backend[len("fake:") :])
+    import pynvml
+
+    return pynvml
+
+
+def default_publisher(settings: ProbeSettings) -> Callable[[], PublisherLike]:
+    from periscope.bus.producer import Publisher
+
+    return lambda: Publisher(settings.kafka_bootstrap, f"periscope-probe-{settings.node_name}")
+
+
+class Probe:
+    def __init__(
+        self,
+        settings: ProbeSettings,
+        *,
+        nvml: Any | None = None,
+        publisher_factory: Callable[[], PublisherLike] | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        self.settings = s = settings
+        self.node = s.node_name
+        self.source = f"probe/{s.node_name}"
+        self.clock = clock
+        self.epoch = clock()
+        self._seq = 0
+        self.metrics = ProbeMetrics(s.node_name)
+        self.buffer = OutBuffer(s.buffer_limit)
+        self.outbox = Outbox(
+            self.buffer, publisher_factory or default_publisher(s), self.metrics, send_timeout=s.send_timeout
+        )
+        self.nvml = NvmlBackend(nvml if nvml is not None else load_nvml(s.nvml_backend))
+        self.procs = ProcMapper(s.proc_root)
+        self.allocations = AllocationReader(s.podresources_socket, s.checkpoint_path, s.node_name)
+        self.health_server = HealthServer(
+            s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self.metrics.render
+        )
+        self.xids = XidWatcher(self.nvml.nvml, self._xid_from_thread)
+        self.nvml_health = SourceHealth("nvml", "unavailable", "not initialised")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop = asyncio.Event()
+        self._kubelet_changed = asyncio.Event()
+        self._last_inventory: tuple[Any, ...] | None = None
+        self._last_snapshot: tuple[Any, ...] | None = None
+        self._last_snapshot_at = 0.0
+        self._nvml_retry_at = 0.0
+        self._started = False
+
+    # ------------------------------------------------------------------ events
+
+    def _meta(self) -> Meta:
+        self._seq += 1
+        return Meta(node=self.node, source=self.source, epoch=self.epoch, seq=self._seq, time_ms=self.clock())
+
+    def _put(self, kind: Kind, topic: topics.Topic, value: object) -> None:
+        self.outbox.put(Outgoing(kind, topic, self.node, value))
+
+    def health(self) -> tuple[SourceHealth, ...]:
+        return (*self.allocations.health(), self.nvml_health, self.procs.health())
+
+    def _publish_inventory(self, force: bool = False) -> None:
+        inv, health = self.nvml.inventory, self.health()
+        key = (
+            inv.gpus,
+            inv.driver_version,
+            inv.cuda_driver_version,
+            tuple((h.source, h.state) for h in health),
+        )
+        self.metrics.set_health(health)
+        if not force and key == self._last_inventory:
+            return
+        self._last_inventory = key
+        self._put(
+            Kind.INVENTORY,
+            topics.INVENTORY,
+            DeviceInventory(
+                meta=self._meta(),
+                gpus=inv.gpus,
+                health=health,
+                driver_version=inv.driver_version,
+                cuda_driver_version=inv.cuda_driver_version,
+            ),
+        )
+
+    # ------------------------------------------------------------------ NVML
+
+    async def _open_nvml(self) -> None:
+        if self.nvml.opened or time.monotonic() < self._nvml_retry_at:
+            return
+        try:
+            await asyncio.to_thread(self.nvml.open)
+            inv = await asyncio.to_thread(self.nvml.refresh)
+        except (NvmlUnavailable, Exception) as e:  # no driver yet: report, retry later, keep running
+            self.nvml.close()
+            self.nvml_health = SourceHealth("nvml", "unavailable", str(e))
+            self._nvml_retry_at = time.monotonic() + _NVML_RETRY_S
+            return
+        self.nvml_health = SourceHealth("nvml", "error" if inv.errors else "ok", "; ".join(inv.errors))
+        self._restart_xids()
+
+    def _restart_xids(self) -> None:
+        self.xids.stop()
+        try:
+            self.xids.start(self.nvml.handles())
+        except Exception as e:  # event sets unsupported: telemetry still works
+            log.warning("XID events unavailable: %s", e)
+
+    def _xid_from_thread(self, raw: RawXid) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._on_xid, raw)
+
+    def _on_xid(self, raw: RawXid) -> None:
+        mig: MigRef | None = None
+        if raw.gi is not None:
+            mig = self.nvml.inventory.mig_ref(raw.gpu_uuid, raw.gi, raw.ci or 0) or MigRef(
+                uuid="", gi=raw.gi, ci=raw.ci or 0
+            )
+        self.metrics.xids.labels(self.node).inc()
+        self._put(
+            Kind.XID, topics.XID, XidEvent(meta=self._meta(), gpu_uuid=raw.gpu_uuid, code=raw.code, mig=mig)
+        )
+
+    def _sample(self) -> tuple[DeviceSample, ...]:
+        """NVML sample with pod identity on every process (worker thread)."""
+        devices = self.nvml.sample()
+        out, live = [], []
+        for d in devices:
+            procs = []
+            for p in d.processes:
+                live.append(p.pid)
+                ident = self.procs.lookup(p.pid)
+                procs.append(
+                    replace(p, pod_uid=ident.pod_uid, container_id=ident.container_id, qos=ident.qos)
+                    if ident is not None
+                    else p
+                )
+            out.append(replace(d, processes=tuple(procs)))
+        self.procs.prune(live)
+        return tuple(out)
+
+    async def _telemetry_loop(self) -> None:
+        refresh_every = max(1, round(self.settings.allocation_interval / self.settings.tick))
+        n = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            await self._open_nvml()
+            if self.nvml.opened:
+                try:
+                    devices = await asyncio.to_thread(self._sample)
+                    self._put(
+                        Kind.TELEMETRY, topics.TELEMETRY, NodeTelemetry(meta=self._meta(), devices=devices)
+                    )
+                    n += 1
+                    if n % refresh_every == 0 or any(d.lost for d in devices):
+                        before = {g.uuid for g in self.nvml.inventory.gpus}
+                        inv = await asyncio.to_thread(self.nvml.refresh)
+                        self.nvml_health = SourceHealth(
+                            "nvml", "error" if inv.errors else "ok", "; ".join(inv.errors)
+                        )
+                        if {g.uuid for g in inv.gpus} != before:
+                            self._restart_xids()
+                except Exception as e:  # one bad sample must not end the loop
+                    log.exception("telemetry sample failed")
+                    self.nvml_health = SourceHealth("nvml", "error", str(e))
+            self._publish_inventory()
+            await self._sleep(self.settings.tick - (time.monotonic() - started))
+
+    # ------------------------------------------------------------------ allocations
+
+    async def _allocation_loop(self) -> None:
+        while not self._stop.is_set():
+            self._kubelet_changed.clear()
+            retry_soon = await self._poll_allocations()
+            delay = 0.2 if retry_soon else self.settings.tick
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wait_any(self._kubelet_changed, self._stop), delay)
+
+    async def _poll_allocations(self) -> bool:
+        view = await self.allocations.poll(self.nvml.inventory)
+        key = (view.entries, view.allocatable, view.health)
+        due = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval
+        if key != self._last_snapshot or due:
+            self._last_snapshot, self._last_snapshot_at = key, time.monotonic()
+            self._put(
+                Kind.ALLOCATION,
+                topics.ALLOCATIONS,
+                AllocationSnapshot(
+                    meta=self._meta(), entries=view.entries, allocatable=view.allocatable, health=view.health
+                ),
+            )
+        self._publish_inventory()
+        return view.retry_soon
+
+    # ------------------------------------------------------------------ health endpoints
+
+    def _live(self) -> tuple[bool, dict[str, Any]]:
+        alive = self._started and all(not t.done() for t in self._tasks)
+        return alive, {"ok": alive}
+
+    def _ready(self) -> tuple[bool, dict[str, Any]]:
+        health = {h.source: {"state": h.state, "detail": h.detail} for h in self.health()}
+        allocation_ok = any(health[s]["state"] == "ok" for s in ("podresources", "checkpoint"))
+        ready = (
+            self._live()[0] and self.outbox.connected and allocation_ok and health["nvml"]["state"] == "ok"
+        )
+        return ready, {
+            "ready": ready,
+            "sources": health,
+            "broker": "connected" if self.outbox.connected else "disconnected",
+            "buffered": len(self.buffer),
+            "dropped": dict(self.buffer.dropped),
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), max(seconds, 0.0))
+
+    @staticmethod
+    async def _wait_any(*events: asyncio.Event) -> None:
+        waits = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    @property
+    def health_port(self) -> int:
+        return self.health_server.port
+
+    async def start(self) -> None:
+        """Start serving: first inventory and snapshot are enqueued before this returns."""
+        self._loop = asyncio.get_running_loop()
+        self._stop.clear()
+        await self.health_server.start()
+        await self._open_nvml()
+        await self._poll_allocations()
+        self._publish_inventory(force=True)
+        self._tasks = [
+            asyncio.create_task(self.outbox.run(self._stop), name="probe-outbox"),
+            asyncio.create_task(self._telemetry_loop(), name="probe-telemetry"),
+            asyncio.create_task(self._allocation_loop(), name="probe-allocations"),
+            asyncio.create_task(
+                self.allocations.watch(self._kubelet_changed.set, self._stop), name="probe-socket"
+            ),
+        ]
+        self._started = True
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self.xids.stop)
+        for t in self._tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(t, 10.0)
+        self._tasks = []
+        self._started = False
+        await self.allocations.close()
+        self.nvml.close()
+        await self.health_server.stop()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.start()
+        try:
+            await stop.wait()
+        finally:
+            await self.stop()

@@ -1,0 +1,87 @@
+"""Settings of the node probe (env prefix PERISCOPE_, e.g. PERISCOPE_NODE_NAME).
+
+Durations accept the project's duration strings (`1s`, `500ms`, `5s`) or plain seconds. Paths that
+derive from the kubelet root are filled in after validation when left empty, so overriding
+KUBELET_ROOT alone moves the socket and the checkpoint with it.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import field_validator, model_validator
+
+from periscope.config import ServiceSettings
+from periscope.core.duration import parse_duration_ms
+
+
+def _seconds(value: Any) -> Any:
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            return parse_duration_ms(text) / 1000.0
+    return value
+
+
+class ProbeSettings(ServiceSettings):
+    node_name: str = ""
+    kubelet_root: str = "/var/lib/kubelet"
+    podresources_socket: str = ""
+    checkpoint_path: str = ""
+    proc_root: str = "/proc"
+    tick: float = 1.0
+    allocation_interval: float = 5.0
+    nvml_backend: str = "pynvml"
+    buffer_limit: int = 1000
+    health_host: str = "127.0.0.1"
+    health_port: int = 9401
+    # How long one publish may take before the broker counts as unreachable.
+    send_timeout: float = 5.0
+
+    @field_validator("tick", "allocation_interval", "send_timeout", mode="before")
+    @classmethod
+    def _parse_duration(cls, value: Any) -> Any:
+        return _seconds(value)
+
+    @field_validator("tick", "allocation_interval", "send_timeout")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("buffer_limit")
+    @classmethod
+    def _limit(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("must be at least 2")
+        return value
+
+    @field_validator("health_port")
+    @classmethod
+    def _port(cls, value: int) -> int:
+        if not 0 <= value <= 65535:
+            raise ValueError("must be a TCP port (0-65535)")
+        return value
+
+    @field_validator("nvml_backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        if value != "pynvml" and not (value.startswith("fake:") and len(value) > len("fake:")):
+            raise ValueError("must be 'pynvml' or 'fake:<state-file>'")
+        return value
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> ProbeSettings:
+        root = Path(self.kubelet_root)
+        if not self.podresources_socket:
+            self.podresources_socket = str(root / "pod-resources" / "kubelet.sock")
+        if not self.checkpoint_path:
+            self.checkpoint_path = str(root / "device-plugins" / "kubelet_internal_checkpoint")
+        if not self.node_name:
+            self.node_name = socket.gethostname()
+        return self
