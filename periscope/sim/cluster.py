@@ -1,0 +1,494 @@
+"""The simulated cluster as a pure function of the scenario: at scenario time t, who holds what, doing what.
+
+Everything generated (GPU and MIG UUIDs, pod UIDs, container IDs, host PIDs) is derived from the
+scenario `seed` by hashing, so the same scenario always yields the same cluster, and adding a pod does
+not renumber the others. Allocation follows the device plugin: pins are honoured, otherwise the first
+free device in (GPU index, MIG instance / replica) order; a device is free again when its pod stops.
+Times here are scenario offsets in ms (0 = scenario start); the runner adds the wall/simulated origin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from periscope.core.policy import OPERANDS
+from periscope.sim.scenario import (
+    ContainerSpec,
+    PodSpec,
+    Scenario,
+    ScenarioError,
+    XidSpec,
+    mig_memory_mib,
+    mig_slices,
+)
+
+# (idle watts, max watts, GPU family) by a substring of the product name; first match wins.
+_MODELS = (
+    ("H200", 75.0, 700.0, "hopper"),
+    ("H100", 70.0, 700.0, "hopper"),
+    ("A100", 50.0, 400.0, "ampere"),
+    ("A30", 30.0, 165.0, "ampere"),
+    ("A10", 20.0, 150.0, "ampere"),
+    ("L40", 35.0, 300.0, "ada-lovelace"),
+    ("L4", 15.0, 72.0, "ada-lovelace"),
+    ("T4", 10.0, 70.0, "turing"),
+    ("V100", 40.0, 300.0, "volta"),
+)
+_MIG_CAPABLE = ("A100", "A30", "H100", "H200", "B200", "GB200")
+# GPU-instance profile IDs by compute slices (nvml GPU_INSTANCE_PROFILE_*); 1g with 20 GB is 15.
+_GI_PROFILE = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
+
+
+def digest(seed: int, *parts: object) -> bytes:
+    return hashlib.sha256("\x1f".join([str(seed), *map(str, parts)]).encode()).digest()
+
+
+def gen_uuid(seed: int, *parts: object) -> str:
+    """A version-4-shaped UUID fixed by (seed, parts)."""
+    b = bytearray(digest(seed, *parts)[:16])
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    h = b.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def model_profile(model: str) -> tuple[float, float, str]:
+    for key, idle, peak, family in _MODELS:
+        if key in model:
+            return idle, peak, family
+    return 30.0, 300.0, "unknown"
+
+
+def mig_capable(model: str) -> bool:
+    return any(key in model for key in _MIG_CAPABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    uuid: str
+    profile: str
+    gi: int
+    ci: int
+    position: int  # index in the GPU's `mig:` list (the "0:<k>" pin)
+    memory_mib: int
+    profile_id: int
+    placement_start: int
+    slices: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    node: str
+    index: int
+    uuid: str
+    model: str
+    memory_mib: int
+    pci_bus_id: str
+    mig: tuple[MigInstance, ...] = ()
+    sharing: str = "none"  # none | time-slicing | mps (MIG GPUs are never shared here)
+    replicas: int = 1
+
+    @property
+    def minor(self) -> int:
+        return self.index
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One kubelet device ID (what PodResources and the checkpoint list)."""
+
+    id: str
+    resource: str
+    gpu: Gpu
+    mig: MigInstance | None = None
+    replica: int | None = None
+
+    @property
+    def sharing(self) -> str:
+        if self.mig is not None:
+            return "mig"
+        return "exclusive" if self.gpu.sharing == "none" else self.gpu.sharing
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerModel:
+    spec: ContainerSpec
+    container_id: str  # 64 hex, as the CRI reports it
+    device_ids: tuple[str, ...]
+    pids: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class PodModel:
+    index: int  # position in the scenario's `pods:` list
+    uid: str
+    spec: PodSpec
+    containers: tuple[ContainerModel, ...]
+
+    @property
+    def namespace(self) -> str:
+        return self.spec.namespace
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def node(self) -> str:
+        return self.spec.node
+
+    def alive_at(self, t_ms: int) -> bool:
+        return self.spec.alive_at(t_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """Ground truth for one kubelet device at one moment: its holder (or none) and true usage."""
+
+    device: Device
+    pod: PodModel | None = None
+    container: ContainerModel | None = None
+    util_pct: float | None = None  # the holder's true SM share of the GPU (after the 100 % cap)
+    fb_used_mib: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessUsage:
+    pid: int
+    pod_uid: str
+    container_id: str
+    used_mib: float
+    sm_util: float | None  # None on MIG: the hardware cannot report it
+
+
+@dataclass(frozen=True, slots=True)
+class MigUsage:
+    instance: MigInstance
+    fb_used_mib: float
+    processes: tuple[ProcessUsage, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUsage:
+    gpu: Gpu
+    util_pct: float | None  # None when MIG is enabled (NVML reports no utilization)
+    fb_used_mib: float
+    power_w: float
+    temp_c: float
+    processes: tuple[ProcessUsage, ...]
+    mig: tuple[MigUsage, ...] = ()
+
+
+class ClusterModel:
+    """Scenario → allocations, processes and per-device usage at any scenario time."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.gpus: dict[str, tuple[Gpu, ...]] = {n.name: self._build_gpus(n.name) for n in scenario.nodes}
+        self.devices: dict[str, Device] = {}
+        self.node_devices: dict[str, tuple[Device, ...]] = {}
+        for node, gpus in self.gpus.items():
+            devs = tuple(d for g in gpus for d in _gpu_devices(g, scenario.node(node).shared_resource))
+            self.node_devices[node] = devs
+            self.devices.update((d.id, d) for d in devs)
+        self.pods: tuple[PodModel, ...] = self._allocate()
+        self._holders: dict[str, list[tuple[PodModel, ContainerModel]]] = {}
+        for pod in self.pods:
+            for c in pod.containers:
+                for dev in c.device_ids:
+                    self._holders.setdefault(dev, []).append((pod, c))
+
+    # ------------------------------------------------------------------ build
+
+    def _build_gpus(self, node: str) -> tuple[Gpu, ...]:
+        spec = self.scenario.node(node)
+        seed = self.scenario.seed
+        out: list[Gpu] = []
+        for i, g in enumerate(spec.gpus):
+            uuid = g.uuid or "GPU-" + gen_uuid(seed, "gpu", node, i)
+            instances: list[MigInstance] = []
+            start = 0
+            for k, profile in enumerate(g.mig):
+                slices = mig_slices(profile)
+                pid = (
+                    15
+                    if (slices == 1 and mig_memory_mib(profile) >= 20 * 1024)
+                    else _GI_PROFILE.get(slices, 19)
+                )
+                instances.append(
+                    MigInstance(
+                        uuid="MIG-" + gen_uuid(seed, "mig", node, i, k),
+                        profile=profile,
+                        gi=k + 1,
+                        ci=0,
+                        position=k,
+                        memory_mib=mig_memory_mib(profile),
+                        profile_id=pid,
+                        placement_start=start,
+                        slices=slices,
+                    )
+                )
+                start += slices
+            shared = spec.sharing.strategy if not g.mig else "none"
+            out.append(
+                Gpu(
+                    node=node,
+                    index=i,
+                    uuid=uuid,
+                    model=g.model,
+                    memory_mib=g.memory_mib,
+                    pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
+                    mig=tuple(instances),
+                    sharing=shared,
+                    replicas=spec.sharing.replicas if shared != "none" else 1,
+                )
+            )
+        return tuple(out)
+
+    def _allocate(self) -> tuple[PodModel, ...]:
+        seed = self.scenario.seed
+        busy_until: dict[str, int | None] = {}  # device id -> stop of its holder (None = forever)
+        used_pids: dict[str, set[int]] = {}
+        built: dict[int, PodModel] = {}
+        order = sorted(range(len(self.scenario.pods)), key=lambda i: (self.scenario.pods[i].start_ms, i))
+        for i in order:
+            spec = self.scenario.pods[i]
+            uid = spec.uid or gen_uuid(seed, "pod", i, spec.namespace, spec.name)
+            containers: list[ContainerModel] = []
+            for j, c in enumerate(spec.containers):
+                ids = self._pick(spec, c, busy_until, f"pods[{i}].containers[{j}]")
+                for dev in ids:
+                    busy_until[dev] = spec.stop_ms
+                pids = _pids(seed, spec.node, i, c.name, c.processes, used_pids.setdefault(spec.node, set()))
+                cid = digest(seed, "container", i, c.name).hex()
+                containers.append(ContainerModel(c, cid, ids, pids))
+            built[i] = PodModel(i, uid, spec, tuple(containers))
+        return tuple(built[i] for i in range(len(self.scenario.pods)))
+
+    def _pick(
+        self, pod: PodSpec, c: ContainerSpec, busy: dict[str, int | None], path: str
+    ) -> tuple[str, ...]:
+        def free(d: Device) -> bool:
+            stop = busy.get(d.id, -1)
+            return stop is not None and stop <= pod.start_ms
+
+        candidates = [d for d in self.node_devices[pod.node] if d.resource == c.resource]
+        picked: list[str] = []
+        for k in range(c.count):
+            pool = candidates
+            if c.devices is not None:
+                pin = c.devices[k]
+                g, _, m = pin.partition(":")
+                pool = [
+                    d
+                    for d in candidates
+                    if d.gpu.index == int(g)
+                    and (d.mig.position if d.mig else None) == (int(m) if m else None)
+                ]
+            choice = next((d for d in pool if free(d) and d.id not in picked), None)
+            if choice is None:
+                what = f"device {c.devices[k]!r}" if c.devices is not None else f"{c.resource} device"
+                raise ScenarioError(
+                    f"scenario {self.scenario.source}: {path}: no free {what} on node {pod.node} "
+                    f"at {pod.start_ms / 1000:g}s (all held by pods still running)"
+                )
+            picked.append(choice.id)
+        return tuple(picked)
+
+    # ------------------------------------------------------------------ queries
+
+    def alive(self, t_ms: int, node: str | None = None) -> list[PodModel]:
+        return [p for p in self.pods if p.alive_at(t_ms) and (node is None or p.node == node)]
+
+    def holder(self, device_id: str, t_ms: int) -> tuple[PodModel, ContainerModel] | None:
+        for pod, c in self._holders.get(device_id, ()):
+            if pod.alive_at(t_ms):
+                return pod, c
+        return None
+
+    def tick_times(self) -> range:
+        return range(0, self.scenario.duration_ms, self.scenario.tick_ms)
+
+    def registered(self, node: str) -> dict[str, tuple[str, ...]]:
+        out: dict[str, list[str]] = {}
+        for d in self.node_devices[node]:
+            out.setdefault(d.resource, []).append(d.id)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def usage(self, node: str, t_ms: int) -> tuple[GpuUsage, ...]:
+        return tuple(self._gpu_usage(g, t_ms) for g in self.gpus[node])
+
+    def holdings(self, t_ms: int, node: str | None = None) -> list[Holding]:
+        out: list[Holding] = []
+        for name in self.gpus if node is None else (node,):
+            for g in self.gpus[name]:
+                shares = self._shares(g, t_ms)
+                for d in self.node_devices[name]:
+                    if d.gpu is not g:
+                        continue
+                    h = self.holder(d.id, t_ms)
+                    if h is None:
+                        out.append(Holding(d))
+                        continue
+                    pod, c = h
+                    util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
+                    out.append(Holding(d, pod, c, util, c.spec.memory_mib))
+        return out
+
+    def util_of(self, device_id: str, t_ms: int) -> float:
+        """True util of whoever holds `device_id` at t (its capped share on a shared GPU); 0 when free."""
+        h = self.holder(device_id, t_ms)
+        if h is None:
+            return 0.0
+        dev = self.devices[device_id]
+        if dev.mig is not None:
+            return _util(h[1].spec, t_ms)
+        return self._shares(dev.gpu, t_ms).get(h[1].container_id, 0.0)
+
+    def xid_owners(self, x: XidSpec) -> list[Holding]:
+        """Holders of the GPU (or of the named MIG instance) at the moment of the error."""
+        gpu = self.gpus[x.node][x.gpu]
+        rows = [h for h in self.holdings(x.at_ms, x.node) if h.device.gpu is gpu and h.pod is not None]
+        if x.mig is not None:
+            rows = [h for h in rows if h.device.mig is not None and h.device.mig.position == x.mig]
+        return rows
+
+    # ------------------------------------------------------------------ usage
+
+    def _shares(self, g: Gpu, t_ms: int) -> dict[str, float]:
+        """container_id -> true util on a whole GPU; time-sliced demand above 100 % is scaled down."""
+        demand: dict[str, float] = {}
+        for d in self.node_devices[g.node]:
+            if d.gpu is g and d.mig is None and (h := self.holder(d.id, t_ms)) is not None:
+                demand[h[1].container_id] = _util(h[1].spec, t_ms)
+        total = sum(demand.values())
+        scale = 100.0 / total if total > 100.0 else 1.0
+        return {k: v * scale for k, v in demand.items()}
+
+    def _gpu_usage(self, g: Gpu, t_ms: int) -> GpuUsage:
+        idle_w, peak_w, _ = model_profile(g.model)
+        if g.mig:
+            migs: list[MigUsage] = []
+            busy = 0.0
+            for inst in g.mig:
+                h = self.holder(self._mig_device(g, inst).id, t_ms)
+                if h is None:
+                    migs.append(MigUsage(inst, 0.0, ()))
+                    continue
+                busy += _util(h[1].spec, t_ms) * inst.slices / 7.0
+                migs.append(MigUsage(inst, h[1].spec.memory_mib, _processes(h[0], h[1], None)))
+            fb_total = sum(m.fb_used_mib for m in migs)
+            return GpuUsage(g, None, fb_total, _power(idle_w, peak_w, busy), _temp(busy), (), tuple(migs))
+        shares = self._shares(g, t_ms)
+        procs: list[ProcessUsage] = []
+        fb = 0.0
+        seen: set[str] = set()
+        for d in self.node_devices[g.node]:
+            if d.gpu is not g or (h := self.holder(d.id, t_ms)) is None or h[1].container_id in seen:
+                continue
+            seen.add(h[1].container_id)
+            fb += h[1].spec.memory_mib
+            procs.extend(_processes(h[0], h[1], shares[h[1].container_id]))
+        util = min(100.0, sum(shares.values()))
+        return GpuUsage(g, util, fb, _power(idle_w, peak_w, util), _temp(util), tuple(procs))
+
+    def _mig_device(self, g: Gpu, inst: MigInstance) -> Device:
+        return self.devices[inst.uuid]
+
+
+def _gpu_devices(g: Gpu, shared_resource: str) -> list[Device]:
+    if g.mig:
+        return [Device(m.uuid, f"nvidia.com/mig-{m.profile}", g, mig=m) for m in g.mig]
+    if g.sharing != "none":
+        return [Device(f"{g.uuid}::{r}", shared_resource, g, replica=r) for r in range(g.replicas)]
+    return [Device(g.uuid, "nvidia.com/gpu", g)]
+
+
+def _util(c: ContainerSpec, t_ms: int) -> float:
+    return c.util_at(t_ms) if c.processes > 0 else 0.0
+
+
+def _processes(pod: PodModel, c: ContainerModel, util: float | None) -> tuple[ProcessUsage, ...]:
+    n = len(c.pids)
+    return tuple(
+        ProcessUsage(pid, pod.uid, c.container_id, c.spec.memory_mib / n, None if util is None else util / n)
+        for pid in c.pids
+    )
+
+
+def _pids(seed: int, node: str, pod: int, container: str, n: int, used: set[int]) -> tuple[int, ...]:
+    out: list[int] = []
+    for k in range(n):
+        pid = 1000 + int.from_bytes(digest(seed, "pid", node, pod, container, k)[:4], "big") % 3_000_000
+        while pid in used:
+            pid += 1
+        used.add(pid)
+        out.append(pid)
+    return tuple(out)
+
+
+def _power(idle_w: float, peak_w: float, util: float) -> float:
+    return round(idle_w + (peak_w - idle_w) * util / 100.0, 1)
+
+
+def _temp(util: float) -> float:
+    return round(32.0 + 0.45 * util, 1)
+
+
+# ---------------------------------------------------------------- operator intent vs operands
+
+
+@dataclass(frozen=True, slots=True)
+class Operand:
+    component: str  # ClusterPolicy spec key
+    daemonset: str
+    deploy_label: str  # nvidia.com/gpu.deploy.<this>=true selects its nodes
+    intended: str  # enabled | disabled | default (spec silent)
+    present: bool  # whether the DaemonSet exists
+    desired: int
+    ready: int
+    expected_status: (
+        str  # what /v1/policy should say: ok | degraded | disabled-as-intended | missing | unexpected
+    )
+
+
+def deploy_nodes(s: Scenario, component: str) -> list[str]:
+    """GPU nodes the operator labels for an operand (mig-manager only where MIG is possible)."""
+    if component == "migManager":
+        return [n.name for n in s.nodes if any(mig_capable(g.model) for g in n.gpus)]
+    return [n.name for n in s.nodes]
+
+
+def operands(s: Scenario) -> list[Operand]:
+    """The operand DaemonSets the simulated operator reconciled, each with the /v1/policy status it
+    deserves (an independent statement of the rules: wanted+ready = ok, wanted+short = degraded,
+    wanted+absent = missing, unwanted+absent = disabled-as-intended, unwanted+running = unexpected)."""
+    if s.policy is None:
+        return []
+    spec = dict(s.policy.components)
+    out: list[Operand] = []
+    for op in OPERANDS:
+        c = spec.get(op.component)
+        enabled = None if c is None else c.enabled
+        intended = "default" if enabled is None else ("enabled" if enabled else "disabled")
+        wanted = op.default_enabled if enabled is None else enabled
+        present = c.present if c is not None and c.present is not None else wanted
+        nodes = len(deploy_nodes(s, op.component))
+        desired = c.desired if c is not None and c.desired is not None else (nodes if present else 0)
+        ready = c.ready if c is not None and c.ready is not None else desired
+        if not present:
+            desired = ready = 0
+            status = "missing" if wanted else "disabled-as-intended"
+        elif not wanted:
+            status = "unexpected"
+        else:
+            status = "ok" if ready >= desired >= nodes else "degraded"
+        out.append(
+            Operand(op.component, op.daemonset, op.deploy_label, intended, present, desired, ready, status)
+        )
+    return out

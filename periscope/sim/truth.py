@@ -1,0 +1,217 @@
+"""Ground truth of a simulated run as JSON lines: who held which device at each tick, and what it used.
+
+One object per line, each with a `kind`:
+- `meta` (first line): scenario name, seed, tick, the simulated time of scenario start (`start_ms`),
+  speed, idle window/threshold, the expected `/v1/policy` component statuses;
+- `holder`: one per tick x kubelet device: `tick`, `at`/`at_ms`, `node`, `device_id`, `gpu_uuid`,
+  `mig` (null | {uuid, profile, gi, ci}), `sharing`, the holder `pod_uid`/`namespace`/`pod`/`container`
+  (all null when the device is free), its true `util_pct` (share of the GPU's SM time after the 100 %
+  cap; `util_observable` is false on MIG, where NVML cannot report it), `fb_used_mib`,
+  `gpu_util_pct` (the whole GPU's util) and `idle` (null when it cannot be known);
+- `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires.
+Times are simulated Unix ms plus RFC 3339 strings, the same clock every service of the run uses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from periscope.sim.cluster import ClusterModel, Holding, operands
+from periscope.sim.scenario import FaultSpec, XidSpec
+
+
+def rfc3339(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def idle_truth(
+    model: ClusterModel,
+    h: Holding,
+    t_ms: int,
+    window_ms: int,
+    threshold: float,
+    util: Callable[[str, int], float] | None = None,
+) -> bool | None:
+    """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
+    the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device."""
+    if h.pod is None or h.device.mig is not None:
+        return None
+    start = h.pod.spec.start_ms
+    if t_ms - start < window_ms:
+        return False
+    util_at = util or model.util_of
+    tick = model.scenario.tick_ms
+    times = [t for t in range(t_ms, t_ms - window_ms, -tick) if t >= start]
+    return sum(util_at(h.device.id, t) for t in times) / len(times) < threshold
+
+
+def holder_rows(
+    model: ClusterModel,
+    tick: int,
+    start_ms: int,
+    window_ms: int,
+    threshold: float,
+    util: Callable[[str, int], float] | None = None,
+) -> list[dict[str, Any]]:
+    t = tick * model.scenario.tick_ms
+    at = start_ms + t
+    gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
+    rows = []
+    for h in model.holdings(t):
+        d = h.device
+        rows.append(
+            {
+                "kind": "holder",
+                "tick": tick,
+                "at_ms": at,
+                "at": rfc3339(at),
+                "node": d.gpu.node,
+                "device_id": d.id,
+                "resource": d.resource,
+                "gpu_uuid": d.gpu.uuid,
+                "mig": None
+                if d.mig is None
+                else {"uuid": d.mig.uuid, "profile": d.mig.profile, "gi": d.mig.gi, "ci": d.mig.ci},
+                "sharing": d.sharing,
+                "pod_uid": h.pod.uid if h.pod else None,
+                "namespace": h.pod.namespace if h.pod else None,
+                "pod": h.pod.name if h.pod else None,
+                "container": h.container.name if h.container else None,
+                "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
+                "util_observable": d.mig is None,
+                "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
+                "gpu_util_pct": gpu_util.get(d.gpu.uuid),
+                "idle": idle_truth(model, h, t, window_ms, threshold, util),
+            }
+        )
+    return rows
+
+
+def xid_row(model: ClusterModel, x: XidSpec, start_ms: int) -> dict[str, Any]:
+    gpu = model.gpus[x.node][x.gpu]
+    inst = gpu.mig[x.mig] if x.mig is not None else None
+    at = start_ms + x.at_ms
+    return {
+        "kind": "xid",
+        "at_ms": at,
+        "at": rfc3339(at),
+        "node": x.node,
+        "gpu_uuid": gpu.uuid,
+        "code": x.code,
+        "mig": None if inst is None else {"uuid": inst.uuid, "gi": inst.gi, "ci": inst.ci},
+        "owners": [
+            {
+                "pod_uid": h.pod.uid,
+                "namespace": h.pod.namespace,
+                "pod": h.pod.name,
+                "container": h.container.name,
+                "device_id": h.device.id,
+            }
+            for h in model.xid_owners(x)
+            if h.pod is not None and h.container is not None
+        ],
+    }
+
+
+def fault_row(f: FaultSpec, start_ms: int) -> dict[str, Any]:
+    at = start_ms + f.at_ms
+    return {
+        "kind": "fault",
+        "at_ms": at,
+        "at": rfc3339(at),
+        "fault": f.fault,
+        "node": f.node,
+        "duration_ms": f.duration_ms,
+        "end_ms": at + f.duration_ms,
+    }
+
+
+def meta_row(
+    model: ClusterModel, start_ms: int, speed: float, window_ms: int, threshold: float
+) -> dict[str, Any]:
+    s = model.scenario
+    return {
+        "kind": "meta",
+        "scenario": s.name,
+        "source": s.source,
+        "seed": s.seed,
+        "tick_ms": s.tick_ms,
+        "duration_ms": s.duration_ms,
+        "start_ms": start_ms,
+        "start": rfc3339(start_ms),
+        "speed": speed,
+        "idle_window_ms": window_ms,
+        "idle_threshold_pct": threshold,
+        "nodes": {n: [g.uuid for g in gpus] for n, gpus in model.gpus.items()},
+        "policy": None
+        if s.policy is None
+        else {
+            "name": s.policy.name,
+            "state": s.policy.state,
+            "components": {o.component: o.expected_status for o in operands(s)},
+        },
+    }
+
+
+class TruthWriter:
+    """Appends the truth of each tick as the run reaches it (a cut-short run keeps what happened)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        model: ClusterModel,
+        start_ms: int,
+        speed: float,
+        idle_window_ms: int,
+        idle_threshold: float,
+    ) -> None:
+        self.model, self.start_ms = model, start_ms
+        self.window_ms, self.threshold = idle_window_ms, idle_threshold
+        self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._emit(meta_row(model, start_ms, speed, idle_window_ms, idle_threshold))
+        self._done = -1
+        self._utils: dict[tuple[str, int], float] = {}
+
+    def _util(self, device_id: str, t_ms: int) -> float:
+        key = (device_id, t_ms)
+        if key not in self._utils:
+            self._utils[key] = self.model.util_of(device_id, t_ms)
+        return self._utils[key]
+
+    def _emit(self, row: dict[str, Any]) -> None:
+        self._f.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+    def write_tick(self, tick: int) -> None:
+        """Write tick `tick` (and every XID/fault since the last written tick)."""
+        if tick <= self._done:
+            return
+        tick_ms = self.model.scenario.tick_ms
+        lo, hi = (self._done + 1) * tick_ms, (tick + 1) * tick_ms
+        for x in self.model.scenario.xids:
+            if lo <= x.at_ms < hi:
+                self._emit(xid_row(self.model, x, self.start_ms))
+        for f in self.model.scenario.faults:
+            if lo <= f.at_ms < hi:
+                self._emit(fault_row(f, self.start_ms))
+        for k in range(self._done + 1, tick + 1):
+            for row in holder_rows(self.model, k, self.start_ms, self.window_ms, self.threshold, self._util):
+                self._emit(row)
+        self._done = tick
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_truth(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {n}: not JSON ({e.msg})") from None
