@@ -113,4 +113,4 @@ def parse_device_id(raw: str) -> DeviceId:
         )
     if base.startswith(("GPU-", "MIG-")):
         raise ValueError(f"malformed UUID in device ID {raw!r} (expected GPU-/MIG- and 8-4-4-4-12 hex)")
-    raise ValueError(f"not a device ID: {raw!r} (expected GPU-…, MIG-…, MIG-GPU-…/gi/ci or nvidiaN…)")
+    raise ValueError(f"not a device ID: {raw!r} (expected GPU-..., MIG-..., MIG-GPU-.../gi/ci or nvidiaN...)")

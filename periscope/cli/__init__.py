@@ -1,0 +1,1 @@
+"""The `periscope` command line."""
