@@ -250,40 +250,40 @@ class FakePynvml(types.ModuleType):
         _raise("NotFound")
         raise AssertionError
 
-    def nvmlDeviceGetUUID(self, dev: _Device) -> str:
-        self._find(dev, "nvmlDeviceGetUUID", metric=False)
-        return dev.uuid
+    def nvmlDeviceGetUUID(self, handle: _Device) -> str:
+        self._find(handle, "nvmlDeviceGetUUID", metric=False)
+        return handle.uuid
 
-    def nvmlDeviceGetName(self, dev: _Device) -> str:
-        gpu, mig = self._find(dev, "nvmlDeviceGetName", metric=False)
+    def nvmlDeviceGetName(self, handle: _Device) -> str:
+        gpu, mig = self._find(handle, "nvmlDeviceGetName", metric=False)
         name = str(gpu.get("name", "NVIDIA A100-SXM4-80GB"))
         return f"{name} MIG {mig.get('profile', '')}" if mig is not None else name
 
-    def nvmlDeviceGetIndex(self, dev: _Device) -> int:
-        gpu, _ = self._find(dev, "nvmlDeviceGetIndex", metric=False)
+    def nvmlDeviceGetIndex(self, handle: _Device) -> int:
+        gpu, _ = self._find(handle, "nvmlDeviceGetIndex", metric=False)
         return [g["uuid"] for g in self._state.get("gpus", [])].index(gpu["uuid"])
 
-    def nvmlDeviceGetMinorNumber(self, dev: _Device) -> int:
-        gpu, mig = self._find(dev, "nvmlDeviceGetMinorNumber", metric=False)
+    def nvmlDeviceGetMinorNumber(self, handle: _Device) -> int:
+        gpu, mig = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False)
         if mig is not None:
             _raise("NotSupported")
-        return int(gpu.get("minor", self.nvmlDeviceGetIndex(dev)))
+        return int(gpu.get("minor", self.nvmlDeviceGetIndex(handle)))
 
-    def nvmlDeviceGetPciInfo(self, dev: _Device) -> _Obj:
-        gpu, _ = self._find(dev, "nvmlDeviceGetPciInfo", metric=False)
+    def nvmlDeviceGetPciInfo(self, handle: _Device) -> _Obj:
+        gpu, _ = self._find(handle, "nvmlDeviceGetPciInfo", metric=False)
         bus = str(gpu.get("pci_bus_id", "00000000:00:00.0")).encode()
         return _Obj(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
 
     # ------------------------------------------------------------------ metrics
 
-    def nvmlDeviceGetUtilizationRates(self, dev: _Device) -> _Obj:
-        gpu, mig = self._find(dev, "nvmlDeviceGetUtilizationRates")
+    def nvmlDeviceGetUtilizationRates(self, handle: _Device) -> _Obj:
+        gpu, mig = self._find(handle, "nvmlDeviceGetUtilizationRates")
         if mig is not None or gpu.get("mig") is not None:
             _raise("NotSupported")  # as on real MIG-enabled GPUs
         return _Obj(gpu=int(gpu.get("util_pct", 0)), memory=int(gpu.get("mem_util_pct", 0)))
 
-    def nvmlDeviceGetMemoryInfo(self, dev: _Device, version: int | None = None) -> _Obj:
-        gpu, mig = self._find(dev, "nvmlDeviceGetMemoryInfo")
+    def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Obj:
+        gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
         total = int(float(src.get("memory_total_mib", 0)) * _MIB)
         if mig is None and gpu.get("mig") is not None:
@@ -295,20 +295,20 @@ class FakePynvml(types.ModuleType):
             mem.version, mem.reserved = version, 0
         return mem
 
-    def nvmlDeviceGetPowerUsage(self, dev: _Device) -> int:
-        gpu, mig = self._find(dev, "nvmlDeviceGetPowerUsage")
+    def nvmlDeviceGetPowerUsage(self, handle: _Device) -> int:
+        gpu, mig = self._find(handle, "nvmlDeviceGetPowerUsage")
         if mig is not None:
             _raise("NotSupported")
         return int(float(gpu.get("power_w", 0.0)) * 1000)
 
-    def nvmlDeviceGetTemperature(self, dev: _Device, sensor: int) -> int:
-        gpu, mig = self._find(dev, "nvmlDeviceGetTemperature")
+    def nvmlDeviceGetTemperature(self, handle: _Device, sensor: int) -> int:
+        gpu, mig = self._find(handle, "nvmlDeviceGetTemperature")
         if mig is not None or sensor != 0:
             _raise("NotSupported")
         return int(gpu.get("temp_c", 0))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, dev: _Device) -> list[_Obj]:
-        gpu, mig = self._find(dev, "nvmlDeviceGetComputeRunningProcesses")
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
+        gpu, mig = self._find(handle, "nvmlDeviceGetComputeRunningProcesses")
         sources = (
             [(mig, mig.get("processes", []))]
             if mig is not None
@@ -332,8 +332,8 @@ class FakePynvml(types.ModuleType):
                 )
         return out
 
-    def nvmlDeviceGetProcessUtilization(self, dev: _Device, timeStamp: int) -> list[_Obj]:
-        gpu, mig = self._find(dev, "nvmlDeviceGetProcessUtilization")
+    def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
+        gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
         if mig is not None or gpu.get("mig") is not None:
             _raise("NotSupported")
         sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
@@ -354,31 +354,31 @@ class FakePynvml(types.ModuleType):
 
     # ------------------------------------------------------------------ MIG
 
-    def nvmlDeviceGetMigMode(self, dev: _Device) -> list[int]:
-        gpu, mig = self._find(dev, "nvmlDeviceGetMigMode", metric=False)
+    def nvmlDeviceGetMigMode(self, device: _Device) -> list[int]:
+        gpu, mig = self._find(device, "nvmlDeviceGetMigMode", metric=False)
         if mig is not None or (gpu.get("mig") is None and not gpu.get("mig_capable")):
             _raise("NotSupported")
         return [1, 1] if gpu.get("mig") is not None else [0, 0]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, dev: _Device) -> int:
-        gpu, _ = self._find(dev, "nvmlDeviceGetMaxMigDeviceCount", metric=False)
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: _Device) -> int:
+        gpu, _ = self._find(device, "nvmlDeviceGetMaxMigDeviceCount", metric=False)
         return 7 if gpu.get("mig") is not None or gpu.get("mig_capable") else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, dev: _Device, index: int) -> _Device:
-        gpu, _ = self._find(dev, "nvmlDeviceGetMigDeviceHandleByIndex", metric=False)
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: _Device, index: int) -> _Device:
+        gpu, _ = self._find(device, "nvmlDeviceGetMigDeviceHandleByIndex", metric=False)
         migs = gpu.get("mig") or []
         if not 0 <= index < len(migs):
             _raise("NotFound")
         return _Device(migs[index]["uuid"], True)
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, dev: _Device) -> _Device:
-        gpu, mig = self._find(dev, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: _Device) -> _Device:
+        gpu, mig = self._find(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
         if mig is None:
             _raise("InvalidArgument")
         return _Device(gpu["uuid"], False)
 
-    def nvmlDeviceIsMigDeviceHandle(self, dev: _Device) -> ctypes.c_uint:
-        _, mig = self._find(dev, "nvmlDeviceIsMigDeviceHandle", metric=False)
+    def nvmlDeviceIsMigDeviceHandle(self, device: _Device) -> ctypes.c_uint:
+        _, mig = self._find(device, "nvmlDeviceIsMigDeviceHandle", metric=False)
         return ctypes.c_uint(1 if mig is not None else 0)
 
     def _mig(self, dev: _Device, call: str) -> dict[str, Any]:
@@ -388,14 +388,14 @@ class FakePynvml(types.ModuleType):
         assert mig is not None
         return mig
 
-    def nvmlDeviceGetGpuInstanceId(self, dev: _Device) -> int:
-        return int(self._mig(dev, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
+    def nvmlDeviceGetGpuInstanceId(self, device: _Device) -> int:
+        return int(self._mig(device, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
 
-    def nvmlDeviceGetComputeInstanceId(self, dev: _Device) -> int:
-        return int(self._mig(dev, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
+    def nvmlDeviceGetComputeInstanceId(self, device: _Device) -> int:
+        return int(self._mig(device, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
 
-    def nvmlDeviceGetGpuInstanceById(self, dev: _Device, gpuInstanceId: int) -> _Obj:
-        gpu, _ = self._find(dev, "nvmlDeviceGetGpuInstanceById", metric=False)
+    def nvmlDeviceGetGpuInstanceById(self, device: _Device, gpuInstanceId: int) -> _Obj:
+        gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceById", metric=False)
         for m in gpu.get("mig") or []:
             if int(m.get("gi", 0)) == gpuInstanceId:
                 return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
@@ -418,14 +418,14 @@ class FakePynvml(types.ModuleType):
         xids = self._ready().get("xids", [])
         return _EventSet(max((int(x.get("seq", 0)) for x in xids), default=0))
 
-    def nvmlDeviceGetSupportedEventTypes(self, dev: _Device) -> int:
-        self._find(dev, "nvmlDeviceGetSupportedEventTypes", metric=False)
+    def nvmlDeviceGetSupportedEventTypes(self, handle: _Device) -> int:
+        self._find(handle, "nvmlDeviceGetSupportedEventTypes", metric=False)
         return 0x1 | 0x2 | 0x4 | 0x8 | 0x10
 
-    def nvmlDeviceRegisterEvents(self, dev: _Device, eventTypes: int, eventSet: _EventSet) -> None:
-        self._find(dev, "nvmlDeviceRegisterEvents", metric=False)
+    def nvmlDeviceRegisterEvents(self, handle: _Device, eventTypes: int, eventSet: _EventSet) -> None:
+        self._find(handle, "nvmlDeviceRegisterEvents", metric=False)
         if eventTypes & self.nvmlEventTypeXidCriticalError:
-            eventSet.devices.add(dev.uuid)
+            eventSet.devices.add(handle.uuid)
 
     def nvmlEventSetWait(self, eventSet: _EventSet, timeoutms: int) -> _Obj:
         deadline = time.monotonic() + timeoutms / 1000.0

@@ -1,0 +1,40 @@
+"""ProbeSettings: env names, derived kubelet paths, durations, validation."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from services.probe.settings import ProbeSettings
+
+
+def test_defaults_follow_the_kubelet_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PERISCOPE_KUBELET_ROOT", "/srv/kubelet")
+    monkeypatch.setenv("PERISCOPE_NODE_NAME", "gpu-a")
+    s = ProbeSettings()
+    assert s.node_name == "gpu-a"
+    assert s.podresources_socket == "/srv/kubelet/pod-resources/kubelet.sock"
+    assert s.checkpoint_path == "/srv/kubelet/device-plugins/kubelet_internal_checkpoint"
+    assert (s.tick, s.allocation_interval, s.proc_root, s.nvml_backend) == (1.0, 5.0, "/proc", "pynvml")
+    assert (s.health_host, s.health_port) == ("127.0.0.1", 9401)
+
+
+def test_env_overrides_and_durations(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in {"TICK": "500ms", "ALLOCATION_INTERVAL": "2", "NVML_BACKEND": "fake:/x/state.json",
+                 "PODRESOURCES_SOCKET": "/run/pr.sock", "BUFFER_LIMIT": "50", "HEALTH_PORT": "0",
+                 "KAFKA_BOOTSTRAP": "broker:9092"}.items():
+        monkeypatch.setenv(f"PERISCOPE_{k}", v)
+    s = ProbeSettings()
+    assert (s.tick, s.allocation_interval, s.nvml_backend) == (0.5, 2.0, "fake:/x/state.json")
+    assert (s.podresources_socket, s.buffer_limit, s.health_port, s.kafka_bootstrap) == (
+        "/run/pr.sock", 50, 0, "broker:9092")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("tick", "soon"), ("tick", "0s"), ("nvml_backend", "dcgm"), ("nvml_backend", "fake:"),
+     ("health_port", 70000), ("buffer_limit", 1)],
+)
+def test_bad_values_are_rejected(field: str, value: object) -> None:
+    with pytest.raises(ValidationError):
+        ProbeSettings(**{field: value})
