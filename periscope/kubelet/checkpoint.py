@@ -98,6 +98,10 @@ def parse_checkpoint(data: bytes) -> Checkpoint:
         raise CheckpointError("entries mix v1 (list) and v2 (per-NUMA) DeviceIDs")
     fmt: Format = "v1" if kinds == {list} else "v2"
     checksum_ok = None if checksum is None or unreadable else checksum == _checksum(raws, registered, fmt)
+    # Only null DeviceIDs: the layout cannot tell v1 from v2, the checksum can (the kubelet, too,
+    # falls back to v1 when v2 fails).
+    if checksum_ok is False and not kinds and raws and checksum == _checksum(raws, registered, "v1"):
+        fmt, checksum_ok = "v1", True
 
     entries = tuple(_entry(r) for r in raws or ())
     regs = {k: tuple(v or ()) for k, v in (registered or {}).items()}

@@ -82,8 +82,8 @@ GOLDEN: list[tuple[str, str, dict[str, object]]] = [
           f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/cri-containerd-{C}.scope")),
     ("v2 host process", "0::/system.slice/kubelet.service\n",
      info(None, None, None, None, "systemd", 2, "/system.slice/kubelet.service")),
-    ("v2 user session", "0::/user.slice/user-1000.slice/session-3.scope\n",
-     info(None, None, None, None, "systemd", 2, "/user.slice/user-1000.slice/session-3.scope")),
+    ("v2 user manager", "0::/user.slice/user-1000.slice/user@1000.service/init.scope\n",
+     info(None, None, None, None, "systemd", 2, "/user.slice/user-1000.slice/user@1000.service/init.scope")),
     ("v2 plain docker container (systemd)", f"0::/system.slice/docker-{C}.scope\n",
      info(None, C, None, "docker", "systemd", 2, f"/system.slice/docker-{C}.scope")),
     ("v1 plain docker container (cgroupfs)", v1(f"/docker/{C}"),
@@ -132,7 +132,7 @@ def test_not_a_cgroup_file(text: str) -> None:
         parse_cgroup(text)
 
 
-# ---------------------------------------------------------------- writer helpers
+# ---------------------------------------------------------------- writing (simulated nodes)
 
 
 @pytest.mark.parametrize(

@@ -350,3 +350,20 @@ def test_render_without_topology_or_entries() -> None:
     assert parse_checkpoint(raw) == Checkpoint("v2", True, (), {"r": ()})
     with pytest.raises(ValueError):
         render_checkpoint([], {}, "v3")  # type: ignore[arg-type]
+
+
+def test_ambiguous_null_device_ids_follow_the_checksum() -> None:
+    v1 = render_checkpoint([CheckpointEntry(P1, "c", "r", ())], {}, "v1")
+    assert b'"DeviceIDs":[]' in v1
+    nulled = v1.replace(b'"DeviceIDs":[]', b'"DeviceIDs":null')
+    # [] and null dump differently, so re-render the v1 checksum for the null form by hand
+    from periscope.kubelet.checkpoint import _checksum
+
+    raw = [(P1, "c", "r", None, None)]
+    doc = json.loads(nulled)
+    doc["Checksum"] = _checksum(raw, {}, "v1")  # type: ignore[arg-type]
+    cp = parse_checkpoint(json.dumps(doc).encode())
+    assert cp.format == "v1" and cp.checksum_ok is True
+    doc["Checksum"] = _checksum(raw, {}, "v2")  # type: ignore[arg-type]
+    cp = parse_checkpoint(json.dumps(doc).encode())
+    assert cp.format == "v2" and cp.checksum_ok is True
