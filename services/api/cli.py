@@ -1,0 +1,91 @@
+"""`periscope api`: serve the query API over the joiner's output topics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from services.api.settings import ApiSettings
+
+try:
+    from periscope.cli.errors import InputError
+except ImportError:  # the shared CLI package is optional for running this command on its own
+
+    class InputError(click.ClickException):  # type: ignore[no-redef]
+        exit_code = 2
+
+
+_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def load_settings(
+    host: str | None, port: int | None, bootstrap: str | None, group_prefix: str | None
+) -> ApiSettings:
+    """Env (PERISCOPE_*) first, flags override; any bad value becomes one InputError line."""
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("api_host", host),
+            ("api_port", port),
+            ("kafka_bootstrap", bootstrap),
+            ("api_group_prefix", group_prefix),
+        )
+        if v is not None
+    }
+    try:
+        settings = ApiSettings(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+        raise InputError(f"api settings: {where}: {err.get('msg', 'invalid value')}") from None
+    if settings.log_level.lower() not in _LEVELS:
+        raise InputError(
+            f"api settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}"
+        )
+    if not settings.kafka_bootstrap.strip():
+        raise InputError("api settings: kafka_bootstrap is empty")
+    return settings
+
+
+@click.command("api")
+@click.option("--host", default=None, help="Listen address [env PERISCOPE_API_HOST, default 127.0.0.1].")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Listen port [env PERISCOPE_API_PORT, default 8080].",
+)
+@click.option(
+    "--bootstrap",
+    default=None,
+    metavar="HOST:PORT",
+    help="Kafka bootstrap servers [env PERISCOPE_KAFKA_BOOTSTRAP].",
+)
+@click.option(
+    "--group-prefix",
+    default=None,
+    help="Consumer group prefix; a random suffix is added per replica [env PERISCOPE_API_GROUP_PREFIX].",
+)
+def command(host: str | None, port: int | None, bootstrap: str | None, group_prefix: str | None) -> None:
+    """Serve the HTTP query API and /metrics from a view of the attribution topics."""
+    from services.api.server import ApiServer
+
+    settings = load_settings(host, port, bootstrap, group_prefix)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    server = ApiServer(settings)
+    try:
+        server.bind()
+    except OSError as e:
+        raise InputError(
+            f"cannot listen on {settings.api_host}:{settings.api_port}: {e.strerror or e}"
+        ) from None
+    click.echo(f"api: {server.url}")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(server.serve())

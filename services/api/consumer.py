@@ -1,0 +1,215 @@
+"""Kafka -> View: reads the joiner's output topics (and the cluster policy/node topics) into the view.
+
+Each replica has its own consumer group id (prefix + random suffix), reads every partition from the
+beginning and never commits, so every replica rebuilds the full view on its own and replicas are
+interchangeable. Readiness:
+at start the end offset of every partition is noted; the replica is ready once it has read up to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
+
+from periscope.bus import topics as t
+from periscope.bus.codec import DecodeError, decode
+from services.api.status import ConsumerStatus
+from services.api.view import View
+
+log = logging.getLogger(__name__)
+
+SERVICE = "api"
+TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES)
+_LAG_EVERY_S = 1.0
+_TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
+
+
+def group_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(4)}"
+
+
+class ViewConsumer:
+    def __init__(
+        self,
+        view: View,
+        bootstrap: str,
+        group_prefix: str = "periscope-api-",
+        topics: Sequence[t.Topic] = TOPICS,
+        *,
+        dead_letters: bool = True,
+        retry_s: float = 1.0,
+    ) -> None:
+        self.view = view
+        self.bootstrap = bootstrap
+        self.topics = tuple(topics)
+        self.status = ConsumerStatus(group_id=group_id(group_prefix))
+        self._dead_letters = dead_letters
+        self._retry_s = retry_s
+        self._targets: dict[TopicPartition, int] | None = None  # end offsets seen at start
+        self._next: dict[TopicPartition, int] = {}
+        self._publisher: Any = None
+        self._lag_at = 0.0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Consume until `stop` is set; broker trouble is reported in the status and retried."""
+        try:
+            while not stop.is_set():
+                try:
+                    await self._session(stop)
+                except (KafkaError, OSError) as e:
+                    self.status.connected = False
+                    self.status.error = f"{type(e).__name__}: {e}"
+                    log.warning("api consumer: %s; retrying in %.1fs", self.status.error, self._retry_s)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), self._retry_s)
+        finally:
+            await self._close_publisher()
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap,
+            group_id=self.status.group_id,
+            client_id=self.status.group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        await consumer.start()
+        try:
+            if self._targets is None:
+                self._targets = await self._end_offsets(consumer)
+                self.status.pending = {(tp.topic, tp.partition): n for tp, n in self._targets.items() if n}
+                self._check_ready()
+            self.status.connected, self.status.error = True, ""
+            assigned: set[TopicPartition] = set()
+            checked = 0.0
+            while not stop.is_set():
+                if time.monotonic() - checked >= _TOPICS_EVERY_S:
+                    assigned = await self._assign(consumer, assigned)
+                    checked = time.monotonic()
+                if not assigned:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), _TOPICS_EVERY_S)
+                    continue
+                batches = await consumer.getmany(timeout_ms=300, max_records=2000)
+                for tp, records in batches.items():
+                    for rec in records:
+                        await self._handle(rec)
+                    if records:
+                        self._next[tp] = records[-1].offset + 1
+                await self._progress(consumer, assigned)
+                await asyncio.sleep(0)  # let HTTP requests in between batches
+        finally:
+            await consumer.stop()
+
+    async def _partitions(self, consumer: AIOKafkaConsumer) -> set[TopicPartition]:
+        # One metadata request for all topics: it sees topics created since start (the consumer's own
+        # metadata only tracks assigned ones) and, unlike asking for names, never auto-creates them.
+        cluster = await consumer._client.fetch_all_metadata()
+        return {
+            TopicPartition(tp.name, p)
+            for tp in self.topics
+            for p in cluster.partitions_for_topic(tp.name) or ()
+        }
+
+    async def _end_offsets(self, consumer: AIOKafkaConsumer) -> dict[TopicPartition, int]:
+        tps = sorted(await self._partitions(consumer))
+        if not tps:
+            return {}
+        ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)
+        return ends
+
+    async def _assign(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]) -> set[TopicPartition]:
+        """Read every partition of the topics (manual assignment: no group join to wait for, no rebalance
+        that would send a never-committing member back to offset 0), resuming where this replica was."""
+        tps = await self._partitions(consumer)
+        if tps == assigned:
+            return assigned
+        consumer.assign(sorted(tps))
+        for tp in tps:
+            if tp in self._next:
+                consumer.seek(tp, self._next[tp])
+        return tps
+
+    async def _handle(self, rec: ConsumerRecord[Any, Any]) -> None:
+        s = self.status
+        s.consumed[rec.topic] = s.consumed.get(rec.topic, 0) + 1
+        topic = t.BY_NAME.get(rec.topic)
+        value: bytes = rec.value or b""
+        try:
+            if topic is None:
+                raise DecodeError(f"not a topic the api reads: {rec.topic}")
+            obj = decode(topic, value)
+        except DecodeError as e:
+            await self._dead_letter(rec, value, str(e))
+            return
+        try:
+            changed = self.view.apply(obj)
+        except Exception as e:  # a bug applying one record must not stop the stream
+            log.exception("api view: applying %s@%d/%d failed", rec.topic, rec.partition, rec.offset)
+            await self._dead_letter(rec, value, f"apply failed: {type(e).__name__}: {e}")
+            return
+        if changed:
+            s.applied += 1
+        else:
+            s.stale += 1
+
+    async def _progress(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition]) -> None:
+        for key in list(self.status.pending):
+            tp = TopicPartition(*key)
+            pos = self._next.get(tp, 0)
+            if tp in assigned:
+                pos = max(pos, await consumer.position(tp))
+            if pos >= self.status.pending[key]:
+                del self.status.pending[key]
+        self._check_ready()
+        now = time.monotonic()
+        if now - self._lag_at < _LAG_EVERY_S:
+            return
+        self._lag_at = now
+        lag: dict[tuple[str, int], int] = {}
+        for tp in assigned:
+            hw = consumer.highwater(tp)
+            if hw is not None:
+                lag[(tp.topic, tp.partition)] = max(0, hw - self._next.get(tp, 0))
+        self.status.lag = lag
+
+    def _check_ready(self) -> None:
+        if not self.status.ready and not self.status.pending and self._targets is not None:
+            self.status.ready = True
+            log.info(
+                "api view caught up: %d pod-device rows, %d GPUs", self.view.row_count(), len(self.view.gpus)
+            )
+
+    async def _dead_letter(self, rec: ConsumerRecord[Any, Any], value: bytes, error: str) -> None:
+        self.status.dead_letters += 1
+        log.warning("api consumer: dead letter %s@%d/%d: %s", rec.topic, rec.partition, rec.offset, error)
+        if not self._dead_letters:
+            return
+        try:
+            from periscope.bus.deadletter import dead_letter
+            from periscope.bus.producer import Publisher
+
+            if self._publisher is None:
+                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq")
+                await pub.start()
+                self._publisher = pub
+            await dead_letter(
+                self._publisher, rec.topic, rec.partition, rec.offset, rec.key, value, error, SERVICE
+            )
+        except Exception as e:  # losing a dead letter must not stop consumption; it is counted above
+            log.warning("api consumer: could not publish dead letter: %s", e)
+
+    async def _close_publisher(self) -> None:
+        if self._publisher is not None:
+            try:
+                await self._publisher.stop()
+            finally:
+                self._publisher = None

@@ -1,0 +1,65 @@
+"""`periscope api` flags and settings: bad input is one clear error, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from services.api import cli
+from services.api.settings import ApiSettings
+
+
+def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = ApiSettings()
+    assert (s.api_host, s.api_port, s.api_group_prefix) == ("127.0.0.1", 8080, "periscope-api-")
+    monkeypatch.setenv("PERISCOPE_API_PORT", "9999")
+    monkeypatch.setenv("PERISCOPE_API_GROUP_PREFIX", "team-a-")
+    monkeypatch.setenv("PERISCOPE_KAFKA_BOOTSTRAP", "kafka:9092")
+    s = cli.load_settings(None, None, None, None)
+    assert (s.api_port, s.api_group_prefix, s.kafka_bootstrap) == (9999, "team-a-", "kafka:9092")
+    s = cli.load_settings("0.0.0.0", 8081, "b:1", None)  # flags win over env
+    assert (s.api_host, s.api_port, s.kafka_bootstrap) == ("0.0.0.0", 8081, "b:1")
+
+
+@pytest.mark.parametrize(
+    ("env", "value", "needle"),
+    [
+        ("PERISCOPE_API_PORT", "eighty", "api_port"),
+        ("PERISCOPE_API_PORT", "70000", "api_port"),
+        ("PERISCOPE_LOG_LEVEL", "loud", "log_level"),
+        ("PERISCOPE_KAFKA_BOOTSTRAP", " ", "kafka_bootstrap"),
+    ],
+)
+def test_bad_settings_are_one_input_error(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str
+) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(cli.InputError) as e:
+        cli.load_settings(None, None, None, None)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_help_names_the_flags() -> None:
+    r = CliRunner().invoke(cli.command, ["--help"])
+    assert r.exit_code == 0
+    for flag in ("--host", "--port", "--bootstrap", "--group-prefix"):
+        assert flag in r.output
+
+
+def _main() -> object:
+    main = pytest.importorskip("periscope.cli.main")
+    return main.main
+
+
+def test_busy_port_exits_2_with_one_line() -> None:
+    main = _main()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = CliRunner().invoke(main, ["api", "--port", str(port), "--bootstrap", "127.0.0.1:1"])  # type: ignore[arg-type]
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot listen" in lines[0] and "Traceback" not in r.output
