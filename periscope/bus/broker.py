@@ -89,15 +89,15 @@ def metadata_ready(host: str, port: int, timeout_s: float = 1.0) -> bool:
             s.sendall(struct.pack(">i", len(body)) + body)
             size = struct.unpack(">i", _recv_exact(s, 4))[0]
             resp = _recv_exact(s, size)
-    except (OSError, struct.error, EOFError):
+        correlation, brokers = struct.unpack_from(">ii", resp, 0)
+        pos, ports = 8, []
+        for _ in range(brokers):  # (node_id int32, host string, port int32)
+            (host_len,) = struct.unpack_from(">h", resp, pos + 4)
+            pos += 6 + host_len
+            ports.append(struct.unpack_from(">i", resp, pos)[0])
+            pos += 4
+    except (OSError, struct.error, EOFError, MemoryError):
         return False
-    correlation, brokers = struct.unpack_from(">ii", resp, 0)
-    pos, ports = 8, []
-    for _ in range(brokers):
-        (host_len,) = struct.unpack_from(">h", resp, pos + 4)
-        pos += 6 + host_len
-        ports.append(struct.unpack_from(">i", resp, pos)[0])
-        pos += 4
     return correlation == 1 and port in ports
 
 

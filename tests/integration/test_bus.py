@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -19,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import BrokerError, EmbeddedBroker
+from periscope.bus.broker import BrokerError, EmbeddedBroker, metadata_ready
 from periscope.bus.consumer import ConsumerStats, consume
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
@@ -321,3 +322,34 @@ def test_taken_port_is_reported_with_the_broker_log(broker: str) -> None:
     port = int(broker.rsplit(":", 1)[1])
     with pytest.raises(BrokerError, match=r"(?s)exited during start.*AddrInUse"):
         EmbeddedBroker(port=port).start(timeout_s=10)
+
+
+def test_broker_started_from_a_worker_thread_outlives_that_thread() -> None:
+    # PR_SET_PDEATHSIG follows the forking thread, so the launcher forks from a long-lived one.
+    b = EmbeddedBroker()
+    worker = threading.Thread(target=b.start)
+    worker.start()
+    worker.join()
+    try:
+        time.sleep(0.2)
+        assert b.running() and metadata_ready(b.host, b.port)
+    finally:
+        b.stop()
+
+
+def test_metadata_probe_rejects_a_non_kafka_server() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"\x00\x00\x00\x10HTTP/1.1 400 Bad")
+
+        t = threading.Thread(target=answer)
+        t.start()
+        assert not metadata_ready("127.0.0.1", port, timeout_s=2)
+        t.join()
