@@ -38,9 +38,14 @@ def load_command(name: str) -> click.Command:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        missing = getattr(exc, "name", None)
-        why = f"module {missing} is not installed" if missing else str(exc)
-        raise InputError(f"command '{name}' is not available: {why} (needed by {module_name})") from None
+        missing = getattr(exc, "name", None) or ""
+        if module_name == missing or module_name.startswith(missing + "."):
+            why = f"module {module_name} is missing"
+        elif missing:
+            why = f"{module_name} needs module {missing}, which is not installed"
+        else:
+            why = f"{module_name} cannot be imported ({exc})"
+        raise InputError(f"command '{name}' is not available: {why}") from None
     command = getattr(module, attr, None)
     if not isinstance(command, click.Command):
         raise InputError(f"command '{name}' is not available: {module_name} has no click command '{attr}'")

@@ -64,15 +64,27 @@ def test_other_commands_help_or_one_line_when_absent(name: str) -> None:
         assert_input_error(proc, f"command '{name}' is not available")
 
 
-def test_missing_command_module_exits_2_with_one_line() -> None:
+def run_with_extra_command(module: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
         "import periscope.cli.main as m\n"
-        "m.COMMANDS['ghost'] = ('periscope.no_such_module', 'command', 'a command that is not there')\n"
+        f"m.COMMANDS['ghost'] = ({module!r}, 'command', 'a command from elsewhere')\n"
         "m.main(['ghost', '--help'])\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    line = assert_input_error(proc, "'ghost'", "periscope.no_such_module")
-    assert "not available" in line
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_missing_command_module_exits_2_with_one_line(tmp_path: Path) -> None:
+    line = assert_input_error(run_with_extra_command("periscope.no_such_module", tmp_path), "'ghost'")
+    assert "module periscope.no_such_module is missing" in line
+    # the module is there but one of its dependencies is not
+    (tmp_path / "ghost_cli.py").write_text("import no_such_dependency_xyz\n")
+    line = assert_input_error(run_with_extra_command("ghost_cli", tmp_path), "'ghost'")
+    assert "needs module no_such_dependency_xyz" in line
+    # the module imports but has no click command by that name
+    (tmp_path / "empty_cli.py").write_text("command = 42\n")
+    assert_input_error(run_with_extra_command("empty_cli", tmp_path), "no click command")
 
 
 # ---------------------------------------------------------------- inspect checkpoint
