@@ -609,7 +609,9 @@ def _event(raw: Any, path: str, duration: int, nodes: dict[str, NodeSpec]) -> Xi
         raise _Bad(f"{path}.node", f"{fault} is cluster-wide and takes no node")
     if "duration" in m and fault not in FAULT_DEFAULT_MS:
         raise _Bad(f"{path}.duration", f"only applies to {', '.join(FAULT_DEFAULT_MS)}")
-    length = _as_duration(m.get("duration", FAULT_DEFAULT_MS.get(fault, 0)), f"{path}.duration")
+    length = FAULT_DEFAULT_MS.get(fault, 0)
+    if "duration" in m:
+        length = _as_duration(m["duration"], f"{path}.duration")
     return FaultSpec(at, fault, node_name, length)
 
 
