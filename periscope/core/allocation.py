@@ -71,7 +71,7 @@ def reconcile(
         key = (uid, container, dev)
         if key not in rows:
             rec = pods.get(uid)
-            if rec is not None:
+            if rec is not None and rec.start_ms <= t_ms:
                 ns, name = rec.info.namespace, rec.info.name
             rows[key] = (ns, name, resource, set())
         rows[key][3].add(src)
@@ -92,7 +92,10 @@ def reconcile(
                 both = [u for u in cands if u in ck_uids]
                 uid = both[0] if len(both) == 1 else None
             elif len(ck_uids) == 1:
-                uid = next(iter(ck_uids))  # pod event not seen yet: the checkpoint names the UID
+                # Pod event not seen yet: the checkpoint names the UID, unless that pod is known gone.
+                only = next(iter(ck_uids))
+                rec = pods.get(only)
+                uid = only if rec is None or rec.alive_at(t_ms) else None
             if uid is None:
                 ambiguous[(e.namespace, e.pod, e.container, dev)] = tuple(sorted(set(cands) | ck_uids))
                 continue

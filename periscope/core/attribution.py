@@ -110,6 +110,8 @@ def _unattributed(
     for uid in sorted(by_pod):
         state.counters.unattributed_samples += 1
         rec = state.pods.get(uid) if uid else None
+        if rec is not None and rec.start_ms > t:
+            rec = None  # not yet known as of this sample
         out.append(
             Finding(
                 kind="unattributed-usage", key=gpu_uuid, node=state.node, at_ms=t,

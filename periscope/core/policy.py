@@ -41,8 +41,7 @@ OPERANDS: tuple[Operand, ...] = (
 )
 # DaemonSets that belong to a component without being its primary operand.
 SECONDARY_DAEMONSETS: dict[str, str] = {"nvidia-device-plugin-mps-control-daemon": "devicePlugin"}
-DAEMONSET_COMPONENT: dict[str, str] = {
-    **{o.daemonset: o.component for o in OPERANDS}, **SECONDARY_DAEMONSETS}
+DAEMONSET_COMPONENT: dict[str, str] = {**{o.daemonset: o.component for o in OPERANDS}, **SECONDARY_DAEMONSETS}
 
 INTENDED = ("enabled", "disabled", "default")
 STATUSES = ("ok", "degraded", "disabled-as-intended", "missing", "unexpected")
@@ -60,9 +59,16 @@ class ComponentStatus:
     nodes_off: int = 0  # GPU nodes where the operand is labelled off
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "intended": self.intended, "desired": self.desired, "ready": self.ready,
-                "status": self.status, "daemonset": self.daemonset, "nodes_on": self.nodes_on,
-                "nodes_off": self.nodes_off}
+        return {
+            "name": self.name,
+            "intended": self.intended,
+            "desired": self.desired,
+            "ready": self.ready,
+            "status": self.status,
+            "daemonset": self.daemonset,
+            "nodes_on": self.nodes_on,
+            "nodes_off": self.nodes_off,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +81,19 @@ class PolicyView:
     detail: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        cp = None if self.cluster_policy is None else {
-            "name": self.cluster_policy[0], "state": self.cluster_policy[1]}
-        return {"cluster_policy": cp, "components": [c.to_json() for c in self.components],
-                "crd": self.crd or None, "namespace": self.namespace, "dra_available": self.dra_available,
-                "detail": self.detail}
+        cp = (
+            None
+            if self.cluster_policy is None
+            else {"name": self.cluster_policy[0], "state": self.cluster_policy[1]}
+        )
+        return {
+            "cluster_policy": cp,
+            "components": [c.to_json() for c in self.components],
+            "crd": self.crd or None,
+            "namespace": self.namespace,
+            "dra_available": self.dra_available,
+            "detail": self.detail,
+        }
 
 
 def _node_counts(operand: Operand, nodes: Iterable[NodeEvent]) -> tuple[int, int]:
@@ -97,8 +111,9 @@ def _node_counts(operand: Operand, nodes: Iterable[NodeEvent]) -> tuple[int, int
     return on, off
 
 
-def component_status(operand: Operand, enabled: bool | None, ds: OperandStatus | None,
-                     nodes_on: int, nodes_off: int) -> str:
+def component_status(
+    operand: Operand, enabled: bool | None, ds: OperandStatus | None, nodes_on: int, nodes_off: int
+) -> str:
     """The decision table of one component (pure; every row is tested)."""
     present = ds is not None and ds.present
     desired = ds.desired if ds is not None else 0
@@ -137,10 +152,23 @@ def policy_view(policy: PolicyEvent | None, nodes: Iterable[NodeEvent] = ()) -> 
             status = component_status(operand, enabled, ds, on, off)
         else:  # no intent to compare with: only readiness
             status = "degraded" if ds is not None and ds.ready < ds.desired else "ok"
-        components.append(ComponentStatus(
-            name=operand.component, intended=_intended(enabled), desired=ds.desired if ds else 0,
-            ready=ds.ready if ds else 0, status=status, daemonset=operand.daemonset, nodes_on=on,
-            nodes_off=off))
+        components.append(
+            ComponentStatus(
+                name=operand.component,
+                intended=_intended(enabled),
+                desired=ds.desired if ds else 0,
+                ready=ds.ready if ds else 0,
+                status=status,
+                daemonset=operand.daemonset,
+                nodes_on=on,
+                nodes_off=off,
+            )
+        )
     return PolicyView(
-        cluster_policy=(policy.name, policy.state) if has_policy else None, components=tuple(components),
-        crd=policy.crd, namespace=policy.namespace, dra_available=policy.dra_available, detail=policy.detail)
+        cluster_policy=(policy.name, policy.state) if has_policy else None,
+        components=tuple(components),
+        crd=policy.crd,
+        namespace=policy.namespace,
+        dra_available=policy.dra_available,
+        detail=policy.detail,
+    )

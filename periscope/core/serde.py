@@ -51,7 +51,7 @@ def from_jsonable(tp: Any, data: Any) -> Any:
         return data
     if origin is tuple:
         targs = typing.get_args(tp)
-        if len(targs) == 2 and args[1] is Ellipsis:
+        if len(targs) == 2 and targs[1] is Ellipsis:
             return tuple(from_jsonable(targs[0], x) for x in data)
         return tuple(from_jsonable(a, x) for a, x in zip(targs, data, strict=True))
     if origin is dict:

@@ -37,7 +37,7 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int) -> PodAttribution | N
     if not rows:
         return None
     rec = state.pods.get(uid)
-    info = rec.info if rec else None
+    info = rec.info if rec and rec.start_ms <= t_ms else None
     return PodAttribution(
         pod_uid=uid,
         namespace=info.namespace if info else rows[0].namespace,
@@ -48,7 +48,8 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int) -> PodAttribution | N
         owner_name=info.owner_name if info else "",
         phase=info.phase if info else "",
         created_ms=info.created_ms if info else 0,
-        deleted_ms=rec.deleted_ms if rec else 0,
+        # As of t: a deletion learnt of early must not show before it happened (order independence).
+        deleted_ms=rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0,
         as_of_ms=t_ms,
     )
 
