@@ -353,3 +353,21 @@ def test_metadata_probe_rejects_a_non_kafka_server() -> None:
         t.start()
         assert not metadata_ready("127.0.0.1", port, timeout_s=2)
         t.join()
+
+
+async def test_admin_module_creates_every_topic_from_the_environment() -> None:
+    with EmbeddedBroker() as fresh:
+        env = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": fresh.bootstrap}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "periscope.bus.admin", env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        assert out.decode().strip() == f"topics ready on {fresh.bootstrap}: {len(topics.ALL)}"
+        admin = AIOKafkaAdminClient(bootstrap_servers=fresh.bootstrap)
+        await admin.start()
+        try:
+            described = await admin.describe_topics([t.name for t in topics.ALL])
+        finally:
+            await admin.close()
+    assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions for t in topics.ALL}
