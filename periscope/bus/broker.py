@@ -138,6 +138,7 @@ class EmbeddedBroker:
         self._log_path = Path(log_path) if log_path is not None else None
         self._own_log = False
         self._proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
 
     @property
     def bootstrap(self) -> str:
@@ -189,6 +190,7 @@ class EmbeddedBroker:
                 "--storage-engine", "memory://tansu/"]
         assert self._log_path is not None
         with open(self._log_path, "ab") as log:
+            self._log_start = log.tell()  # a reused log file holds earlier runs: read only this one
             try:
                 self._proc = _spawn(argv, log.fileno())
             except OSError as e:
@@ -216,7 +218,7 @@ class EmbeddedBroker:
         if self._log_path is None or not self._log_path.exists():
             return ""
         with open(self._log_path, "rb") as f:
-            f.seek(max(0, self._log_path.stat().st_size - max_bytes))
+            f.seek(max(self._log_start, self._log_path.stat().st_size - max_bytes))
             return _ANSI.sub("", f.read().decode("utf-8", "replace")).strip()
 
     def stop(self, grace_s: float = 5.0) -> None:

@@ -371,3 +371,16 @@ async def test_admin_module_creates_every_topic_from_the_environment() -> None:
         finally:
             await admin.close()
     assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions for t in topics.ALL}
+
+
+def test_a_reused_log_file_does_not_fake_readiness(broker: str, tmp_path: Any) -> None:
+    log = tmp_path / "broker.log"
+    with EmbeddedBroker(log_path=log) as first:
+        assert "ready in" in log.read_text()
+        port = first.port
+    # Same log, a port someone else serves: the old "ready" line must not count, the new failure must show.
+    taken = int(broker.rsplit(":", 1)[1])
+    with pytest.raises(BrokerError, match="AddrInUse") as info:
+        EmbeddedBroker(port=taken, log_path=log).start(timeout_s=10)
+    assert "ready in" not in str(info.value)
+    assert log.exists() and port > 0  # a caller's log file is kept
