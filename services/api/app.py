@@ -18,7 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.api import queries, schemas
-from services.api.metrics import ViewCollector
+from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
 from services.api.status import ConsumerStatus
@@ -76,6 +76,7 @@ def create_app(
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, status))
+    pod_series = PodSeries(view)
 
     @app.get(
         "/v1/policy",
@@ -98,7 +99,8 @@ def create_app(
     @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(only())])
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+        body = pod_series.render().encode() + generate_latest(registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["ops"], response_model=schemas.Health)
     async def healthz() -> dict[str, str]:

@@ -10,15 +10,8 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from periscope.cli.errors import InputError
 from services.api.settings import ApiSettings
-
-try:
-    from periscope.cli.errors import InputError
-except ImportError:  # the shared CLI package is optional for running this command on its own
-
-    class InputError(click.ClickException):  # type: ignore[no-redef]
-        exit_code = 2
-
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
 

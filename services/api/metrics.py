@@ -1,30 +1,105 @@
 """Prometheus exposition, generated from the view at scrape time.
 
-Nothing is kept in global gauges: a collector walks the view on each scrape, so a pod that left stops
-being exported at once (no stale series to expire) and replicas need no state beyond the view.
-Attribution series are labelled with the pod UID, never the name alone (names are reused).
+Nothing is kept in global gauges: each scrape walks the view, so a pod that left stops being exported
+at once (no stale series to expire) and replicas need no state beyond the view. Attribution series are
+labelled with the pod UID, never the name alone (names are reused).
+
+GPU, XID and consumer series go through a prometheus-client collector. The per pod-device series are
+written by `PodSeries` in the same text format with label sets cached per row: at 100,000 rows the
+client library's per-sample label validation and escaping takes tens of seconds, longer than any
+scrape timeout, while the label values of a row almost never change between scrapes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from periscope.core.model import AttributionRow, PodAttribution
 from services.api.render import num
 from services.api.status import ConsumerStatus
-from services.api.view import XID_KIND, View
+from services.api.view import XID_KIND, RowKey, View
 
 _MIB = 1024 * 1024
 POD_LABELS = ["pod_uid", "namespace", "pod", "container", "node", "gpu_uuid", "device_id", "mig_profile"]
 GPU_LABELS = ["node", "gpu_uuid", "model", "index"]
 XID_LABELS = ["node", "gpu_uuid", "code", "pod_uid", "namespace", "pod", "container"]
+_LabelKey = tuple[RowKey, str, str, str]  # row key, node, gpu_uuid, MIG profile
 
 
 def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+# (name, help, row -> value or None); a None value exports no sample (unknown is not zero).
+_POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], ...] = (
+    (
+        "periscope_pod_gpu_util_percent",
+        "Attributed GPU utilization of the pod's device",
+        lambda r: num(r.util_pct),
+    ),
+    (
+        "periscope_pod_gpu_fb_used_bytes",
+        "Attributed framebuffer memory in use",
+        lambda r: None if (m := num(r.fb_used_mib)) is None else m * _MIB,
+    ),
+    ("periscope_pod_gpu_power_watts", "Attributed board power", lambda r: num(r.power_w)),
+    ("periscope_pod_gpu_idle", "1 when the allocation is idle (the joiner's flag)", lambda r: float(r.idle)),
+    (
+        "periscope_pod_gpu_idle_wasted_gpu_hours",
+        "GPU-hours held idle so far (idle rows only)",
+        lambda r: num(r.wasted_gpu_hours) if r.idle else None,
+    ),
+)
+
+
+class PodSeries:
+    """Per pod-device gauges of the active rows, as exposition text."""
+
+    def __init__(self, view: View) -> None:
+        self.view = view
+        self._labels: dict[_LabelKey, str] = {}
+
+    def _label_set(self, key: RowKey, pod: PodAttribution, row: AttributionRow) -> tuple[_LabelKey, str]:
+        profile = row.mig.profile if row.mig else ""
+        ck = (key, pod.node, row.gpu_uuid, profile)
+        text = self._labels.get(ck)
+        if text is None:
+            values = (
+                pod.pod_uid,
+                pod.namespace,
+                pod.pod,
+                row.container,
+                pod.node,
+                row.gpu_uuid,
+                row.device_id,
+                profile,
+            )
+            text = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(POD_LABELS, values, strict=True))
+        return ck, text
+
+    def render(self) -> str:
+        lines: list[list[str]] = [[f"# HELP {n} {h}\n# TYPE {n} gauge\n"] for n, h, _ in _POD_FAMILIES]
+        labels: dict[_LabelKey, str] = {}
+        for key in self.view.row_keys():
+            pod, row = self.view.row(key)
+            if not row.active:
+                continue  # released allocations are history, not series
+            ck, text = self._label_set(key, pod, row)
+            labels[ck] = text
+            for out, (name, _, value) in zip(lines, _POD_FAMILIES, strict=True):
+                v = value(row)
+                if v is not None:
+                    out.append(f"{name}{{{text}}} {float(v)!r}\n")
+        self._labels = labels  # keeps only rows still exported
+        return "".join(s for out in lines for s in out)
 
 
 class ViewCollector(Collector):
@@ -33,46 +108,9 @@ class ViewCollector(Collector):
         self.status = status
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._pods()
         yield from self._gpus()
         yield from self._xids()
         yield from self._consumer()
-
-    def _pods(self) -> Iterator[Metric]:
-        util = _g(
-            "periscope_pod_gpu_util_percent", "Attributed GPU utilization of the pod's device", POD_LABELS
-        )
-        fb = _g("periscope_pod_gpu_fb_used_bytes", "Attributed framebuffer memory in use", POD_LABELS)
-        power = _g("periscope_pod_gpu_power_watts", "Attributed board power", POD_LABELS)
-        idle = _g("periscope_pod_gpu_idle", "1 when the allocation is idle (joiner's flag)", POD_LABELS)
-        wasted = _g("periscope_pod_gpu_idle_wasted_gpu_hours", "GPU-hours held idle so far", POD_LABELS)
-        fraction = _g(
-            "periscope_pod_gpu_fraction", "Share of the physical GPU this row stands for", POD_LABELS
-        )
-        for key in self.view.row_keys():
-            pod, row = self.view.row(key)
-            if not row.active:
-                continue  # released allocations are history, not series
-            labels = [
-                pod.pod_uid,
-                pod.namespace,
-                pod.pod,
-                row.container,
-                pod.node,
-                row.gpu_uuid,
-                row.device_id,
-                row.mig.profile if row.mig else "",
-            ]
-            if (u := num(row.util_pct)) is not None:
-                util.add_metric(labels, u)
-            if (m := num(row.fb_used_mib)) is not None:
-                fb.add_metric(labels, m * _MIB)
-            if (p := num(row.power_w)) is not None:
-                power.add_metric(labels, p)
-            idle.add_metric(labels, 1.0 if row.idle else 0.0)
-            wasted.add_metric(labels, num(row.wasted_gpu_hours) or 0.0)
-            fraction.add_metric(labels, num(row.gpu_fraction) or 0.0)
-        yield from (util, fb, power, idle, wasted, fraction)
 
     def _gpus(self) -> Iterator[Metric]:
         util = _g("periscope_gpu_util_percent", "GPU utilization", GPU_LABELS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from periscope.core.model import (
@@ -26,15 +27,21 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 Json = dict[str, Any]
 
 
+@lru_cache(maxsize=16384)
+def _second(s: int) -> str:
+    return (_EPOCH + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def rfc3339(ms: int) -> str | None:
-    """Unix ms -> '2026-11-22T04:05:06.789Z' (integer arithmetic, so no float rounding drift)."""
+    """Unix ms -> '2026-11-22T04:05:06.789Z'. Integer arithmetic (no float drift); the formatted second
+    is cached because a listing repeats the same few sample times across thousands of rows."""
     if not ms:
         return None
+    sec, milli = divmod(ms, 1000)
     try:
-        t = _EPOCH + timedelta(milliseconds=ms)
+        return f"{_second(sec)}.{milli:03d}Z"
     except OverflowError:
         return None
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
 def parse_time_ms(text: str) -> int:

@@ -48,18 +48,26 @@ def test_help_names_the_flags() -> None:
         assert flag in r.output
 
 
-def _main() -> object:
-    main = pytest.importorskip("periscope.cli.main")
-    return main.main
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, list[str]]:
+    from periscope.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["api", *args])
+    err = capsys.readouterr().err
+    return int(e.value.code or 0), [ln for ln in err.splitlines() if ln.strip()]
 
 
-def test_busy_port_exits_2_with_one_line() -> None:
-    main = _main()
+def test_busy_port_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        r = CliRunner().invoke(main, ["api", "--port", str(port), "--bootstrap", "127.0.0.1:1"])  # type: ignore[arg-type]
-    assert r.exit_code == 2, r.output
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "cannot listen" in lines[0] and "Traceback" not in r.output
+        code, lines = run_main(capsys, "--port", str(port), "--bootstrap", "127.0.0.1:1")
+    assert code == 2 and len(lines) == 1
+    assert "cannot listen" in lines[0] and str(port) in lines[0]
+
+
+@pytest.mark.parametrize("args", [["--port", "99999"], ["--port", "http"], ["--bogus"]])
+def test_bad_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
+    code, lines = run_main(capsys, *args)
+    assert code == 2 and len(lines) == 1 and "Traceback" not in lines[0]

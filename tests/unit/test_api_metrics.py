@@ -99,3 +99,15 @@ async def test_consumer_metrics() -> None:
     assert m["periscope_api_ready"][0].value == 0
     status.ready = True
     assert (await scrape(View(), status))["periscope_api_ready"][0].value == 1
+
+
+async def test_label_values_are_escaped_and_survive_a_parse() -> None:
+    v = View()
+    odd = 'we"ird\\name\nx'
+    v.apply(pod("u1", "ml", "a", "gpu-a", row(GPU_A0, container=odd, util_pct=12.5)))
+    m = await scrape(v)
+    (s,) = m["periscope_pod_gpu_util_percent"]
+    assert s.labels["container"] == odd and s.value == 12.5
+    # Label sets are cached between scrapes; a changed value still comes through.
+    v.apply(pod("u1", "ml", "a", "gpu-a", row(GPU_A0, container=odd, util_pct=99.0), as_of=T0 + 1))
+    assert (await scrape(v))["periscope_pod_gpu_util_percent"][0].value == 99.0
