@@ -31,10 +31,23 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 _QOS_RESOURCES = ("cpu", "memory")
 _SUFFIXES: dict[str, Fraction] = {
-    "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30), "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50), "Ei": Fraction(2**60), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6),
-    "m": Fraction(1, 1000), "": Fraction(1), "k": Fraction(10**3), "M": Fraction(10**6),
-    "G": Fraction(10**9), "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18)}
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 1000),
+    "": Fraction(1),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+}
 _QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:[eE]([+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?")
 
 
@@ -137,9 +150,13 @@ def _container(c: Obj, statuses: Mapping[str, Obj], init: bool) -> ContainerInfo
     name = _str(c.get("name"))
     claims = tuple(_str(_dict(x).get("name")) for x in _list(_dict(c.get("resources")).get("claims")))
     return ContainerInfo(
-        name=name, container_id=strip_container_id(_dict(statuses.get(name)).get("containerID")),
-        requests=_extended(_resources(c, "requests")), limits=_extended(_resources(c, "limits")),
-        claims=claims, init=init)
+        name=name,
+        container_id=strip_container_id(_dict(statuses.get(name)).get("containerID")),
+        requests=_extended(_resources(c, "requests")),
+        limits=_extended(_resources(c, "limits")),
+        claims=claims,
+        init=init,
+    )
 
 
 def _containers(pod: Obj) -> tuple[ContainerInfo, ...]:
@@ -150,8 +167,11 @@ def _containers(pod: Obj) -> tuple[ContainerInfo, ...]:
         return {_str(_dict(s).get("name")): _dict(s) for s in _list(status.get(field))}
 
     init_status, main_status = by_name("initContainerStatuses"), by_name("containerStatuses")
-    sidecars = [_container(_dict(c), init_status, True) for c in _list(spec.get("initContainers"))
-                if _dict(c).get("restartPolicy") == "Always"]
+    sidecars = [
+        _container(_dict(c), init_status, True)
+        for c in _list(spec.get("initContainers"))
+        if _dict(c).get("restartPolicy") == "Always"
+    ]
     return (*sidecars, *(_container(_dict(c), main_status, False) for c in _list(spec.get("containers"))))
 
 
@@ -159,8 +179,10 @@ def pod_claim_names(pod: Obj) -> tuple[str, ...]:
     """Names of the ResourceClaim objects a pod uses: direct references, generated claims (from
     status.resourceClaimStatuses) and the claim backing DRA extended resources."""
     spec, status = _dict(pod.get("spec")), _dict(pod.get("status"))
-    generated = {_str(_dict(s).get("name")): _str(_dict(s).get("resourceClaimName"))
-                 for s in _list(status.get("resourceClaimStatuses"))}
+    generated = {
+        _str(_dict(s).get("name")): _str(_dict(s).get("resourceClaimName"))
+        for s in _list(status.get("resourceClaimStatuses"))
+    }
     names: list[str] = []
     for ref in (_dict(r) for r in _list(spec.get("resourceClaims"))):
         names.append(_str(ref.get("resourceClaimName")) or generated.get(_str(ref.get("name")), ""))
@@ -173,9 +195,16 @@ def claim_devices(claim: Obj) -> tuple[ClaimDevice, ...]:
     name = _str(_dict(claim.get("metadata")).get("name"))
     results = _dict(_dict(_dict(claim.get("status")).get("allocation")).get("devices")).get("results")
     return tuple(
-        ClaimDevice(claim_name=name, request=_str(r.get("request")), driver=_str(r.get("driver")),
-                    pool=_str(r.get("pool")), device=_str(r.get("device")), share_id=_str(r.get("shareID")))
-        for r in (_dict(x) for x in _list(results)))
+        ClaimDevice(
+            claim_name=name,
+            request=_str(r.get("request")),
+            driver=_str(r.get("driver")),
+            pool=_str(r.get("pool")),
+            device=_str(r.get("device")),
+            share_id=_str(r.get("shareID")),
+        )
+        for r in (_dict(x) for x in _list(results))
+    )
 
 
 def wants_gpu(pod: Obj) -> bool:
@@ -203,18 +232,27 @@ def pod_info(pod: Obj, claims: ClaimIndex | None = None) -> PodInfo:
     index = claims or {}
     devices = tuple(d for n in pod_claim_names(pod) for d in claim_devices(index.get((namespace, n), {})))
     return PodInfo(
-        uid=_str(meta.get("uid")), namespace=namespace, name=_str(meta.get("name")), node=pod_node(pod),
-        phase=_str(status.get("phase")), qos=_str(status.get("qosClass")) or compute_qos(pod),
-        owner_kind=owner_kind, owner_name=owner_name,
+        uid=_str(meta.get("uid")),
+        namespace=namespace,
+        name=_str(meta.get("name")),
+        node=pod_node(pod),
+        phase=_str(status.get("phase")),
+        qos=_str(status.get("qosClass")) or compute_qos(pod),
+        owner_kind=owner_kind,
+        owner_name=owner_name,
         labels=tuple(sorted((str(k), _str(v)) for k, v in _dict(meta.get("labels")).items())),
         created_ms=parse_time_ms(meta.get("creationTimestamp")),
         deletion_ms=parse_time_ms(meta.get("deletionTimestamp")),
-        resource_version=_str(meta.get("resourceVersion")), containers=_containers(pod),
+        resource_version=_str(meta.get("resourceVersion")),
+        containers=_containers(pod),
         claim_statuses=tuple(
             PodClaimStatus(_str(_dict(s).get("name")), _str(_dict(s).get("resourceClaimName")))
-            for s in _list(status.get("resourceClaimStatuses"))),
+            for s in _list(status.get("resourceClaimStatuses"))
+        ),
         mirror_of=_str(_dict(meta.get("annotations")).get(MIRROR_ANNOTATION)),
-        claim_devices=devices, started_ms=parse_time_ms(status.get("startTime")))
+        claim_devices=devices,
+        started_ms=parse_time_ms(status.get("startTime")),
+    )
 
 
 def pod_event_time(pod: Obj, now_ms: int) -> int:
@@ -226,8 +264,10 @@ def pod_event_time(pod: Obj, now_ms: int) -> int:
     for field in ("containerStatuses", "initContainerStatuses"):
         for cs in (_dict(s) for s in _list(status.get(field))):
             for state in _dict(cs.get("state")).values():
-                stamps += [parse_time_ms(_dict(state).get("startedAt")),
-                           parse_time_ms(_dict(state).get("finishedAt"))]
+                stamps += [
+                    parse_time_ms(_dict(state).get("startedAt")),
+                    parse_time_ms(_dict(state).get("finishedAt")),
+                ]
     deletion = parse_time_ms(meta.get("deletionTimestamp"))
     if deletion:
         grace = meta.get("deletionGracePeriodSeconds")
@@ -236,8 +276,9 @@ def pod_event_time(pod: Obj, now_ms: int) -> int:
     return min(latest, now_ms) if latest > 0 else now_ms
 
 
-def pod_event(pod: Obj, meta: Meta, claims: ClaimIndex | None = None, *, deleted: bool = False,
-              relist: bool = False) -> PodEvent:
+def pod_event(
+    pod: Obj, meta: Meta, claims: ClaimIndex | None = None, *, deleted: bool = False, relist: bool = False
+) -> PodEvent:
     return PodEvent(meta=meta, pod=pod_info(pod, claims), deleted=deleted, relist=relist)
 
 
@@ -251,54 +292,102 @@ def node_event(node: Obj, meta: Meta, *, deleted: bool = False) -> NodeEvent:
     def pairs(value: Any) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((str(k), _str(v)) for k, v in _dict(value).items()))
 
-    ready = next((_dict(c).get("status") == "True" for c in _list(status.get("conditions"))
-                  if _dict(c).get("type") == "Ready"), True)
-    return NodeEvent(meta=meta, name=_str(md.get("name")), labels=pairs(md.get("labels")),
-                     capacity=pairs(status.get("capacity")), allocatable=pairs(status.get("allocatable")),
-                     deleted=deleted, unschedulable=spec.get("unschedulable") is True, ready=ready)
+    ready = next(
+        (
+            _dict(c).get("status") == "True"
+            for c in _list(status.get("conditions"))
+            if _dict(c).get("type") == "Ready"
+        ),
+        True,
+    )
+    return NodeEvent(
+        meta=meta,
+        name=_str(md.get("name")),
+        labels=pairs(md.get("labels")),
+        capacity=pairs(status.get("capacity")),
+        allocatable=pairs(status.get("allocatable")),
+        deleted=deleted,
+        unschedulable=spec.get("unschedulable") is True,
+        ready=ready,
+    )
 
 
 def pick_policy(policies: Iterable[Obj]) -> Obj | None:
     """The ClusterPolicy in force: the operator reconciles one and marks the others `ignored`."""
+
     def rank(p: Obj) -> tuple[bool, str, str]:
         md = _dict(p.get("metadata"))
         ignored = _dict(p.get("status")).get("state") == "ignored"
         return ignored, _str(md.get("creationTimestamp")), _str(md.get("name"))
+
     return min(policies, key=rank, default=None)
 
 
 def operand_statuses(daemonsets: Iterable[Obj]) -> tuple[OperandStatus, ...]:
     """Every known operand (present or not), then any other DaemonSet in the operator namespace."""
     by_name = {_str(_dict(d.get("metadata")).get("name")): d for d in daemonsets}
-    names = [*(o.daemonset for o in OPERANDS), *sorted(n for n in by_name if n not in
-                                                       {o.daemonset for o in OPERANDS})]
+    names = [
+        *(o.daemonset for o in OPERANDS),
+        *sorted(n for n in by_name if n not in {o.daemonset for o in OPERANDS}),
+    ]
     out: list[OperandStatus] = []
     for name in names:
         ds = by_name.get(name)
         st = _dict(ds.get("status")) if ds is not None else {}
-        out.append(OperandStatus(
-            name=name, component=DAEMONSET_COMPONENT.get(name, ""), present=ds is not None,
-            desired=int(st.get("desiredNumberScheduled") or 0), ready=int(st.get("numberReady") or 0),
-            available=int(st.get("numberAvailable") or 0)))
+        out.append(
+            OperandStatus(
+                name=name,
+                component=DAEMONSET_COMPONENT.get(name, ""),
+                present=ds is not None,
+                desired=int(st.get("desiredNumberScheduled") or 0),
+                ready=int(st.get("numberReady") or 0),
+                available=int(st.get("numberAvailable") or 0),
+            )
+        )
     return tuple(out)
 
 
-def policy_event(meta: Meta, *, crd: str, policies: Iterable[Obj], daemonsets: Iterable[Obj], namespace: str,
-                 dra_available: bool, detail: str = "") -> PolicyEvent:
+def policy_event(
+    meta: Meta,
+    *,
+    crd: str,
+    policies: Iterable[Obj],
+    daemonsets: Iterable[Obj],
+    namespace: str,
+    dra_available: bool,
+    detail: str = "",
+) -> PolicyEvent:
     """One full PolicyEvent: the ClusterPolicy in force (if any), its component switches
     (None = unset, Helm default) and the status of the operand DaemonSets."""
     all_policies = list(policies)
     chosen = pick_policy(all_policies) if crd == "installed" else None
     if chosen is None:
-        return PolicyEvent(meta=meta, crd=crd, namespace=namespace, operands=operand_statuses(daemonsets),
-                           detail=detail, dra_available=dra_available)
+        return PolicyEvent(
+            meta=meta,
+            crd=crd,
+            namespace=namespace,
+            operands=operand_statuses(daemonsets),
+            detail=detail,
+            dra_available=dra_available,
+        )
     md, spec, status = _dict(chosen.get("metadata")), _dict(chosen.get("spec")), _dict(chosen.get("status"))
-    components = tuple(sorted(
-        (str(k), v.get("enabled") if isinstance(v.get("enabled"), bool) else None)
-        for k, v in spec.items() if isinstance(v, Mapping)))
+    components = tuple(
+        sorted(
+            (str(k), v.get("enabled") if isinstance(v.get("enabled"), bool) else None)
+            for k, v in spec.items()
+            if isinstance(v, Mapping)
+        )
+    )
     if len(all_policies) > 1 and not detail:
         detail = f"{len(all_policies)} ClusterPolicies; {md.get('name')} is in force"
     return PolicyEvent(
-        meta=meta, crd=crd, name=_str(md.get("name")), state=_str(status.get("state")),
-        namespace=_str(status.get("namespace")) or namespace, components=components,
-        operands=operand_statuses(daemonsets), detail=detail, dra_available=dra_available)
+        meta=meta,
+        crd=crd,
+        name=_str(md.get("name")),
+        state=_str(status.get("state")),
+        namespace=_str(status.get("namespace")) or namespace,
+        components=components,
+        operands=operand_statuses(daemonsets),
+        detail=detail,
+        dra_available=dra_available,
+    )
