@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 SERVICE = "api"
 TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES)
 _LAG_EVERY_S = 1.0
+_EVICT_EVERY_S = 60.0
 _TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
 
 
@@ -46,6 +47,7 @@ class ViewConsumer:
         *,
         dead_letters: bool = True,
         retry_s: float = 1.0,
+        retention_ms: int = 24 * 3_600_000,
     ) -> None:
         self.view = view
         self.bootstrap = bootstrap
@@ -57,6 +59,8 @@ class ViewConsumer:
         self._next: dict[TopicPartition, int] = {}
         self._publisher: Any = None
         self._lag_at = 0.0
+        self._retention_ms = retention_ms
+        self._evicted_at = time.monotonic()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set; broker trouble is reported in the status and retried."""
@@ -174,6 +178,12 @@ class ViewConsumer:
         if now - self._lag_at < _LAG_EVERY_S:
             return
         self._lag_at = now
+        if now - self._evicted_at >= _EVICT_EVERY_S and self.view.as_of_ms:
+            self._evicted_at = now
+            # Event time, but never ahead of the wall clock: one record stamped by a skewed clock
+            # must not age everything else out.
+            t_ms = min(self.view.as_of_ms, time.time_ns() // 1_000_000)
+            self.status.evicted += self.view.evict(t_ms - self._retention_ms)
         lag: dict[tuple[str, int], int] = {}
         for tp in assigned:
             hw = consumer.highwater(tp)

@@ -178,6 +178,10 @@ class ViewCollector(Collector):
         applied.add_metric([], s.applied)
         stale = CounterMetricFamily("periscope_api_records_stale", "Duplicate or older records ignored")
         stale.add_metric([], s.stale)
+        evicted = CounterMetricFamily(
+            "periscope_api_view_evicted", "Finished entries dropped after retention"
+        )
+        evicted.add_metric([], s.evicted)
         dead = CounterMetricFamily("periscope_api_dead_letters", "Records that could not be decoded/applied")
         dead.add_metric([], s.dead_letters)
         lag = _g("periscope_api_consumer_lag", "Records behind the end of the topic", ["topic"])
@@ -186,4 +190,4 @@ class ViewCollector(Collector):
             per_topic[topic] += n
         for topic, n in sorted(per_topic.items()):
             lag.add_metric([topic], n)
-        yield from (consumed, applied, stale, dead, lag)
+        yield from (consumed, applied, stale, evicted, dead, lag)

@@ -50,7 +50,14 @@ class ApiServer:
         self.settings = settings
         self.view = view if view is not None else View()
         self.consumer = (
-            ViewConsumer(self.view, settings.kafka_bootstrap, settings.api_group_prefix) if consume else None
+            ViewConsumer(
+                self.view,
+                settings.kafka_bootstrap,
+                settings.api_group_prefix,
+                retention_ms=settings.retention_ms,
+            )
+            if consume
+            else None
         )
         self.app = create_app(
             self.view,

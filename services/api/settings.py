@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from periscope.config import ServiceSettings
+from periscope.core.duration import parse_duration_ms
 
 
 class ApiSettings(ServiceSettings):
@@ -13,3 +14,17 @@ class ApiSettings(ServiceSettings):
     # Each replica joins its own consumer group (prefix + random suffix) and reads every output topic
     # from the beginning without committing, so replicas stay stateless and identical.
     api_group_prefix: str = "periscope-api-"
+    # How long the view keeps what is over (released pods, cleared findings, XIDs, vanished GPUs),
+    # in event time. Replay answers older questions from the input topics.
+    api_retention: str = "24h"
+
+    @field_validator("api_retention")
+    @classmethod
+    def _duration(cls, v: str) -> str:
+        if parse_duration_ms(v) <= 0:
+            raise ValueError("must be longer than 0s")
+        return v
+
+    @property
+    def retention_ms(self) -> int:
+        return parse_duration_ms(self.api_retention)

@@ -19,6 +19,7 @@ class ConsumerStatus:
     applied: int = 0  # records that changed the view
     stale: int = 0  # duplicates and older states, ignored
     dead_letters: int = 0
+    evicted: int = 0  # finished pods, GPUs, findings dropped after the retention
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def total_lag(self) -> int | None:

@@ -162,6 +162,33 @@ class View:
         self.nodes[ev.name] = ev
         return True
 
+    def evict(self, cutoff_ms: int) -> int:
+        """Forget what stopped changing before `cutoff_ms` (event time) and is over: pods whose rows are
+        all released, GPUs no longer reported, cleared findings and XIDs, deleted nodes. Bounds a
+        long-running replica; a restarted one re-reads the topics and evicts the same things."""
+        n = 0
+        for uid, p in list(self.pods.items()):
+            if p.as_of_ms < cutoff_ms and not any(r.active for r in p.rows):
+                self._drop_pod(p)
+                del self.pods[uid]
+                n += 1
+        for uuid, g in list(self.gpus.items()):
+            if g.as_of_ms < cutoff_ms:
+                _remove(self._gpus_by_node, g.node, uuid)
+                self._gpu_slices.drop(("node", g.node))
+                del self.gpus[uuid]
+                n += 1
+        for fid, f in list(self.findings.items()):
+            if f.at_ms < cutoff_ms and (not f.active or f.kind == XID_KIND):
+                del self.findings[fid]
+                self._xid_keys = None
+                n += 1
+        for name, ev in list(self.nodes.items()):
+            if ev.deleted and ev.meta.time_ms < cutoff_ms:
+                del self.nodes[name]
+                n += 1
+        return n
+
     # ------------------------------------------------------------------ reads
 
     def row_keys(self, node: str | None = None, namespace: str | None = None) -> list[RowKey]:

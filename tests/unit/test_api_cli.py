@@ -30,6 +30,8 @@ def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("PERISCOPE_API_PORT", "70000", "api_port"),
         ("PERISCOPE_LOG_LEVEL", "loud", "log_level"),
         ("PERISCOPE_KAFKA_BOOTSTRAP", " ", "kafka_bootstrap"),
+        ("PERISCOPE_API_RETENTION", "forever", "api_retention"),
+        ("PERISCOPE_API_RETENTION", "0s", "api_retention"),
     ],
 )
 def test_bad_settings_are_one_input_error(

@@ -155,3 +155,21 @@ def test_100k_rows_node_filter_and_gpus_answer_correctly() -> None:
     v.apply(pod("uid-00042", "ns-0", "pod-00042", "node-042", row("GPU-042-0"), as_of=T0 + 1))
     assert len(v.row_keys(node="node-042")) == len(keys) - (per_pod - 1)
     assert v.row_count() == 100_000 - (per_pod - 1)
+
+
+def test_evict_forgets_only_what_is_over_and_old() -> None:
+    v = sample_view()
+    old_gpu = gpu("GPU-vanished", "gpu-c", 0, as_of=T0 - 50 * MIN)
+    v.apply(old_gpu)
+    v.apply(NodeEvent(meta=meta(T0 - 50 * MIN, "gpu-c"), name="gpu-c", deleted=True))
+    v.apply(replace(xid(GPU_A0, T0 - 45 * MIN, 31), id="cleared", kind="idle", active=False))
+    assert v.row_keys(node="gpu-a") and v.xid_keys()  # caches built before eviction
+    n = v.evict(T0 - 30 * MIN)
+    # uid-gone (released, 40 min old), the vanished GPU, the 50-min-old XID, the cleared finding, the
+    # deleted node; active pods, fresh GPUs, recent XIDs stay.
+    assert n == 5
+    assert set(v.pods) == {"uid-busy", "uid-idle", "uid-mig"} and "GPU-vanished" not in v.gpus
+    assert [k[2] for k in v.row_keys(node="gpu-a")] == ["uid-idle", "uid-busy"]
+    assert [k[0] for k in v.xid_keys()] == [T0 - 5 * MIN, T0 - MIN]
+    assert "cleared" not in v.findings and "gpu-c" not in v.nodes
+    assert v.gpu_keys("gpu-c") == [] and v.evict(T0 - 30 * MIN) == 0
