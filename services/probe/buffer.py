@@ -46,8 +46,9 @@ class OutBuffer:
     def __len__(self) -> int:
         return len(self._items)
 
-    def kinds(self) -> list[Kind]:
-        return [m.kind for m in self._items]
+    def items(self) -> list[Outgoing]:
+        """What is waiting, oldest first (a copy)."""
+        return list(self._items)
 
     def push(self, msg: Outgoing) -> Outgoing | None:
         """Append `msg`; if the buffer overflows, drop one message and return it."""

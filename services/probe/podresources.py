@@ -26,6 +26,11 @@ SocketId = tuple[int, int, int]
 # The kubelet's server limits (k8s.io/kubernetes/pkg/kubelet/apis/podresources DefaultQPS/Burst).
 KUBELET_QPS = 100.0
 KUBELET_BURST = 10
+# The client paces itself a little below them: calls released in time by the client can still reach
+# the server bunched together (scheduling jitter), and the server does not forgive that.
+CLIENT_QPS = KUBELET_QPS * 0.9
+CLIENT_BURST = KUBELET_BURST - 1
+_RATE_LIMIT_RETRIES = 3
 _MAX_MESSAGE = 16 * 1024 * 1024
 # Name used to ask `Get` whether it is enabled: a pod that cannot exist (names are DNS labels).
 _PROBE_POD = "periscope..capability-probe"
@@ -39,7 +44,7 @@ class RateLimiter:
     """Async token bucket: `acquire()` waits until a token is available."""
 
     def __init__(
-        self, qps: float = KUBELET_QPS, burst: int = KUBELET_BURST, now: Callable[[], float] = time.monotonic
+        self, qps: float = CLIENT_QPS, burst: int = CLIENT_BURST, now: Callable[[], float] = time.monotonic
     ) -> None:
         self.qps, self.burst, self._now = qps, burst, now
         self._tokens = float(burst)
@@ -109,14 +114,20 @@ class PodResourcesClient:
 
     async def _call(self, name: str, request: object) -> object:
         stub = await self._ensure()
-        await self.limiter.acquire()
-        try:
-            return await getattr(stub, name)(request, timeout=self.timeout_s)
-        except aio.AioRpcError as e:
-            if e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                await self.close()
-                raise PodResourcesUnavailable(f"{name}: {e.code().name}: {e.details()}") from e
-            raise
+        for attempt in range(_RATE_LIMIT_RETRIES + 1):
+            await self.limiter.acquire()
+            try:
+                return await getattr(stub, name)(request, timeout=self.timeout_s)
+            except aio.AioRpcError as e:
+                code = e.code()
+                if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    await self.close()
+                    raise PodResourcesUnavailable(f"{name}: {code.name}: {e.details()}") from e
+                # The kubelet's limit is shared with every other client on the node (dcgm-exporter...).
+                if code != grpc.StatusCode.RESOURCE_EXHAUSTED or attempt == _RATE_LIMIT_RETRIES:
+                    raise
+                await asyncio.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     async def list_pods(self) -> list[pb.PodResources]:
         resp = await self._call("List", pb.ListPodResourcesRequest())

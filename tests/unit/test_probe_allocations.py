@@ -24,8 +24,13 @@ UID = "5a1d3c2e-8f4b-4c1a-9e2d-0123456789ab"
 INV = NvmlInventory(
     gpus=(
         GpuInfo(uuid=G0, index=0, minor=3),
-        GpuInfo(uuid=G1, index=1, minor=1, mig_enabled=True, mig_devices=(
-            MigDeviceInfo(M1, "1g.10gb", 9, 0), MigDeviceInfo(M2, "2g.47gb", 5, 0))),
+        GpuInfo(
+            uuid=G1,
+            index=1,
+            minor=1,
+            mig_enabled=True,
+            mig_devices=(MigDeviceInfo(M1, "1g.10gb", 9, 0), MigDeviceInfo(M2, "2g.47gb", 5, 0)),
+        ),
     ),
     placements=(
         MigPlacement(M1, G1, 1, "1g.10gb", 19, 4, 1),
@@ -35,40 +40,80 @@ INV = NvmlInventory(
 
 
 def devices(resource: str, *ids: str, numa: int = 0) -> pb.ContainerDevices:
-    return pb.ContainerDevices(resource_name=resource, device_ids=list(ids),
-                               topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)]))
+    return pb.ContainerDevices(
+        resource_name=resource, device_ids=list(ids), topology=pb.TopologyInfo(nodes=[pb.NUMANode(ID=numa)])
+    )
 
 
 def test_devices_of_one_resource_are_merged_per_container() -> None:
-    pod = pb.PodResources(name="train-0", namespace="ml", containers=[
-        pb.ContainerResources(name="cuda", devices=[
-            devices("nvidia.com/gpu", G0 + "::1", numa=0),
-            devices("nvidia.com/gpu", G1 + "::0", numa=1),
-            devices("nvidia.com/gpu", G0 + "::1", numa=1),  # a device on two NUMA nodes is listed twice
-            devices("intel.com/sriov", "0000:3b:02.0"),
-            devices("nvidia.com/mig-1g.10gb", M1),
-        ]),
-        pb.ContainerResources(name="sidecar"),
-    ])
+    pod = pb.PodResources(
+        name="train-0",
+        namespace="ml",
+        containers=[
+            pb.ContainerResources(
+                name="cuda",
+                devices=[
+                    devices("nvidia.com/gpu", G0 + "::1", numa=0),
+                    devices("nvidia.com/gpu", G1 + "::0", numa=1),
+                    devices(
+                        "nvidia.com/gpu", G0 + "::1", numa=1
+                    ),  # a device on two NUMA nodes is listed twice
+                    devices("intel.com/sriov", "0000:3b:02.0"),
+                    devices("nvidia.com/mig-1g.10gb", M1),
+                ],
+            ),
+            pb.ContainerResources(name="sidecar"),
+        ],
+    )
     entries = podresources_entries([pod], dra_resolver(INV))
     assert entries == [
-        AllocationEntry(AllocSource.PODRESOURCES, "cuda", "nvidia.com/gpu", (G0 + "::1", G1 + "::0"),
-                        namespace="ml", pod="train-0"),
-        AllocationEntry(AllocSource.PODRESOURCES, "cuda", "nvidia.com/mig-1g.10gb", (M1,),
-                        namespace="ml", pod="train-0"),
+        AllocationEntry(
+            AllocSource.PODRESOURCES,
+            "cuda",
+            "nvidia.com/gpu",
+            (G0 + "::1", G1 + "::0"),
+            namespace="ml",
+            pod="train-0",
+        ),
+        AllocationEntry(
+            AllocSource.PODRESOURCES, "cuda", "nvidia.com/mig-1g.10gb", (M1,), namespace="ml", pod="train-0"
+        ),
     ]
 
 
 def test_dra_entries_carry_the_claim_and_resolved_uuids() -> None:
-    pod = pb.PodResources(name="infer", namespace="serve", containers=[
-        pb.ContainerResources(name="main", dynamic_resources=[
-            pb.DynamicResource(claim_name="gpu-claim", claim_namespace="serve", claim_resources=[
-                pb.ClaimResource(driver_name="gpu.nvidia.com", pool_name="node-a", device_name="gpu-3"),
-                pb.ClaimResource(driver_name="gpu.nvidia.com", pool_name="node-a", device_name="gpu-1-mig-19-4-1"),
-                pb.ClaimResource(driver_name="other.example.com", pool_name="p", device_name="gpu-3"),
-            ])])])
+    pod = pb.PodResources(
+        name="infer",
+        namespace="serve",
+        containers=[
+            pb.ContainerResources(
+                name="main",
+                dynamic_resources=[
+                    pb.DynamicResource(
+                        claim_name="gpu-claim",
+                        claim_namespace="serve",
+                        claim_resources=[
+                            pb.ClaimResource(
+                                driver_name="gpu.nvidia.com", pool_name="node-a", device_name="gpu-3"
+                            ),
+                            pb.ClaimResource(
+                                driver_name="gpu.nvidia.com",
+                                pool_name="node-a",
+                                device_name="gpu-1-mig-19-4-1",
+                            ),
+                            pb.ClaimResource(
+                                driver_name="other.example.com", pool_name="p", device_name="gpu-3"
+                            ),
+                        ],
+                    )
+                ],
+            )
+        ],
+    )
     entries = podresources_entries([pod], dra_resolver(INV))
-    assert [(e.source, e.claim_name, e.claim_namespace, e.driver, e.pool, e.device, e.device_ids) for e in entries] == [
+    assert [
+        (e.source, e.claim_name, e.claim_namespace, e.driver, e.pool, e.device, e.device_ids) for e in entries
+    ] == [
         (AllocSource.DRA, "gpu-claim", "serve", "gpu.nvidia.com", "node-a", "gpu-3", (G0,)),
         (AllocSource.DRA, "gpu-claim", "serve", "gpu.nvidia.com", "node-a", "gpu-1-mig-19-4-1", (M1,)),
         (AllocSource.DRA, "gpu-claim", "serve", "other.example.com", "p", "gpu-3", ()),
@@ -88,8 +133,11 @@ def test_dra_device_name_forms() -> None:
 
 
 def test_allocatable_keeps_gpu_resources_once() -> None:
-    devs = [devices("nvidia.com/gpu", G0 + "::0", G0 + "::1"), devices("nvidia.com/gpu", G0 + "::0"),
-            devices("example.com/nic", "x")]
+    devs = [
+        devices("nvidia.com/gpu", G0 + "::0", G0 + "::1"),
+        devices("nvidia.com/gpu", G0 + "::0"),
+        devices("example.com/nic", "x"),
+    ]
     assert allocatable_devices(devs) == (("nvidia.com/gpu", G0 + "::0"), ("nvidia.com/gpu", G0 + "::1"))
 
 
@@ -106,14 +154,17 @@ def test_checkpoint_source_states(tmp_path: Path) -> None:
     entries, health = src.read()
     assert entries == () and health.state == "absent"
 
-    cp = [CheckpointEntry(UID, "cuda", "nvidia.com/gpu", (G0 + "::2",), numa={"0": (G0 + "::2",)}),
-          CheckpointEntry(UID, "cuda", "example.com/nic", ("x",))]
+    cp = [
+        CheckpointEntry(UID, "cuda", "nvidia.com/gpu", (G0 + "::2",), numa={"0": (G0 + "::2",)}),
+        CheckpointEntry(UID, "cuda", "example.com/nic", ("x",)),
+    ]
     for fmt in ("v2", "v1"):
         path.write_bytes(render_checkpoint(cp, {"nvidia.com/gpu": [G0 + "::2"]}, format=fmt))  # type: ignore[arg-type]
         entries, health = src.read()
         assert health.state == "ok" and fmt in health.detail
-        assert entries == (AllocationEntry(AllocSource.CHECKPOINT, "cuda", "nvidia.com/gpu", (G0 + "::2",),
-                                           pod_uid=UID),)
+        assert entries == (
+            AllocationEntry(AllocSource.CHECKPOINT, "cuda", "nvidia.com/gpu", (G0 + "::2",), pod_uid=UID),
+        )
 
     path.write_bytes(b'{"Data": {"PodDeviceEntries": [')
     entries, health = src.read()

@@ -26,19 +26,56 @@ def state() -> dict[str, Any]:
         "driver_version": "550.54.15",
         "cuda_driver_version": 12040,
         "gpus": [
-            {"uuid": GPU0, "name": "NVIDIA H100 80GB HBM3", "minor": 4, "pci_bus_id": "00000000:1B:00.0",
-             "memory_total_mib": 81559, "memory_used_mib": 2048, "util_pct": 70, "mem_util_pct": 30,
-             "power_w": 312.5, "temp_c": 61,
-             "processes": [{"pid": 10, "used_mib": 1024, "sm_util": 40, "mem_util": 10},
-                           {"pid": 11, "used_mib": None}]},
-            {"uuid": GPU1, "name": "NVIDIA A100-SXM4-80GB", "minor": 2, "memory_total_mib": 81920,
-             "power_w": 90, "temp_c": 40,
-             "mig": [{"uuid": MIG_A, "profile": "3g.40gb", "gi": 2, "ci": 0, "profile_id": 9,
-                      "placement_start": 4, "placement_size": 4, "memory_total_mib": 40192,
-                      "memory_used_mib": 300, "processes": [{"pid": 20, "used_mib": 300}]},
-                     {"uuid": MIG_B, "profile": "1g.10gb", "gi": 9, "ci": 0, "profile_id": 19,
-                      "placement_start": 0, "placement_size": 1, "memory_total_mib": 9856,
-                      "memory_used_mib": 0, "processes": []}]},
+            {
+                "uuid": GPU0,
+                "name": "NVIDIA H100 80GB HBM3",
+                "minor": 4,
+                "pci_bus_id": "00000000:1B:00.0",
+                "memory_total_mib": 81559,
+                "memory_used_mib": 2048,
+                "util_pct": 70,
+                "mem_util_pct": 30,
+                "power_w": 312.5,
+                "temp_c": 61,
+                "processes": [
+                    {"pid": 10, "used_mib": 1024, "sm_util": 40, "mem_util": 10},
+                    {"pid": 11, "used_mib": None},
+                ],
+            },
+            {
+                "uuid": GPU1,
+                "name": "NVIDIA A100-SXM4-80GB",
+                "minor": 2,
+                "memory_total_mib": 81920,
+                "power_w": 90,
+                "temp_c": 40,
+                "mig": [
+                    {
+                        "uuid": MIG_A,
+                        "profile": "3g.40gb",
+                        "gi": 2,
+                        "ci": 0,
+                        "profile_id": 9,
+                        "placement_start": 4,
+                        "placement_size": 4,
+                        "memory_total_mib": 40192,
+                        "memory_used_mib": 300,
+                        "processes": [{"pid": 20, "used_mib": 300}],
+                    },
+                    {
+                        "uuid": MIG_B,
+                        "profile": "1g.10gb",
+                        "gi": 9,
+                        "ci": 0,
+                        "profile_id": 19,
+                        "placement_start": 0,
+                        "placement_size": 1,
+                        "memory_total_mib": 9856,
+                        "memory_used_mib": 0,
+                        "processes": [],
+                    },
+                ],
+            },
         ],
     }
 
@@ -62,13 +99,22 @@ def test_inventory_lists_gpus_and_mig_layout(nv: FakePynvml) -> None:
     assert inv.driver_version == "550.54.15" and inv.cuda_driver_version == "12.4"
     g0, g1 = inv.gpus
     assert (g0.uuid, g0.index, g0.minor, g0.model, g0.pci_bus_id) == (
-        GPU0, 0, 4, "NVIDIA H100 80GB HBM3", "00000000:1B:00.0")
+        GPU0,
+        0,
+        4,
+        "NVIDIA H100 80GB HBM3",
+        "00000000:1B:00.0",
+    )
     assert g0.memory_mib == 81559 and not g0.mig_enabled and g0.mig_devices == ()
     assert g1.mig_enabled
     assert [(m.uuid, m.profile, m.gi, m.ci, m.memory_mib) for m in g1.mig_devices] == [
-        (MIG_A, "3g.40gb", 2, 0, 40192), (MIG_B, "1g.10gb", 9, 0, 9856)]
+        (MIG_A, "3g.40gb", 2, 0, 40192),
+        (MIG_B, "1g.10gb", 9, 0, 9856),
+    ]
     assert [(p.uuid, p.parent_minor, p.profile_id, p.start, p.size) for p in inv.placements] == [
-        (MIG_A, 2, 9, 4, 4), (MIG_B, 2, 19, 0, 1)]
+        (MIG_A, 2, 9, 4, 4),
+        (MIG_B, 2, 19, 0, 1),
+    ]
     ref = inv.mig_ref(GPU1, 9, 0)
     assert ref is not None and ref.uuid == MIG_B and ref.profile == "1g.10gb"
 
@@ -78,7 +124,13 @@ def test_sample_reads_every_device_and_mig_util_is_null(nv: FakePynvml) -> None:
     assert set(devices) == {GPU0, GPU1, MIG_A, MIG_B}
     g0 = devices[GPU0]
     assert (g0.util_pct, g0.mem_util_pct, g0.fb_used_mib, g0.fb_total_mib, g0.power_w, g0.temp_c) == (
-        70.0, 30.0, 2048.0, 81559.0, 312.5, 61.0)
+        70.0,
+        30.0,
+        2048.0,
+        81559.0,
+        312.5,
+        61.0,
+    )
     procs = {p.pid: p for p in g0.processes}
     assert procs[10].sm_util_pct == 40.0 and procs[10].used_mib == 1024.0
     assert procs[11].used_mib is None and procs[11].sm_util_pct == 0.0  # no sample: not active
@@ -162,8 +214,14 @@ def test_fake_matches_the_real_pynvml_api() -> None:
             real_cls = getattr(pynvml, name)
             fake_cls = getattr(FakePynvml("x"), name)
             assert fake_cls(0).value == real_cls(0).value, name
-    for const in ("NVML_TEMPERATURE_GPU", "NVML_DEVICE_MIG_ENABLE", "nvmlEventTypeXidCriticalError",
-                  "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_NOT_SUPPORTED", "nvmlMemory_v2"):
+    for const in (
+        "NVML_TEMPERATURE_GPU",
+        "NVML_DEVICE_MIG_ENABLE",
+        "nvmlEventTypeXidCriticalError",
+        "NVML_ERROR_GPU_IS_LOST",
+        "NVML_ERROR_NOT_SUPPORTED",
+        "nvmlMemory_v2",
+    ):
         assert getattr(FakePynvml("x"), const) == getattr(pynvml, const), const
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,12 +34,17 @@ def test_start_time_counts_fields_after_the_last_parenthesis() -> None:
     ],
 )
 def test_pod_processes_resolve_for_each_runtime_and_driver(
-    tmp_path: Path, runtime: str, driver: str, version: int, qos: str
+    tmp_path: Path, runtime: Any, driver: Any, version: Any, qos: Any
 ) -> None:
     procfs = FakeProcfs(tmp_path / "proc")
     procfs.add_pod_process(
-        4242, pod_uid=UID_A, container_id=CID_A, qos=qos,  # type: ignore[arg-type]
-        runtime=runtime, driver=driver, cgroup_version=version,  # type: ignore[arg-type]
+        4242,
+        pod_uid=UID_A,
+        container_id=CID_A,
+        qos=qos,
+        runtime=runtime,
+        driver=driver,
+        cgroup_version=version,
     )
     mapper = ProcMapper(str(tmp_path / "proc"))
     assert mapper.lookup(4242) == ProcIdentity(UID_A, CID_A, qos)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -20,21 +22,37 @@ def test_defaults_follow_the_kubelet_root(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_env_overrides_and_durations(monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in {"TICK": "500ms", "ALLOCATION_INTERVAL": "2", "NVML_BACKEND": "fake:/x/state.json",
-                 "PODRESOURCES_SOCKET": "/run/pr.sock", "BUFFER_LIMIT": "50", "HEALTH_PORT": "0",
-                 "KAFKA_BOOTSTRAP": "broker:9092"}.items():
+    for k, v in {
+        "TICK": "500ms",
+        "ALLOCATION_INTERVAL": "2",
+        "NVML_BACKEND": "fake:/x/state.json",
+        "PODRESOURCES_SOCKET": "/run/pr.sock",
+        "BUFFER_LIMIT": "50",
+        "HEALTH_PORT": "0",
+        "KAFKA_BOOTSTRAP": "broker:9092",
+    }.items():
         monkeypatch.setenv(f"PERISCOPE_{k}", v)
     s = ProbeSettings()
     assert (s.tick, s.allocation_interval, s.nvml_backend) == (0.5, 2.0, "fake:/x/state.json")
     assert (s.podresources_socket, s.buffer_limit, s.health_port, s.kafka_bootstrap) == (
-        "/run/pr.sock", 50, 0, "broker:9092")
+        "/run/pr.sock",
+        50,
+        0,
+        "broker:9092",
+    )
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("tick", "soon"), ("tick", "0s"), ("nvml_backend", "dcgm"), ("nvml_backend", "fake:"),
-     ("health_port", 70000), ("buffer_limit", 1)],
+    [
+        ("tick", "soon"),
+        ("tick", "0s"),
+        ("nvml_backend", "dcgm"),
+        ("nvml_backend", "fake:"),
+        ("health_port", 70000),
+        ("buffer_limit", 1),
+    ],
 )
-def test_bad_values_are_rejected(field: str, value: object) -> None:
+def test_bad_values_are_rejected(field: str, value: Any) -> None:
     with pytest.raises(ValidationError):
         ProbeSettings(**{field: value})

@@ -1,0 +1,134 @@
+"""PodResources client against the fake kubelet: real gRPC over a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from periscope.sim.kubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeDevices, FakeKubelet, FakePod
+from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, watch_socket
+
+GPU = "GPU-8a1b2c3d-0000-1111-2222-333344445555"
+POD = FakePod(
+    "ml",
+    "train-0",
+    (
+        FakeContainer(
+            "cuda",
+            devices=(FakeDevices("nvidia.com/gpu", (GPU + "::1",), numa=(0,)),),
+            claims=(FakeClaim("c1", "ml", (FakeClaimDevice("gpu.nvidia.com", "node-a", "gpu-0"),)),),
+        ),
+    ),
+)
+
+
+@pytest.fixture
+async def kubelet(tmp_path: Path) -> AsyncIterator[FakeKubelet]:
+    k = FakeKubelet(tmp_path / "pod-resources" / "kubelet.sock")
+    await k.start()
+    k.set_pods([POD])
+    k.set_allocatable([("nvidia.com/gpu", GPU + "::0"), ("nvidia.com/gpu", GPU + "::1")])
+    yield k
+    await k.stop()
+
+
+async def test_list_allocatable_and_get(kubelet: FakeKubelet) -> None:
+    client = PodResourcesClient(str(kubelet.socket_path))
+    try:
+        pods = await client.list_pods()
+        assert [(p.namespace, p.name) for p in pods] == [("ml", "train-0")]
+        c = pods[0].containers[0]
+        assert list(c.devices[0].device_ids) == [GPU + "::1"]
+        assert c.dynamic_resources[0].claim_resources[0].device_name == "gpu-0"
+        alloc = await client.allocatable()
+        assert [i for d in alloc for i in d.device_ids] == [GPU + "::0", GPU + "::1"]
+        assert await client.get_mode() == "enabled"
+        got = await client.get("ml", "train-0")
+        assert got is not None and got.name == "train-0"
+        assert await client.get("ml", "nope") is None
+    finally:
+        await client.close()
+
+
+@pytest.mark.parametrize("mode", ["disabled", "unimplemented"])
+async def test_get_unavailable_is_a_mode_not_an_error(kubelet: FakeKubelet, mode: str) -> None:
+    kubelet.get_mode = mode
+    kubelet.dynamic_resources = False
+    client = PodResourcesClient(str(kubelet.socket_path))
+    try:
+        assert await client.get_mode() == mode
+        assert await client.get("ml", "train-0") is None
+        pods = await client.list_pods()
+        assert len(pods[0].containers[0].dynamic_resources) == 0
+    finally:
+        await client.close()
+
+
+async def test_restart_means_a_new_channel_and_no_stale_answers(kubelet: FakeKubelet) -> None:
+    client = PodResourcesClient(str(kubelet.socket_path))
+    try:
+        await client.list_pods()
+        assert client.connects == 1
+        await kubelet.stop()
+        with pytest.raises(PodResourcesUnavailable):
+            await client.list_pods()
+        kubelet.set_pods([])
+        await kubelet.start()
+        assert await client.list_pods() == []
+        assert client.connects == 2
+        await kubelet.restart(down_s=0.05)
+        assert await client.list_pods() == []
+        assert client.connects == 3
+    finally:
+        await client.close()
+
+
+async def test_client_stays_under_the_kubelet_rate_limit(kubelet: FakeKubelet) -> None:
+    client = PodResourcesClient(str(kubelet.socket_path))
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(client.list_pods() for _ in range(40)))
+        elapsed = time.monotonic() - started
+    finally:
+        await client.close()
+    assert kubelet.rejected == 0
+    assert kubelet.calls["List"] == 40
+    assert elapsed >= 0.25  # 10 from the burst, 30 more at 100 qps
+
+
+async def test_fake_kubelet_rejects_bursts_like_the_kubelet(kubelet: FakeKubelet) -> None:
+    from grpc import aio
+
+    from periscope.k8s.podresources.v1 import api_pb2, api_pb2_grpc
+
+    async with aio.insecure_channel(f"unix:{kubelet.socket_path}") as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        results = await asyncio.gather(
+            *(stub.List(api_pb2.ListPodResourcesRequest()) for _ in range(30)), return_exceptions=True
+        )
+    failed = [r for r in results if isinstance(r, aio.AioRpcError)]
+    assert failed and len(failed) == kubelet.rejected
+    assert all(r.details() == "rejected by rate limit" for r in failed)
+    assert kubelet.calls["List"] == 30 - len(failed)
+
+
+async def test_watch_socket_sees_delete_and_recreate(kubelet: FakeKubelet) -> None:
+    seen: list[object] = []
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        watch_socket(str(kubelet.socket_path), seen.append, interval_s=0.02, stop=stop)
+    )
+    try:
+        await asyncio.sleep(0.05)
+        await kubelet.stop()
+        await asyncio.sleep(0.1)
+        await kubelet.start()
+        await asyncio.sleep(0.1)
+    finally:
+        stop.set()
+        await task
+    assert len(seen) == 2 and seen[0] is None and seen[1] is not None
