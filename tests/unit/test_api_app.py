@@ -332,3 +332,37 @@ async def test_openapi_and_docs_are_served(api: httpx.AsyncClient) -> None:
     params = {p["name"] for p in spec["paths"]["/v1/pods"]["get"]["parameters"]}
     assert {"active", "namespace", "node", "limit", "continue"} <= params
     assert (await api.get("/docs")).status_code == 200
+
+
+async def test_100k_rows_answer_node_filtered_pods_and_gpus() -> None:
+    from tests.unit.test_api_samples import gpu
+
+    v, nodes = View(), 400
+    for i in range(25_000):
+        n = i % nodes
+        rows = [row(f"GPU-{n:03d}-{d}") for d in range(4)]
+        v.apply(pod(f"uid-{i:05d}", f"ns-{i % 5}", f"pod-{i:05d}", f"node-{n:03d}", *rows))
+    for n in range(nodes):
+        for d in range(4):
+            v.apply(gpu(f"GPU-{n:03d}-{d}", f"node-{n:03d}", d))
+    assert v.row_count() == 100_000
+    async with client(v) as c:
+        items = (await get(c, "/v1/pods?node=node-007"))["items"]
+        expected = sorted((f"ns-{i % 5}", f"pod-{i:05d}", f"uid-{i:05d}") for i in range(7, 25_000, nodes))
+        assert sorted({(r["namespace"], r["pod"], r["pod_uid"]) for r in items}) == expected
+        assert len(items) == len(expected) * 4 and {r["node"] for r in items} == {"node-007"}
+        assert [r["device_id"] for r in items[:4]] == [f"GPU-007-{d}" for d in range(4)]
+        page1 = await get(c, "/v1/pods?node=node-007&namespace=ns-2&limit=10")
+        assert len(page1["items"]) == 10 and {r["namespace"] for r in page1["items"]} == {"ns-2"}
+        gpus = (await get(c, "/v1/gpus"))["items"]
+        assert len(gpus) == nodes * 4
+        assert [(g["node"], g["index"]) for g in gpus[:5]] == [
+            ("node-000", 0),
+            ("node-000", 1),
+            ("node-000", 2),
+            ("node-000", 3),
+            ("node-001", 0),
+        ]
+        assert [g["gpu_uuid"] for g in (await get(c, "/v1/gpus?node=node-399"))["items"]] == [
+            f"GPU-399-{d}" for d in range(4)
+        ]
