@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from grpc import aio
 
-from periscope.core.model import AllocationEntry, SourceHealth
+from periscope.core.model import AllocationEntry, AllocSource, SourceHealth
 from services.probe.allocations import allocatable_devices, dra_resolver, podresources_entries, sort_entries
 from services.probe.checkpoint_source import CheckpointSource
 from services.probe.nvml import NvmlInventory
@@ -80,8 +80,8 @@ class AllocationReader:
     def _dra_health(entries: list[AllocationEntry], get_mode: str) -> SourceHealth:
         # The kubelet fills dynamic_resources only with KubeletPodResourcesDynamicResources on; that gate
         # went beta together with KubeletPodResourcesGet, so Get's state is the best available hint.
-        if any(e.source.value == "dra" for e in entries):
-            unresolved = sum(1 for e in entries if e.source.value == "dra" and not e.device_ids)
+        if any(e.source is AllocSource.DRA for e in entries):
+            unresolved = sum(1 for e in entries if e.source is AllocSource.DRA and not e.device_ids)
             return SourceHealth("dra", "ok", f"{unresolved} unresolved devices" if unresolved else "")
         if get_mode == "enabled":
             return SourceHealth("dra", "ok", "no claims")

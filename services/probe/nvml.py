@@ -141,10 +141,13 @@ class NvmlBackend:
         pci = self._opt("nvmlDeviceGetPciInfo", handle)
         mode = self._opt("nvmlDeviceGetMigMode", handle)
         mig_enabled = bool(mode and int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE)
+        lost = False
         try:
             mem = self._opt("nvmlDeviceGetMemoryInfo", handle)
-        except nv.NVMLError:
-            mem = None  # MIG parents may refuse without privileges; the total is not essential
+        except nv.NVMLError as e:
+            # Identity calls can still answer for a GPU that fell off the bus; a metric call cannot.
+            # MIG parents may also refuse without privileges: the total is not essential.
+            mem, lost = None, self._is(e, "GpuIsLost")
         gpu = _Gpu(
             GpuInfo(
                 uuid=uuid,
@@ -154,10 +157,11 @@ class NvmlBackend:
                 minor=int(minor) if minor is not None else index,
                 mig_enabled=mig_enabled,
                 pci_bus_id=_text(pci.busId) if pci is not None else "",
+                lost=lost,
             ),
             handle,
         )
-        if mig_enabled:
+        if mig_enabled and not lost:
             for slot in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(handle))):
                 try:
                     mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)

@@ -36,7 +36,7 @@ from services.probe.buffer import Kind, OutBuffer, Outgoing
 from services.probe.health import HealthServer
 from services.probe.kubelet import AllocationReader
 from services.probe.metrics import ProbeMetrics
-from services.probe.nvml import NvmlBackend, NvmlUnavailable
+from services.probe.nvml import NvmlBackend
 from services.probe.outbox import Outbox, PublisherLike
 from services.probe.procfs import ProcMapper
 from services.probe.settings import ProbeSettings
@@ -150,13 +150,13 @@ class Probe:
         try:
             await asyncio.to_thread(self.nvml.open)
             inv = await asyncio.to_thread(self.nvml.refresh)
-        except (NvmlUnavailable, Exception) as e:  # no driver yet: report, retry later, keep running
+        except Exception as e:  # NvmlUnavailable (no driver yet) or worse: report, retry later, keep running
             self.nvml.close()
             self.nvml_health = SourceHealth("nvml", "unavailable", str(e))
             self._nvml_retry_at = time.monotonic() + _NVML_RETRY_S
             return
         self.nvml_health = SourceHealth("nvml", "error" if inv.errors else "ok", "; ".join(inv.errors))
-        self._restart_xids()
+        await asyncio.to_thread(self._restart_xids)
 
     def _restart_xids(self) -> None:
         self.xids.stop()
@@ -218,7 +218,7 @@ class Probe:
                             "nvml", "error" if inv.errors else "ok", "; ".join(inv.errors)
                         )
                         if {g.uuid for g in inv.gpus} != before:
-                            self._restart_xids()
+                            await asyncio.to_thread(self._restart_xids)
                 except Exception as e:  # one bad sample must not end the loop
                     log.exception("telemetry sample failed")
                     self.nvml_health = SourceHealth("nvml", "error", str(e))
@@ -260,9 +260,8 @@ class Probe:
     def _ready(self) -> tuple[bool, dict[str, Any]]:
         health = {h.source: {"state": h.state, "detail": h.detail} for h in self.health()}
         allocation_ok = any(health[s]["state"] == "ok" for s in ("podresources", "checkpoint"))
-        ready = (
-            self._live()[0] and self.outbox.connected and allocation_ok and health["nvml"]["state"] == "ok"
-        )
+        nvml_ok = health["nvml"]["state"] != "unavailable"  # "error": some GPUs fail, the others report
+        ready = self._live()[0] and self.outbox.connected and allocation_ok and nvml_ok
         return ready, {
             "ready": ready,
             "sources": health,

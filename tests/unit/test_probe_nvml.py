@@ -166,6 +166,17 @@ def test_lost_gpu_and_failing_metric_do_not_stop_the_others(tmp_path: Path) -> N
     assert "nvmlDeviceGetPowerUsage" in g0.error and "Temperature" not in g0.error  # NotSupported is normal
 
 
+def test_inventory_marks_a_lost_gpu(tmp_path: Path) -> None:
+    path = tmp_path / "nvml.json"
+    s = state()
+    write_nvml_state(path, s)
+    backend = opened(fake_pynvml(path))
+    s["gpus"][1]["lost"] = True
+    write_nvml_state(path, s)
+    g0, g1 = backend.refresh().gpus
+    assert not g0.lost and g1.lost and g1.uuid == GPU1
+
+
 def test_open_fails_cleanly_without_a_driver(tmp_path: Path) -> None:
     with pytest.raises(NvmlUnavailable):
         NvmlBackend(fake_pynvml(tmp_path / "missing.json")).open()
