@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 from pydantic import ValidationError
 
 from services.kube_watcher.settings import WatcherSettings
@@ -64,8 +65,11 @@ async def serve(settings: WatcherSettings, clock: Any) -> None:
 
     try:
         client = api_client(settings)
-    except ConfigException as e:
-        raise InputError(f"kubernetes config: {e}") from None
+    except (ConfigException, ValueError, TypeError, AttributeError, yaml.YAMLError) as e:
+        # A malformed kubeconfig surfaces as any of these from the client's loader.
+        if settings.kubeconfig is None:
+            raise InputError(f"no kubeconfig given and no in-cluster config ({e})") from None
+        raise InputError(f"kubeconfig {settings.kubeconfig}: {e}") from None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
