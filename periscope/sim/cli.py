@@ -1,0 +1,211 @@
+"""`periscope up` and `periscope report` (CONTRACTS.md): every input is checked before anything starts."""
+
+from __future__ import annotations
+
+import errno
+import json
+import socket
+from pathlib import Path
+
+import click
+
+from periscope.cli.errors import InputError
+from periscope.core.duration import parse_duration_ms
+from periscope.sim.cluster import ClusterModel
+from periscope.sim.report import ReportOptions, Truth, build_report, format_report, live_snapshots, read_jsonl
+from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
+from periscope.sim.up import UpOptions, run_up, snapshots_path
+
+_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _duration(flag: str, text: str) -> int:
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as e:
+        raise InputError(f"{flag} {text}: {e}") from None
+    if ms <= 0:
+        raise InputError(f"{flag} {text}: must be longer than 0s")
+    return ms
+
+
+def _port_free(flag: str, port: int) -> None:
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            why = "already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+            raise InputError(
+                f"{flag} {port}: 127.0.0.1:{port} is {why} (choose another, or 0 for any)"
+            ) from None
+
+
+def _writable(flag: str, path: Path) -> None:
+    parent = path.resolve().parent
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a directory, not a file")
+    if not parent.is_dir():
+        raise InputError(f"{flag} {path}: directory {parent} does not exist")
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
+
+
+@click.command("up")
+@click.option(
+    "--scenario",
+    default="demo",
+    show_default=True,
+    metavar="NAME|PATH",
+    help=f"Built-in scenario ({', '.join(builtin_names())}) or a scenario YAML file.",
+)
+@click.option(
+    "--api-port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port of the HTTP API on 127.0.0.1 (0 = any free port).",
+)
+@click.option(
+    "--broker-port",
+    type=click.IntRange(0, 65535),
+    default=9092,
+    show_default=True,
+    help="Port of the embedded Kafka broker on 127.0.0.1 (0 = any free port).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(0, 100, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Run the simulated clock this many times faster than real time.",
+)
+@click.option("--idle-window", default="10m", show_default=True, help="Window for allocated-but-idle.")
+@click.option(
+    "--idle-threshold",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    help="Mean util (%) under which a held GPU counts as idle.",
+)
+@click.option(
+    "--truth",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the ground truth as JSON lines here (and the API, sampled per tick, beside it).",
+)
+@click.option("--exit-at-end", is_flag=True, help="Stop everything when the scenario's duration ends.")
+@click.option(
+    "--log-level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    help="Log level of the services (their lines are prefixed [name]).",
+)
+@click.pass_context
+def up(
+    ctx: click.Context,
+    scenario: str,
+    api_port: int,
+    broker_port: int,
+    speed: float,
+    idle_window: str,
+    idle_threshold: float,
+    truth: Path | None,
+    exit_at_end: bool,
+    log_level: str,
+) -> None:
+    """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
+    try:
+        model = ClusterModel(load_scenario(scenario))
+    except ScenarioError as e:
+        raise InputError(str(e)) from None
+    window_ms = _duration("--idle-window", idle_window)
+    _port_free("--api-port", api_port)
+    _port_free("--broker-port", broker_port)
+    if api_port and api_port == broker_port:
+        raise InputError(f"--api-port {api_port}: the broker uses that port too")
+    if truth is not None:
+        _writable("--truth", truth)
+    opts = UpOptions(
+        scenario=scenario,
+        api_port=api_port,
+        broker_port=broker_port,
+        speed=speed,
+        idle_window_ms=window_ms,
+        idle_threshold=idle_threshold,
+        truth=truth,
+        exit_at_end=exit_at_end,
+        log_level=log_level.upper(),
+    )
+    ctx.exit(run_up(opts, model))
+
+
+@click.command("report")
+@click.option(
+    "--truth",
+    "truth_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Truth file written by `periscope up --truth`.",
+)
+@click.option(
+    "--snapshots",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="API snapshots recorded by `up --truth` [default: <truth>.api.jsonl beside it].",
+)
+@click.option("--api", default=None, metavar="URL", help="Score one live snapshot of this API instead.")
+@click.option(
+    "--allowance",
+    type=click.IntRange(0, 100),
+    default=2,
+    show_default=True,
+    help="Convergence allowance in ticks after each change.",
+)
+@click.option(
+    "--baseline-lag",
+    default="30s",
+    show_default=True,
+    help="How old the name-join baseline's data is (the incumbent's collect interval).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
+def report(
+    truth_path: Path,
+    snapshots: Path | None,
+    api: str | None,
+    allowance: int,
+    baseline_lag: str,
+    as_json: bool,
+) -> None:
+    """Score a simulated run against its ground truth, next to a name-join baseline."""
+    lag_ms = 0 if baseline_lag.strip() in ("0", "0s") else _duration("--baseline-lag", baseline_lag)
+    truth = Truth(_read("truth file", truth_path))
+    if api is not None:
+        try:
+            snaps = live_snapshots(api)
+        except Exception as e:  # any transport or decode failure is bad input here
+            raise InputError(f"--api {api}: cannot read the API ({type(e).__name__}: {e})") from None
+    else:
+        snaps = _read("snapshots file", snapshots or snapshots_path(truth_path))
+    result = build_report(truth, snaps, ReportOptions(allowance_ticks=allowance, baseline_lag_ms=lag_ms))
+    click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
+
+
+def _read(what: str, path: Path) -> list[dict[str, object]]:
+    if not path.is_file():
+        raise InputError(f"{what} {path}: no such file")
+    try:
+        rows = read_jsonl(path)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InputError(f"{what} {e}") from None
+    if what == "truth file":
+        try:
+            Truth(rows)
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{what} {path}: {e}") from None
+    return rows  # type: ignore[return-value]

@@ -1,0 +1,419 @@
+"""Accuracy of a simulated run: what the API said at each tick against the ground truth.
+
+Inputs: the truth file (`up --truth t.jsonl`) and the API snapshots `up` recorded beside it
+(`t.api.jsonl`, one per tick, plus a final one with /v1/xid, /v1/policy, /v1/idle), or a single live
+snapshot of a running API. A (tick, device) pair counts once the truth for it has been stable for
+`allowance` ticks (the pipeline's convergence allowance).
+
+The same numbers are computed for a name-join baseline, the way the incumbent exporter joins: it takes
+PodResources' namespace/name for a device as of its last collection (`baseline_lag` ago), resolves it
+to the pod of that name that exists at query time, copies the device's whole util to every pod
+sharing it, and resolves XID owners at query time as well.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+Row = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Score:
+    right: int = 0
+    total: int = 0
+    errors: list[float] = field(default_factory=list)
+
+    def add(self, ok: bool, error: float | None = None) -> None:
+        self.total += 1
+        self.right += int(ok)
+        if error is not None and math.isfinite(error):
+            self.errors.append(error)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "right": self.right,
+            "total": self.total,
+            "share": None if not self.total else round(self.right / self.total, 4),
+        }
+        if self.errors:
+            out["mean_error"] = round(sum(self.errors) / len(self.errors), 2)
+            out["max_error"] = round(max(self.errors), 2)
+        return out
+
+
+@dataclass(slots=True)
+class Confusion:
+    tp: int = 0
+    fp: int = 0
+    fn: int = 0
+    tn: int = 0
+
+    def add(self, said: bool, truth: bool) -> None:
+        if said and truth:
+            self.tp += 1
+        elif said:
+            self.fp += 1
+        elif truth:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+        r = self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+        return {
+            "precision": None if p is None else round(p, 4),
+            "recall": None if r is None else round(r, 4),
+            "tp": self.tp,
+            "fp": self.fp,
+            "fn": self.fn,
+            "tn": self.tn,
+        }
+
+
+def parse_time(value: Any) -> int | None:
+    if isinstance(value, int | float):
+        return int(value)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+    except ValueError:
+        return None
+
+
+class Truth:
+    """The truth file, indexed by tick and device."""
+
+    def __init__(self, rows: Iterable[Row]) -> None:
+        self.meta: Row = {}
+        self.ticks: dict[int, dict[str, Row]] = {}
+        self.xids: list[Row] = []
+        self.faults: list[Row] = []
+        for r in rows:
+            kind = r.get("kind")
+            if kind == "meta":
+                self.meta = r
+            elif kind == "holder":
+                self.ticks.setdefault(int(r["tick"]), {})[r["device_id"]] = r
+            elif kind == "xid":
+                self.xids.append(r)
+            elif kind == "fault":
+                self.faults.append(r)
+        if not self.meta:
+            raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
+        self.tick_ms = int(self.meta["tick_ms"])
+        self.start_ms = int(self.meta["start_ms"])
+        self.last = max(self.ticks, default=-1)
+
+    def tick_at(self, at_ms: int) -> int:
+        return min(self.last, max(0, (at_ms - self.start_ms) // self.tick_ms))
+
+    def row(self, tick: int, device: str) -> Row | None:
+        return self.ticks.get(max(0, min(tick, self.last)), {}).get(device)
+
+    def stable(self, tick: int, device: str, allowance: int, *keys: str) -> bool:
+        """Whether the truth for `device` did not change over the `allowance` ticks before `tick`."""
+        now = self.row(tick, device)
+        if now is None:
+            return False
+        for k in range(tick - allowance, tick):
+            before = self.row(k, device)
+            if before is None or any(before.get(key) != now.get(key) for key in keys):
+                return False
+        return True
+
+    def current_uid(self, tick: int, namespace: str, pod: str) -> str | None:
+        for r in self.ticks.get(max(0, min(tick, self.last)), {}).values():
+            if r["namespace"] == namespace and r["pod"] == pod:
+                return str(r["pod_uid"])
+        return None
+
+
+def _rows_by_device(snapshot: Row) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in snapshot.get("pods") or []:
+        if r.get("active", True):
+            out.setdefault(str(r.get("device_id")), []).append(r)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
+    allowance_ticks: int = 2
+    baseline_lag_ms: int = 30_000  # dcgm-exporter's default collect interval
+    tolerance_pct: float = 5.0
+    recovery_ticks: int = 5
+
+
+class _Baseline:
+    """The name-join incumbent, replayed from the truth alone."""
+
+    def __init__(self, truth: Truth, lag_ticks: int) -> None:
+        self.truth, self.lag = truth, lag_ticks
+        self._series: dict[tuple[str, str, int], float | None] = {}
+
+    def name_at(self, device: str, tick: int) -> tuple[str, str] | None:
+        r = self.truth.row(tick - self.lag, device)
+        return (r["namespace"], r["pod"]) if r and r["pod_uid"] else None
+
+    def owner(self, device: str, tick: int) -> str | None:
+        name = self.name_at(device, tick)
+        return self.truth.current_uid(tick, *name) if name else None
+
+    def util(self, device: str, tick: int) -> float | None:
+        r = self.truth.row(tick - self.lag, device)
+        return None if r is None or r["pod_uid"] is None else r.get("gpu_util_pct")
+
+    def _name_util(self, ns: str, pod: str, tick: int) -> float | None:
+        key = (ns, pod, tick)
+        if key not in self._series:
+            vals: list[float] = [
+                float(r["gpu_util_pct"])
+                for r in self.truth.ticks.get(max(0, tick - self.lag), {}).values()
+                if r["namespace"] == ns and r["pod"] == pod and r.get("gpu_util_pct") is not None
+            ]
+            self._series[key] = sum(vals) / len(vals) if vals else None
+        return self._series[key]
+
+    def idle(self, ns: str, pod: str, tick: int, window_ticks: int, threshold: float) -> bool:
+        samples = [self._name_util(ns, pod, j) for j in range(tick - window_ticks + 1, tick + 1)]
+        got = [s for s in samples if s is not None]
+        return len(got) >= window_ticks and sum(got) / len(got) < threshold
+
+
+def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None = None) -> Row:
+    o = opts or ReportOptions()
+    snaps = sorted((s for s in snapshots if s.get("kind") == "snapshot"), key=lambda s: s["at_ms"])
+    final = next((s for s in reversed(snapshots) if s.get("kind") == "final"), None)
+    allow, tol = o.allowance_ticks, o.tolerance_pct
+    base = _Baseline(truth, max(0, round(o.baseline_lag_ms / truth.tick_ms)))
+    window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
+    threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
+    names: dict[tuple[str, str], list[str]] = {}
+    for k in sorted(truth.ticks):
+        for r in truth.ticks[k].values():
+            if r["pod_uid"] and r["pod_uid"] not in names.setdefault((r["namespace"], r["pod"]), []):
+                names[(r["namespace"], r["pod"])].append(r["pod_uid"])
+    ours = {k: Score() for k in ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")}
+    theirs = {k: Score() for k in ours}
+    idle_ours, idle_theirs = Confusion(), Confusion()
+    for s in snaps:
+        k = truth.tick_at(int(s["at_ms"]))
+        by_dev = _rows_by_device(s)
+        for dev, t in truth.ticks.get(k, {}).items():
+            if not truth.stable(k, dev, allow, "pod_uid"):
+                continue
+            want = t["pod_uid"]
+            api_rows = by_dev.get(dev, [])
+            ours["owners"].add({r.get("pod_uid") for r in api_rows} == ({want} if want else set()))
+            b_owner = base.owner(dev, k)
+            theirs["owners"].add(b_owner == want)
+            if want is None:
+                continue
+            mine = next((r for r in api_rows if r.get("pod_uid") == want), None)
+            if t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct"):
+                key = "shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"
+                err = _err(mine.get("util_pct") if mine else None, t["util_pct"])
+                b_err = _err(base.util(dev, k) if b_owner == want else None, t["util_pct"])
+                ours[key].add(err <= tol, err)
+                theirs[key].add(b_err <= tol, b_err)
+                if names[(t["namespace"], t["pod"])].index(want) > 0:  # a reused name
+                    ours["reused_names"].add(err <= tol, err)
+                    theirs["reused_names"].add(b_err <= tol, b_err)
+            if t["idle"] is not None and truth.stable(k, dev, allow, "pod_uid", "idle"):
+                idle_ours.add(bool(mine and mine.get("idle")), bool(t["idle"]))
+                idle_theirs.add(
+                    base.idle(t["namespace"], t["pod"], k, window_ticks, threshold), bool(t["idle"])
+                )
+    xid_items = (final or {}).get("xid") or []
+    for x in truth.xids:
+        want_set = {ow["pod_uid"] for ow in x["owners"]}
+        near = [
+            i
+            for i in xid_items
+            if i.get("gpu_uuid") == x["gpu_uuid"]
+            and i.get("code") == x["code"]
+            and abs((parse_time(i.get("at")) or 0) - x["at_ms"]) <= (allow + 1) * truth.tick_ms
+        ]
+        if final is not None:
+            ours["xid_owners"].add(
+                any({ow.get("pod_uid") for ow in i.get("owners") or []} == want_set for i in near)
+            )
+        q = truth.tick_at(x["at_ms"]) + base.lag
+        theirs["xid_owners"].add(
+            {truth.current_uid(q, ow["namespace"], ow["pod"]) for ow in x["owners"]} == want_set
+        )
+    report: Row = {
+        "scenario": truth.meta.get("scenario"),
+        "seed": truth.meta.get("seed"),
+        "ticks": truth.last + 1,
+        "tick_ms": truth.tick_ms,
+        "snapshots": len(snaps),
+        "allowance_ticks": allow,
+        "baseline_lag_ms": o.baseline_lag_ms,
+        "tolerance_pct": tol,
+        "periscope": {**{k: v.to_json() for k, v in ours.items()}, "idle": idle_ours.to_json()},
+        "baseline": {**{k: v.to_json() for k, v in theirs.items()}, "idle": idle_theirs.to_json()},
+    }
+    report["periscope"]["policy"] = _policy(truth, final)
+    report["periscope"]["faults"] = _faults(truth, snaps, allow, o.recovery_ticks)
+    return report
+
+
+def _err(got: Any, want: Any) -> float:
+    if not isinstance(got, int | float) or not isinstance(want, int | float):
+        return math.inf
+    return abs(float(got) - float(want))
+
+
+def _policy(truth: Truth, final: Row | None) -> Row:
+    expected = ((truth.meta.get("policy") or {}).get("components")) or {}
+    if final is None or not expected:
+        return {"right": 0, "total": 0, "share": None, "mismatches": []}
+    got = {c.get("name"): c.get("status") for c in (final.get("policy") or {}).get("components") or []}
+    mismatches = [
+        {"component": k, "expected": v, "got": got.get(k)} for k, v in expected.items() if got.get(k) != v
+    ]
+    total = len(expected)
+    return {
+        "right": total - len(mismatches),
+        "total": total,
+        "share": round((total - len(mismatches)) / total, 4),
+        "mismatches": mismatches,
+    }
+
+
+def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]:
+    out = []
+    for f in truth.faults:
+        end, node = int(f["end_ms"]), f.get("node")
+        fresh_needed = f["fault"] in ("probe-restart", "joiner-restart")
+        recovered: int | None = None
+        for s in snaps:
+            if s["at_ms"] < end:
+                continue
+            k = truth.tick_at(int(s["at_ms"]))
+            by_dev = _rows_by_device(s)
+            owners_ok = all(
+                {r.get("pod_uid") for r in by_dev.get(dev, [])} == ({t["pod_uid"]} if t["pod_uid"] else set())
+                for dev, t in truth.ticks.get(k, {}).items()
+                if (node is None or t["node"] == node) and truth.stable(k, dev, allow, "pod_uid")
+            )
+            fresh = not fresh_needed or all(
+                (parse_time(g.get("sample_at")) or 0) >= end
+                for g in s.get("gpus") or []
+                if node is None or g.get("node") == node
+            )
+            if owners_ok and fresh:
+                recovered = int(s["at_ms"])
+                break
+        ticks = None if recovered is None else math.ceil((recovered - end) / truth.tick_ms)
+        out.append(
+            {
+                "fault": f["fault"],
+                "node": node,
+                "at": f.get("at"),
+                "end_ms": end,
+                "recovered_ticks": ticks,
+                "ok": ticks is not None and ticks <= limit,
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------- inputs and output
+
+
+def read_jsonl(path: str | Path) -> list[Row]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}: line {n}: not JSON ({e.msg})") from None
+    return rows
+
+
+def live_snapshots(api: str, timeout_s: float = 10.0) -> list[Row]:
+    """One snapshot of a running API, dated by its newest GPU sample, plus the final endpoints."""
+    with httpx.Client(base_url=api.rstrip("/"), timeout=timeout_s) as client:
+
+        def get(path: str) -> Any:
+            r = client.get(path)
+            r.raise_for_status()
+            doc = r.json()
+            return doc.get("items", doc) if isinstance(doc, dict) and "items" in doc else doc
+
+        pods, gpus = get("/v1/pods?active=true"), get("/v1/gpus")
+        at = max((parse_time(g.get("sample_at")) or 0 for g in gpus), default=0)
+        final = {
+            "kind": "final",
+            "at_ms": at,
+            "xid": get("/v1/xid"),
+            "policy": get("/v1/policy"),
+            "idle": get("/v1/idle"),
+            "pods": get("/v1/pods"),
+        }
+    return [{"kind": "snapshot", "at_ms": at, "pods": pods, "gpus": gpus}, final]
+
+
+def _pct(score: Row) -> str:
+    if not score.get("total"):
+        return "n/a"
+    text = f"{100 * score['share']:.1f}% ({score['right']}/{score['total']})"
+    if "mean_error" in score:
+        text += f", mean err {score['mean_error']:g}"
+    return text
+
+
+def _pr(c: Row) -> str:
+    if c["precision"] is None and c["recall"] is None:
+        return "n/a"
+    f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
+    return f"{f(c['precision'])} / {f(c['recall'])}"
+
+
+def format_report(r: Row) -> str:
+    p, b = r["periscope"], r["baseline"]
+    lag = r["baseline_lag_ms"] / 1000
+    lines = [
+        f"periscope report: scenario {r['scenario']} (seed {r['seed']}), {r['ticks']} ticks of "
+        f"{r['tick_ms'] / 1000:g}s, {r['snapshots']} API snapshots, {r['allowance_ticks']}-tick allowance",
+        "",
+        f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
+    ]
+    rows = [
+        ("owner right (tick x device)", _pct(p["owners"]), _pct(b["owners"])),
+        (f"shared-GPU util within ±{r['tolerance_pct']:g}", _pct(p["shared_util"]), _pct(b["shared_util"])),
+        (
+            f"exclusive util within ±{r['tolerance_pct']:g}",
+            _pct(p["exclusive_util"]),
+            _pct(b["exclusive_util"]),
+        ),
+        ("reused name, new pod's usage", _pct(p["reused_names"]), _pct(b["reused_names"])),
+        ("XID owner at error time", _pct(p["xid_owners"]), _pct(b["xid_owners"])),
+        ("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
+        ("policy statuses", _pct(p["policy"]), "n/a"),
+    ]
+    lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
+    for m in p["policy"]["mismatches"]:
+        lines.append(f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}")
+    for f in p["faults"]:
+        where = f" on {f['node']}" if f["node"] else ""
+        took = (
+            "not recovered" if f["recovered_ticks"] is None else f"recovered in {f['recovered_ticks']} ticks"
+        )
+        lines.append(f"fault {f['fault']}{where} at {f['at']}: {took}{'' if f['ok'] else '  <-- too slow'}")
+    return "\n".join(lines)
