@@ -117,6 +117,13 @@ class _EventSet:
         self.freed = False
 
 
+def _num(value: Any) -> int | float:
+    """Percentages as the state gives them: NVML reports whole numbers, but a simulator may keep
+    fractions so that its ground truth and the attributed shares can be compared exactly."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
 def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     """Write the state so that readers never see a partial file (temp file + rename)."""
     target = Path(path)
@@ -280,7 +287,7 @@ class FakePynvml(types.ModuleType):
         gpu, mig = self._find(handle, "nvmlDeviceGetUtilizationRates")
         if mig is not None or gpu.get("mig") is not None:
             _raise("NotSupported")  # as on real MIG-enabled GPUs
-        return _Obj(gpu=int(gpu.get("util_pct", 0)), memory=int(gpu.get("mem_util_pct", 0)))
+        return _Obj(gpu=_num(gpu.get("util_pct", 0)), memory=_num(gpu.get("mem_util_pct", 0)))
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Obj:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
@@ -344,8 +351,8 @@ class FakePynvml(types.ModuleType):
             _Obj(
                 pid=int(p["pid"]),
                 timeStamp=ts,
-                smUtil=int(p["sm_util"]),
-                memUtil=int(p.get("mem_util", 0)),
+                smUtil=_num(p["sm_util"]),
+                memUtil=_num(p.get("mem_util", 0)),
                 encUtil=0,
                 decUtil=0,
             )

@@ -22,6 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from periscope.bus import topics
+from periscope.clock import clock_from_setting
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -45,10 +46,6 @@ from services.probe.xid import RawXid, XidWatcher
 log = logging.getLogger("periscope.probe")
 Clock = Callable[[], int]
 _NVML_RETRY_S = 10.0
-
-
-def wall_clock_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def load_nvml(backend: str) -> Any:
@@ -75,13 +72,14 @@ class Probe:
         *,
         nvml: Any | None = None,
         publisher_factory: Callable[[], PublisherLike] | None = None,
-        clock: Clock = wall_clock_ms,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = s = settings
         self.node = s.node_name
         self.source = f"probe/{s.node_name}"
-        self.clock = clock
-        self.epoch = clock()
+        # Injected for tests; otherwise the configured clock (wall, or the simulator's scaled one).
+        self.clock = clock or clock_from_setting(s.clock).now_ms
+        self.epoch = self.clock()
         self._seq = 0
         self.metrics = ProbeMetrics(s.node_name)
         self.buffer = OutBuffer(s.buffer_limit)

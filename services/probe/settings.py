@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import field_validator, model_validator
 
+from periscope.clock import clock_from_setting
 from periscope.config import ServiceSettings
 from periscope.core.duration import parse_duration_ms
 
@@ -41,6 +42,8 @@ class ProbeSettings(ServiceSettings):
     health_port: int = 9401
     # How long one publish may take before the broker counts as unreachable.
     send_timeout: float = 5.0
+    # Event-time source: "wall", or "sim:<origin_ms>:<speed>" when a simulated cluster runs faster.
+    clock: str = "wall"
 
     @field_validator("tick", "allocation_interval", "send_timeout", mode="before")
     @classmethod
@@ -73,6 +76,12 @@ class ProbeSettings(ServiceSettings):
     def _backend(cls, value: str) -> str:
         if value != "pynvml" and not (value.startswith("fake:") and len(value) > len("fake:")):
             raise ValueError("must be 'pynvml' or 'fake:<state-file>'")
+        return value
+
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        clock_from_setting(value)  # raises ValueError naming the bad part
         return value
 
     @model_validator(mode="after")

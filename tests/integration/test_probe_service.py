@@ -463,6 +463,18 @@ async def test_corrupt_checkpoint_is_health_and_podresources_flows(
     assert healed.meta.seq > inv.meta.seq
 
 
+async def test_event_time_follows_the_configured_clock(broker: str, node: Node, collector: Collector) -> None:
+    wall = time.time_ns() // 1_000_000
+    probe = Probe(node.settings(broker, clock=f"sim:{wall - 10_000}:10"))  # 10 s ago, 10x: ~90 s ahead
+    await probe.start()
+    try:
+        tel = await collector.wait(lambda: next(iter(collector.of(NodeTelemetry)), None))
+    finally:
+        await probe.stop()
+    assert wall + 80_000 < tel.meta.time_ms < wall + 200_000
+    assert wall + 80_000 < tel.meta.epoch <= tel.meta.time_ms
+
+
 async def test_health_endpoints(broker: str, node: Node) -> None:
     probe = Probe(node.settings(broker))
     await probe.start()

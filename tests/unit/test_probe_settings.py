@@ -18,7 +18,7 @@ def test_defaults_follow_the_kubelet_root(monkeypatch: pytest.MonkeyPatch) -> No
     assert s.podresources_socket == "/srv/kubelet/pod-resources/kubelet.sock"
     assert s.checkpoint_path == "/srv/kubelet/device-plugins/kubelet_internal_checkpoint"
     assert (s.tick, s.allocation_interval, s.proc_root, s.nvml_backend) == (1.0, 5.0, "/proc", "pynvml")
-    assert (s.health_host, s.health_port) == ("127.0.0.1", 9401)
+    assert (s.health_host, s.health_port, s.clock) == ("127.0.0.1", 9401, "wall")
 
 
 def test_env_overrides_and_durations(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,6 +51,7 @@ def test_env_overrides_and_durations(monkeypatch: pytest.MonkeyPatch) -> None:
         ("nvml_backend", "fake:"),
         ("health_port", 70000),
         ("buffer_limit", 1),
+        ("clock", "sim:abc:2"),
     ],
 )
 def test_bad_values_are_rejected(field: str, value: Any) -> None:
