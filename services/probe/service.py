@@ -106,9 +106,10 @@ class Probe:
 
     # ------------------------------------------------------------------ events
 
-    def _meta(self) -> Meta:
+    def _meta(self, time_ms: int | None = None) -> Meta:
         self._seq += 1
-        return Meta(node=self.node, source=self.source, epoch=self.epoch, seq=self._seq, time_ms=self.clock())
+        at = self.clock() if time_ms is None else time_ms
+        return Meta(node=self.node, source=self.source, epoch=self.epoch, seq=self._seq, time_ms=at)
 
     def _put(self, kind: Kind, topic: topics.Topic, value: object) -> None:
         self.outbox.put(Outgoing(kind, topic, self.node, value))
@@ -204,9 +205,10 @@ class Probe:
             await self._open_nvml()
             if self.nvml.opened:
                 try:
+                    at = self.clock()  # the sample's event time: when it was taken, not when it was sent
                     devices = await asyncio.to_thread(self._sample)
                     self._put(
-                        Kind.TELEMETRY, topics.TELEMETRY, NodeTelemetry(meta=self._meta(), devices=devices)
+                        Kind.TELEMETRY, topics.TELEMETRY, NodeTelemetry(meta=self._meta(at), devices=devices)
                     )
                     n += 1
                     if n % refresh_every == 0 or any(d.lost for d in devices):
