@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
+from periscope.bus import topics
 from periscope.core.model import (
     ClaimDevice,
     ContainerInfo,
@@ -14,9 +15,13 @@ from periscope.core.model import (
     NodeEvent,
     OperandStatus,
     PodClaimStatus,
+    PodEvent,
     PodInfo,
+    PolicyEvent,
 )
 from services.kube_watcher import mappers
+from services.kube_watcher.state import ClusterState, Outgoing
+from services.kube_watcher.watch import Changed, Listed, Unavailable
 
 T0 = "2026-03-01T10:00:00Z"
 T0_MS = 1772359200000
@@ -118,7 +123,7 @@ DRA_POD: dict[str, Any] = {
         "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "infer-7d9c-gpu-x2k4p"}],
     },
 }
-CLAIMS = {
+CLAIMS: dict[tuple[str, str], dict[str, Any]] = {
     ("serve", "infer-7d9c-gpu-x2k4p"): {
         "metadata": {
             "name": "infer-7d9c-gpu-x2k4p",
@@ -594,3 +599,112 @@ def test_policy_event_without_crd_is_a_status_not_an_error() -> None:
     )
     assert (ev.crd, ev.name, ev.components, ev.dra_available) == ("not-installed", "", (), False)
     assert all(not o.present for o in ev.operands)
+
+
+# ---------------------------------------------------------------- the event stream (ClusterState)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = ms(3600)
+
+    def __call__(self) -> int:
+        return self.now
+
+
+E = TypeVar("E")
+
+
+def events(outs: list[Outgoing], kind: type[E]) -> list[E]:
+    return [o.value for o in outs if isinstance(o.value, kind)]
+
+
+def state() -> ClusterState:
+    return ClusterState(epoch=T0_MS, clock=Clock())
+
+
+def pods_of(outs: list[Outgoing]) -> list[tuple[str, str, bool, bool]]:
+    return [
+        (o.key, o.value.pod.uid, o.value.deleted, o.value.relist)
+        for o in outs
+        if isinstance(o.value, PodEvent)
+    ]
+
+
+def test_state_tracks_pods_by_uid_through_name_reuse() -> None:
+    s = state()
+    assert pods_of(s.handle(Changed("pods", "ADDED", STS_POD_V1))) == [("gpu-a", "0b5c-old", False, False)]
+    assert pods_of(s.handle(Changed("pods", "DELETED", STS_POD_V1))) == [("gpu-a", "0b5c-old", True, False)]
+    assert pods_of(s.handle(Changed("pods", "ADDED", STS_POD_V2))) == [("gpu-a", "7f3e-new", False, False)]
+    assert list(s.tracked) == ["7f3e-new"]
+
+
+def test_state_relist_is_a_full_snapshot_with_deletes_for_vanished_pods() -> None:
+    s = state()
+    s.handle(Listed("pods", (STS_POD_V1, SIDECAR_POD), "10"))
+    outs = s.handle(Listed("pods", (STS_POD_V2, SIDECAR_POD), "20"))
+    assert sorted(pods_of(outs)) == [
+        ("", "sc-1", False, True),
+        ("gpu-a", "0b5c-old", True, True),
+        ("gpu-a", "7f3e-new", False, True),
+    ]
+    seqs = [o.value.meta.seq for o in outs]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+
+
+def test_state_skips_updates_that_only_bump_the_resource_version() -> None:
+    s = state()
+    s.handle(Changed("pods", "ADDED", STS_POD_V1))
+    bumped = {**STS_POD_V1, "metadata": {**STS_POD_V1["metadata"], "resourceVersion": "999"}}
+    assert s.handle(Changed("pods", "MODIFIED", bumped)) == []
+    failed = {**STS_POD_V1, "status": {**STS_POD_V1["status"], "phase": "Failed"}}
+    assert [e.pod.phase for e in events(s.handle(Changed("pods", "MODIFIED", failed)), PodEvent)] == [
+        "Failed"
+    ]
+
+
+def test_state_publishes_plain_pods_once_their_node_turns_gpu() -> None:
+    s = state()
+    plain = {
+        "metadata": {"name": "x", "namespace": "ml", "uid": "plain-1"},
+        "spec": {"nodeName": "gpu-a", "containers": [{"name": "c"}]},
+    }
+    s.handle(Listed("nodes", ({"metadata": {"name": "gpu-a"}},), "1"))
+    assert s.handle(Changed("pods", "ADDED", plain)) == []
+    outs = s.handle(
+        Changed(
+            "nodes", "MODIFIED", {"metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.present": "true"}}}
+        )
+    )
+    assert [o.topic for o in outs] == [topics.NODES, topics.PODS] and pods_of(outs)[0][1] == "plain-1"
+    gone = events(s.handle(Changed("nodes", "DELETED", {"metadata": {"name": "gpu-a"}})), NodeEvent)
+    assert [(e.name, e.deleted) for e in gone] == [("gpu-a", True)]
+
+
+def test_state_resends_a_pod_when_its_claim_is_allocated() -> None:
+    s = state()
+    s.handle(Changed("pods", "ADDED", DRA_POD))
+    outs = s.handle(Changed("resourceclaims", "ADDED", CLAIMS[("serve", "infer-7d9c-gpu-x2k4p")]))
+    assert [d.device for o in outs if isinstance(o.value, PodEvent) for d in o.value.pod.claim_devices] == [
+        "gpu-0"
+    ]
+    outs = s.handle(Unavailable("resourceclaims", 404, "not served"))  # DRA went away: devices drop
+    assert [o.value.pod.claim_devices for o in outs if isinstance(o.value, PodEvent)] == [()]
+
+
+def test_state_sends_one_policy_event_once_everything_answered() -> None:
+    s = state()
+    assert s.handle(Unavailable("clusterpolicies", 404, "404 Not Found")) == []
+    assert s.handle(Listed("daemonsets", (), "1")) == []
+    outs = s.handle(Listed("resourceclaims", (), "1"))
+    [policy] = events(outs, PolicyEvent)
+    assert [o.key for o in outs] == ["cluster"] and policy.meta.node == "cluster"
+    assert (policy.crd, policy.dra_available) == ("not-installed", True)
+    assert s.handle(Listed("daemonsets", (), "2")) == []  # nothing changed: nothing sent
+    [policy] = events(s.handle(Unavailable("clusterpolicies", 403, "403 Forbidden")), PolicyEvent)
+    assert policy.crd == "error" and "403" in policy.detail
+    assert policy.meta.time_ms == ms(3600) and policy.meta.epoch == T0_MS
+    assert (
+        not s.synced and s.handle(Listed("pods", (), "3")) == [] and s.handle(Listed("nodes", (), "3")) == []
+    )
+    assert s.synced
