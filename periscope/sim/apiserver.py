@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,13 @@ def _status(code: int, reason: str, message: str) -> Obj:
             "message": message, "reason": reason, "code": code}
 
 
-def _now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def rfc3339(ms: int) -> str:
+    """Unix ms as a metav1.Time string (whole seconds, UTC), as the apiserver writes them."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True, eq=False)  # identity-hashed: lives in a set
@@ -81,8 +87,9 @@ class FakeApiServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, bookmark_interval_s: float = 1.0,
                  history_limit: int = 10_000, crd_installed: bool = True, dra_installed: bool = True,
-                 gone_as_http: bool = False) -> None:
+                 gone_as_http: bool = False, clock: Callable[[], int] = _wall_ms) -> None:
         self.host, self.port = host, port
+        self.clock = clock  # Unix ms for default creationTimestamps (a simulated clock in `periscope up`)
         self.bookmark_interval_s = bookmark_interval_s
         self.history_limit = history_limit
         self.gone_as_http = gone_as_http
@@ -215,7 +222,7 @@ class FakeApiServer:
             prev = old["metadata"] if old is not None else {}
             meta["uid"] = meta.get("uid") or prev.get("uid") or self._new_uid()
             meta["creationTimestamp"] = meta.get("creationTimestamp") or prev.get("creationTimestamp") \
-                or _now_rfc3339()
+                or rfc3339(self.clock())
             new.setdefault("apiVersion", k.api_version)
             new.setdefault("kind", k.kind)
             self._rv += 1

@@ -153,6 +153,8 @@ class ResourceWatch:
                 rv = None
                 self._stop.wait(self.unavailable_retry_s if exc.status == 404 else self._backoff.next())
             except Exception as exc:  # connection refused/reset, truncated stream, bad JSON
+                if self._stop.is_set():  # stop() shut the socket under us
+                    break
                 self.stats.errors += 1
                 delay = self._backoff.next()
                 log.info("%s: %s: %s; retrying in %.1fs", self.kind, type(exc).__name__, exc, delay)
