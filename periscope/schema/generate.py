@@ -36,9 +36,8 @@ def _fix_imports(path: Path, prefix: str) -> None:
 
 def generate(root: Path = ROOT, out: Path = ROOT) -> list[Path]:
     """Run protoc for both trees; return the generated files (relative to `out`)."""
-    from grpc_tools import protoc  # dev dependency, only needed when regenerating
-
     import grpc_tools
+    from grpc_tools import protoc  # dev dependency, only needed when regenerating
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     produced: list[Path] = []
