@@ -65,6 +65,7 @@ class KubeWatcher:
         self._threads: list[threading.Thread] = []
         self.published = 0
         self.publish_failures = 0
+        self.handle_errors = 0
         self.publishing_ok = True
 
     def _build(self, notify: Callable[[Notification], None]) -> list[ResourceWatch]:
@@ -134,7 +135,13 @@ class KubeWatcher:
     async def _pump(self, queue: asyncio.Queue[Notification]) -> None:
         while True:
             note = await queue.get()
-            for out in self.state.handle(note):
+            try:
+                outs = self.state.handle(note)
+            except Exception:  # one malformed object must not stop the watcher
+                self.handle_errors += 1
+                log.exception("could not map a %s notification; skipped", note.kind)
+                continue
+            for out in outs:
                 await self._publish(out)
 
     async def _publish(self, out: Outgoing) -> None:
@@ -177,6 +184,9 @@ class KubeWatcher:
             "# HELP periscope_watcher_publish_failures_total Failed publish attempts (retried).",
             "# TYPE periscope_watcher_publish_failures_total counter",
             f"periscope_watcher_publish_failures_total {self.publish_failures}",
+            "# HELP periscope_watcher_mapping_errors_total Notifications skipped because mapping failed.",
+            "# TYPE periscope_watcher_mapping_errors_total counter",
+            f"periscope_watcher_mapping_errors_total {self.handle_errors}",
             "# HELP periscope_watcher_tracked_pods GPU pods currently tracked.",
             "# TYPE periscope_watcher_tracked_pods gauge",
             f"periscope_watcher_tracked_pods {len(self.state.tracked)}",

@@ -329,3 +329,19 @@ async def test_dra_claim_devices_reach_the_pod_event(harness: Harness) -> None:
         "gpu-3",
     )
     assert h.log.of(PolicyEvent)[-1].dra_available is True
+
+
+async def test_a_malformed_object_is_skipped_not_fatal(harness: Harness) -> None:
+    h = harness
+    h.server.upsert(
+        "daemonsets",
+        {
+            "metadata": {"name": "nvidia-dcgm-exporter", "namespace": "gpu-operator"},
+            "status": {"desiredNumberScheduled": "many"},
+        },
+    )
+    await asyncio.sleep(0.5)
+    h.server.upsert("pods", gpu_pod("after", "uid-after"))
+    await h.log.wait_for(lambda _: bool(h.pods("uid-after")))
+    assert h.watcher.handle_errors >= 1
+    assert "periscope_watcher_mapping_errors_total" in h.watcher.metrics()
