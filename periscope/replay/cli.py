@@ -1,0 +1,201 @@
+"""`periscope replay`: rebuild attribution for a past range, or name who owned what at an instant.
+
+    periscope replay --from T --to T [--pod UID] [--gpu UUID] [--node N] [--format json|table]
+    periscope replay --at T [--gpu UUID] [--node N] [--format json|table]
+
+Reads the input topics (never committing), runs them through the same core as the live joiner and
+prints the records it emits in [from, to] (JSON: {"from", "to", "items", "stats"}), or the owners at
+T (JSON: {"at", "items"}). Warnings, the speed summary and the progress bar go to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from periscope.cli.errors import InputError, one_line
+from periscope.core.duration import parse_duration_ms
+from periscope.core.model import NodeInput
+from periscope.replay.owners import owners_with_stats
+from periscope.replay.reader import ReadError, ReadPlan, ReadStats, read_inputs
+from periscope.replay.render import (
+    ProgressBar,
+    output_json,
+    owners_table,
+    parse_time_ms,
+    rfc3339,
+    stdout_console,
+    timeline_table,
+)
+from periscope.replay.runner import ReplayConfig, ReplayResult, output_filter, output_time, replay_events
+from periscope.replay.settings import ReplaySettings
+
+Json = dict[str, Any]
+_WARNINGS_SHOWN = 10
+
+
+class _Warnings:
+    """Bad records: the first few named on stderr, all of them counted."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet, self.count = quiet, 0
+
+    def __call__(self, message: str) -> None:
+        self.count += 1
+        if self.quiet:
+            return
+        if self.count <= _WARNINGS_SHOWN:
+            click.echo(f"periscope: warning: {one_line(message)}", err=True)
+        elif self.count == _WARNINGS_SHOWN + 1:
+            click.echo("periscope: warning: more bad records; only the count is reported below", err=True)
+
+
+def _time(flag: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_time_ms(text)
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
+
+
+def _duration(flag: str, text: str) -> int:
+    try:
+        ms = parse_duration_ms(text)
+    except ValueError as e:
+        raise InputError(f"{flag}: {e}") from None
+    if ms < 0:
+        raise InputError(f"{flag}: must not be negative")
+    return ms
+
+
+def _settings() -> ReplaySettings:
+    try:
+        return ReplaySettings()
+    except ValidationError as e:
+        err = e.errors()[0]
+        name = "PERISCOPE_" + str(err["loc"][0]).upper() if err.get("loc") else "settings"
+        raise InputError(f"{name}: {err['msg']}") from None
+
+
+def _check_bootstrap(value: str) -> str:
+    for part in value.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InputError(f"--bootstrap: not HOST:PORT: {value!r}")
+    return value
+
+
+def timeline_document(from_ms: int, to_ms: int, result: ReplayResult, stats: ReadStats,
+                      filters: dict[str, str | None]) -> Json:
+    # Ordered by event time; within an instant, the core's own (deterministic) emission order.
+    outputs = sorted(result.outputs, key=output_time)
+    return {
+        "from": rfc3339(from_ms), "to": rfc3339(to_ms), "filters": filters,
+        "items": [output_json(o) for o in outputs],
+        "stats": {"events": result.events, "samples": result.samples, "device_samples": result.device_samples,
+                  "bad_records": stats.bad, "failed_events": result.failed},
+    }
+
+
+def _emit(doc: Json, fmt: str, table: Any) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        stdout_console(sys.stdout).print(table(doc))
+
+
+def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | None, seconds: float) -> None:
+    if quiet:
+        return
+    parts = [f"replay: {what}: read {stats.records} record(s), {stats.events} event(s)"]
+    if result is not None:
+        speed = result.device_samples / result.seconds if result.seconds > 0 else 0.0
+        parts.append(f"{result.device_samples} device sample(s) in {result.seconds:.2f}s "
+                     f"({speed:.0f} device samples/s)")
+    parts.append(f"{stats.bad} bad record(s) skipped; {seconds:.2f}s in all")
+    click.echo("; ".join(parts), err=True)
+
+
+@click.command("replay")
+@click.option("--bootstrap", metavar="HOST:PORT",
+              help="Kafka bootstrap (default: PERISCOPE_KAFKA_BOOTSTRAP).")
+@click.option("--from", "from_", metavar="T", help="Start of the range (RFC 3339 UTC).")
+@click.option("--to", "to", metavar="T", help="End of the range (RFC 3339 UTC).")
+@click.option("--at", "at", metavar="T", help="Instant for 'who owned what at T' (RFC 3339 UTC).")
+@click.option("--pod", metavar="UID", help="Only this pod UID.")
+@click.option("--gpu", metavar="UUID", help="Only this GPU (or MIG instance) UUID.")
+@click.option("--node", metavar="NAME", help="Only this node (reads only its partition).")
+@click.option("--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True)
+@click.option("--lookback", metavar="DURATION",
+              help="How far back to read allocations and inventory (default PERISCOPE_REPLAY_LOOKBACK, 1h).")
+@click.option("--window-lookback", metavar="DURATION",
+              help="Telemetry read before --from to warm windows and idle state "
+                   "(default PERISCOPE_REPLAY_WINDOW_LOOKBACK, 10m).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary on stderr.")
+def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | None, pod: str | None,
+            gpu: str | None, node: str | None, fmt: str, lookback: str | None, window_lookback: str | None,
+            quiet: bool) -> None:
+    """Rebuild attribution for a past time range from the input topics (or the owners at --at T)."""
+    settings = _settings()
+    from_ms, to_ms, at_ms = _time("--from", from_), _time("--to", to), _time("--at", at)
+    if at_ms is not None and (from_ms is not None or to_ms is not None):
+        raise InputError("--at cannot be combined with --from/--to")
+    if at_ms is None and (from_ms is None or to_ms is None):
+        raise InputError("give --from and --to (a range) or --at (an instant)")
+    if from_ms is not None and to_ms is not None and from_ms > to_ms:
+        raise InputError(f"--from {from_} is after --to {to}")
+    updates: dict[str, str] = {}
+    if lookback is not None:
+        _duration("--lookback", lookback)
+        updates["replay_lookback"] = lookback
+    if window_lookback is not None:
+        _duration("--window-lookback", window_lookback)
+        updates["replay_window_lookback"] = window_lookback
+    settings = settings.model_copy(update=updates)
+    server = _check_bootstrap(bootstrap or settings.kafka_bootstrap)
+    warnings = _Warnings(quiet)
+    started = time.perf_counter()
+    with ProgressBar(sys.stderr, enabled=not quiet) as bar:
+        try:
+            if at_ms is not None:
+                doc, stats = asyncio.run(owners_with_stats(
+                    server, at_ms, gpu_uuid=gpu, node=node, pod_uid=pod, settings=settings, warn=warnings,
+                    progress=lambda n, total: bar.update("reading", n, total)))
+                result = None
+            else:
+                assert from_ms is not None and to_ms is not None
+                doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings,
+                                               {"pod": pod, "gpu": gpu, "node": node})
+        except ReadError as e:
+            raise click.ClickException(one_line(str(e))) from None
+    _emit(doc, fmt, owners_table if at_ms is not None else timeline_table)
+    if warnings.count and not quiet:
+        click.echo(f"periscope: warning: skipped {warnings.count} bad record(s)", err=True)
+    _summary(quiet, "owners" if at_ms is not None else "range", stats, result, time.perf_counter() - started)
+
+
+def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
+              warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
+    plan = ReadPlan(anchor_ms=from_ms - settings.ms("replay_window_lookback"), to_ms=to_ms,
+                    lookback_ms=settings.ms("replay_lookback"),
+                    late_slack_ms=settings.ms("replay_late_slack"), node=filters["node"])
+    events, stats = asyncio.run(read_inputs(server, plan, warn=warnings,
+                                            progress=lambda n, total: bar.update("reading", n, total)))
+    keep = output_filter(pod_uid=filters["pod"], gpu_uuid=filters["gpu"], node=filters["node"])
+    config = ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
+
+    def failed(ev: NodeInput, e: Exception) -> None:
+        warnings(f"skipping event {type(ev).__name__} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+                 f"{type(e).__name__}: {e}")
+
+    total = len(events)
+    result = replay_events(events, config, progress=lambda n: bar.update("replaying", n, total),
+                           on_error=failed)
+    return timeline_document(from_ms, to_ms, result, stats, filters), stats, result

@@ -1,0 +1,347 @@
+"""Read the input topics for a replay range: read-only, never committing, bounded by what exists now.
+
+What the core needs to answer for [from, to] (the "anchor" is the first instant whose samples matter):
+- pods and nodes: state-based and small, read from the beginning of their topics;
+- allocation snapshots and inventory: from `anchor - lookback`, and further back until each node's
+  last snapshot at or before the anchor is found;
+- telemetry and XIDs: from the anchor to `to`.
+Every partition is assigned by hand (no group id, so nothing is committed and no rebalance happens)
+and read up to the end offset seen at start. The broker's `offsets_for_times` is only a hint: it is
+checked against the event times of the records around it (some brokers answer it wrongly) and
+otherwise the start is found by bisecting on event time, then scanned forward. Records that do not
+decode are skipped, counted and reported through `warn`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.partitioner import murmur2
+
+from periscope.bus import codec
+from periscope.bus import topics as t
+from periscope.core.model import NodeInput, PodEvent
+from periscope.replay.runner import node_of
+
+STATE = (t.PODS, t.NODES)  # from the beginning
+SNAPSHOTS = (t.ALLOCATIONS, t.INVENTORY)  # from a lookback, at least one per node at or before the anchor
+SAMPLES = (t.TELEMETRY, t.XID)  # [anchor, to]
+_PROBE_FETCH_BYTES = 64 * 1024
+_IDLE_LIMIT_S = 30.0
+
+
+class ReadError(RuntimeError):
+    """The broker could not be read (unreachable, or it stopped answering)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    anchor_ms: int  # first instant whose samples the core must see
+    to_ms: int  # last instant replayed
+    lookback_ms: int = 3_600_000
+    late_slack_ms: int = 300_000  # a time-ranged partition is read until a record this far past `to`
+    samples: bool = True  # read telemetry and XIDs (ownership at an instant needs neither)
+    node: str | None = None
+
+    @property
+    def cut_ms(self) -> int:
+        return self.anchor_ms - self.lookback_ms
+
+
+@dataclass(slots=True)
+class ReadStats:
+    records: int = 0  # records read
+    events: int = 0  # events handed on
+    bad: int = 0  # records skipped because they did not decode
+    probes: int = 0  # single-record reads spent locating start offsets
+    extended: int = 0  # records read further back to find a node's last snapshot
+    bad_by_topic: dict[str, int] = field(default_factory=dict)
+
+
+Warn = Callable[[str], None]
+Progress = Callable[[int, int], None]  # (records just read, total records planned so far)
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition the default (murmur2) partitioner gives a key, as every producer of ours uses."""
+    h: int = murmur2(key.encode())
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def _record_time(topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> int:
+    try:
+        ev: NodeInput = codec.decode(topic, rec.value or b"")
+        return ev.meta.time_ms
+    except codec.DecodeError:
+        return int(rec.timestamp)
+
+
+class _Reader:
+    def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None) -> None:
+        self.plan, self.warn, self.progress = plan, warn, progress
+        self.stats = ReadStats()
+        common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
+                                  "enable_auto_commit": False, "client_id": "periscope-replay"}
+        self.main = AIOKafkaConsumer(**common)
+        self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
+        self.begin: dict[TopicPartition, int] = {}
+        self.end: dict[TopicPartition, int] = {}
+        self.parts: dict[str, int] = {}  # partition count per topic
+        self.total = 0
+        self.events: list[tuple[t.Topic, NodeInput]] = []
+        # per snapshot topic, the nodes with a record at or before the anchor
+        self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
+
+    async def __aenter__(self) -> _Reader:
+        await self.main.start()
+        try:
+            await self.probe.start()
+        except BaseException:
+            await self.main.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.probe.stop()
+        await self.main.stop()
+
+    # ------------------------------------------------------------------ layout
+
+    async def layout(self) -> list[TopicPartition]:
+        await self.main.topics()  # one metadata request for every topic (never auto-creates one)
+        tps: list[TopicPartition] = []
+        for topic in t.NODE_INPUTS:
+            parts = sorted(self.main.partitions_for_topic(topic.name) or ())
+            self.parts[topic.name] = len(parts)
+            if self.plan.node is not None and parts:
+                parts = [parts[partition_for(self.plan.node, len(parts))]]
+            tps += [TopicPartition(topic.name, p) for p in parts]
+        if not tps:
+            return []
+        self.begin = await self.main.beginning_offsets(tps)
+        self.end = await self.main.end_offsets(tps)
+        self.main.assign(tps)
+        self.main.pause(*tps)
+        self.probe.assign(tps)
+        self.probe.pause(*tps)
+        return tps
+
+    # ------------------------------------------------------------------ finding a start offset
+
+    async def _time_at(self, tp: TopicPartition, offset: int) -> int | None:
+        """Event time of the first record at or after `offset` (None past the end seen at start)."""
+        self.stats.probes += 1
+        self.probe.seek(tp, offset)
+        self.probe.resume(tp)
+        try:
+            for _ in range(20):
+                got = await self.probe.getmany(tp, timeout_ms=500, max_records=1)
+                for rec in got.get(tp, []):
+                    if rec.offset >= self.end[tp]:
+                        return None
+                    return _record_time(t.BY_NAME[tp.topic], rec)
+                if await self.probe.position(tp) >= self.end[tp]:
+                    return None
+            raise ReadError(f"no answer from the broker reading {tp.topic}[{tp.partition}]@{offset}")
+        finally:
+            self.probe.pause(tp)
+
+    async def start_offsets(self, tps: list[TopicPartition], target_ms: int) -> dict[TopicPartition, int]:
+        """Per partition, the first offset whose record is at or after target_ms in event time."""
+        live = [tp for tp in tps if self.begin[tp] < self.end[tp]]
+        hints: dict[TopicPartition, Any] = {}
+        if live:
+            try:
+                hints = await self.main.offsets_for_times({tp: max(0, target_ms) for tp in live})
+            except Exception:  # unsupported by the broker: bisect without a hint
+                hints = {}
+        out = {tp: self.end[tp] for tp in tps}
+        for tp in live:
+            hint = hints.get(tp)
+            out[tp] = await self._find_start(tp, target_ms, None if hint is None else int(hint.offset))
+        return out
+
+    async def _find_start(self, tp: TopicPartition, target_ms: int, hint: int | None) -> int:
+        lo, hi = self.begin[tp], self.end[tp]
+
+        async def before(offset: int) -> bool:  # does the record at offset come before the target?
+            tm = await self._time_at(tp, offset)
+            return tm is not None and tm < target_ms
+
+        if (hint is not None and lo <= hint <= hi and (hint == lo or await before(hint - 1))
+                and (hint == hi or not await before(hint))):
+            return hint  # the hint holds up against the records on either side of it
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if await before(mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    # ------------------------------------------------------------------ reading
+
+    def _keep(self, topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> NodeInput | None:
+        if self.plan.node is not None and rec.key is not None and rec.key != self.plan.node.encode():
+            return None
+        try:
+            ev: NodeInput = codec.decode(topic, rec.value or b"")
+        except codec.DecodeError as e:
+            self.stats.bad += 1
+            self.stats.bad_by_topic[topic.name] = self.stats.bad_by_topic.get(topic.name, 0) + 1
+            if self.warn is not None:
+                self.warn(f"skipping bad record {rec.topic}[{rec.partition}]@{rec.offset}: {e}")
+            return None
+        if self.plan.node is not None and node_of(ev) != self.plan.node:
+            return None
+        return ev
+
+    def _planned(self, n: int) -> None:
+        self.total += n
+        if self.progress is not None:
+            self.progress(0, self.total)
+
+    async def read(self, ranges: dict[TopicPartition, tuple[int, int]], *, stop_after_ms: int | None) -> None:
+        """Read [start, stop) of each partition; a time-ranged one (stop_after_ms set) also ends at the
+        first record later than stop_after_ms."""
+        active: set[TopicPartition] = set()
+        for tp, (start, stop) in ranges.items():
+            if start < stop:
+                self.main.seek(tp, start)
+                active.add(tp)
+        self._planned(sum(stop - start for start, stop in ranges.values() if start < stop))
+        if not active:
+            return
+        self.main.resume(*active)
+        idle_since = asyncio.get_running_loop().time()
+        while active:
+            got = await self.main.getmany(*sorted(active), timeout_ms=500, max_records=5000)
+            now = asyncio.get_running_loop().time()
+            for tp, recs in got.items():
+                if tp not in active:
+                    continue
+                topic, stop = t.BY_NAME[tp.topic], ranges[tp][1]
+                done, n = False, 0
+                for rec in recs:
+                    if rec.offset >= stop:
+                        done = True
+                        break
+                    n += 1
+                    ev = self._keep(topic, rec)
+                    if ev is not None:
+                        self.events.append((topic, ev))
+                        if topic in SNAPSHOTS and ev.meta.time_ms <= self.plan.anchor_ms:
+                            self.anchored[topic.name].add(node_of(ev))
+                        if stop_after_ms is not None and ev.meta.time_ms > stop_after_ms:
+                            done = True
+                            break
+                self.stats.records += n
+                if self.progress is not None and n:
+                    self.progress(n, self.total)
+                if done or (recs and recs[-1].offset + 1 >= stop):
+                    self._finish(tp, active)
+                idle_since = now
+            for tp in [tp for tp in sorted(active) if not got.get(tp)]:
+                if await self.main.position(tp) >= ranges[tp][1]:
+                    self._finish(tp, active)  # a gap (deleted records, markers) up to the stop offset
+            if active and now - idle_since > _IDLE_LIMIT_S:
+                raise ReadError(f"the broker sent nothing for {_IDLE_LIMIT_S:.0f}s while records remain")
+
+    def _finish(self, tp: TopicPartition, active: set[TopicPartition]) -> None:
+        active.discard(tp)
+        self.main.pause(tp)
+
+
+def _nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> set[str]:
+    """Nodes the replay will need allocation/inventory state for."""
+    if plan.node is not None:
+        return {plan.node}
+    nodes: set[str] = set()
+    last_pod: dict[str, PodEvent] = {}
+    for topic, ev in events:
+        if topic in SAMPLES or (topic in SNAPSHOTS and ev.meta.time_ms >= plan.cut_ms):
+            nodes.add(node_of(ev))
+        elif isinstance(ev, PodEvent) and ev.meta.time_ms <= plan.to_ms:
+            prev = last_pod.get(ev.pod.uid)
+            if prev is None or ev.meta.time_ms >= prev.meta.time_ms:
+                last_pod[ev.pod.uid] = ev
+    nodes |= {node_of(e) for e in last_pod.values() if not e.deleted}
+    nodes.discard("")
+    return nodes
+
+
+async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int], need: set[str]) -> None:
+    """Read further back in `topic` until every node in `need` has a record at or before the anchor."""
+    count = r.parts.get(topic.name, 0)
+    for tp in [tp for tp in starts if tp.topic == topic.name]:
+        mine = {n for n in need if r.plan.node is not None or partition_for(n, count) == tp.partition}
+        lo, chunk = starts[tp], 256
+        while mine - r.anchored[topic.name] and lo > r.begin[tp]:
+            new_lo = max(r.begin[tp], lo - chunk)
+            before = r.stats.records
+            await r.read({tp: (new_lo, lo)}, stop_after_ms=None)
+            r.stats.extended += r.stats.records - before
+            lo, chunk = new_lo, chunk * 2
+
+
+def select(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> list[NodeInput]:
+    """The events the replay feeds, independent of how far before the range the reading started:
+    state up to `to`; snapshots in [cut, to] plus, where a node has none in [cut, anchor], its latest
+    before the cut; samples in [anchor, to]."""
+    out: list[NodeInput] = []
+    older: dict[tuple[str, str], NodeInput] = {}
+    covered: set[tuple[str, str]] = set()
+    for topic, ev in events:
+        tm = ev.meta.time_ms
+        if tm > plan.to_ms:
+            continue
+        if topic in STATE:
+            out.append(ev)
+        elif topic in SAMPLES:
+            if tm >= plan.anchor_ms:
+                out.append(ev)
+        elif tm >= plan.cut_ms:
+            out.append(ev)
+            if tm <= plan.anchor_ms:
+                covered.add((topic.name, node_of(ev)))
+        else:
+            key = (topic.name, node_of(ev))
+            prev = older.get(key)
+            if prev is None or tm >= prev.meta.time_ms:
+                older[key] = ev
+    out += [ev for key, ev in sorted(older.items(), key=lambda kv: kv[0]) if key not in covered]
+    return out
+
+
+async def read_inputs(
+    bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None
+) -> tuple[list[NodeInput], ReadStats]:
+    """Every input event the replay of `plan` needs, unordered (the runner orders them per node)."""
+    try:
+        async with _Reader(bootstrap, plan, warn, progress) as r:
+            tps = await r.layout()
+            ranges = {tp: (r.begin[tp], r.end[tp]) for tp in tps if t.BY_NAME[tp.topic] in STATE}
+            await r.read(ranges, stop_after_ms=None)
+            snap_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SNAPSHOTS]
+            snap_starts = await r.start_offsets(snap_tps, plan.cut_ms)
+            await r.read({tp: (snap_starts[tp], r.end[tp]) for tp in snap_tps},
+                         stop_after_ms=plan.to_ms + plan.late_slack_ms)
+            if plan.samples:
+                sample_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SAMPLES]
+                starts = await r.start_offsets(sample_tps, plan.anchor_ms)
+                await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps},
+                             stop_after_ms=plan.to_ms + plan.late_slack_ms)
+            need = _nodes_needing_snapshots(r.events, plan)
+            for topic in SNAPSHOTS:
+                await _extend(r, topic, snap_starts, need)
+    except ReadError:
+        raise
+    except Exception as e:  # aiokafka's connection and protocol errors
+        raise ReadError(f"cannot read from the broker at {bootstrap}: {type(e).__name__}: {e}") from e
+    selected = select(r.events, plan)
+    r.stats.events = len(selected)
+    return selected, r.stats
