@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 import time
 from typing import Any
@@ -81,7 +82,7 @@ def _settings() -> ReplaySettings:
     except ValidationError as e:
         err = e.errors()[0]
         name = "PERISCOPE_" + str(err["loc"][0]).upper() if err.get("loc") else "settings"
-        raise InputError(f"{name}: {err['msg']}") from None
+        raise InputError(f"{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
 def _check_bootstrap(value: str) -> str:
@@ -144,6 +145,8 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
             quiet: bool) -> None:
     """Rebuild attribution for a past time range from the input topics (or the owners at --at T)."""
     settings = _settings()
+    # aiokafka logs every failed connection attempt; the outcome is reported here, once, instead.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     from_ms, to_ms, at_ms = _time("--from", from_), _time("--to", to), _time("--at", at)
     if at_ms is not None and (from_ms is not None or to_ms is not None):
         raise InputError("--at cannot be combined with --from/--to")
@@ -151,13 +154,11 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
         raise InputError("give --from and --to (a range) or --at (an instant)")
     if from_ms is not None and to_ms is not None and from_ms > to_ms:
         raise InputError(f"--from {from_} is after --to {to}")
-    updates: dict[str, str] = {}
+    updates: dict[str, float] = {}
     if lookback is not None:
-        _duration("--lookback", lookback)
-        updates["replay_lookback"] = lookback
+        updates["replay_lookback"] = _duration("--lookback", lookback) / 1000
     if window_lookback is not None:
-        _duration("--window-lookback", window_lookback)
-        updates["replay_window_lookback"] = window_lookback
+        updates["replay_window_lookback"] = _duration("--window-lookback", window_lookback) / 1000
     settings = settings.model_copy(update=updates)
     server = _check_bootstrap(bootstrap or settings.kafka_bootstrap)
     warnings = _Warnings(quiet)

@@ -97,15 +97,16 @@ class _Reader:
         self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
 
     async def __aenter__(self) -> _Reader:
-        await self.main.start()
         try:
+            await self.main.start()
             await self.probe.start()
         except BaseException:
-            await self.main.stop()
+            await self.__aexit__()
             raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        # Stopping a consumer whose start failed is safe, and keeps it from warning when collected.
         await self.probe.stop()
         await self.main.stop()
 
@@ -341,7 +342,7 @@ async def read_inputs(
     except ReadError:
         raise
     except Exception as e:  # aiokafka's connection and protocol errors
-        raise ReadError(f"cannot read from the broker at {bootstrap}: {type(e).__name__}: {e}") from e
+        raise ReadError(f"cannot read from the broker at {bootstrap}: {str(e) or type(e).__name__}") from e
     selected = select(r.events, plan)
     r.stats.events = len(selected)
     return selected, r.stats

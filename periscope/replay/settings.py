@@ -1,15 +1,16 @@
 """Settings of `periscope replay` (env prefix PERISCOPE_, e.g. PERISCOPE_REPLAY_LOOKBACK).
 
-The row settings use the joiner's own variable names (PERISCOPE_WINDOW, PERISCOPE_IDLE_WINDOW, ...), so
-one environment gives the live joiner and replay the same engine configuration, and so the same output.
-Durations accept the project's duration strings (`90s`, `10m`, `2h`).
+The engine settings use the joiner's own variable names and formats (PERISCOPE_WINDOW,
+PERISCOPE_IDLE_WINDOW, PERISCOPE_LATENESS, ...), so one environment gives the live joiner and replay
+the same engine configuration, and so the same outputs. Durations accept the project's duration
+strings (`90s`, `10m`, `2h`) or plain seconds.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from periscope.config import ServiceSettings
 from periscope.core.duration import parse_duration_ms
@@ -17,42 +18,52 @@ from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 
 _DURATIONS = ("replay_lookback", "replay_window_lookback", "replay_late_slack", "window", "window_keep",
-              "idle_window")
+              "idle_window", "lateness")
+
+
+def seconds(value: Any) -> Any:
+    """'90s', '10m', '1.5' (seconds) -> float seconds; anything else is left to pydantic."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            return parse_duration_ms(text) / 1000.0
+    return value
 
 
 class ReplaySettings(ServiceSettings):
     # Allocation snapshots and inventory are read from this far before the first instant replayed
     # (and further back, until each node's last snapshot before it is found).
-    replay_lookback: str = "1h"
+    replay_lookback: float = 3600.0
     # Telemetry and XIDs are read from this far before --from, so window and idle state are warm at --from.
-    replay_window_lookback: str = "10m"
+    replay_window_lookback: float = 600.0
     # A partition is read until a record this far past --to (records arrive a little out of order).
-    replay_late_slack: str = "5m"
-    # The joiner's row settings (same environment variables).
-    window: str = "1m"
-    window_keep: str = "1h"
-    idle_window: str = "10m"
-    idle_threshold: float = 5.0
+    replay_late_slack: float = 300.0
+    # The joiner's engine settings (same environment variables, same defaults).
+    window: float = 60.0
+    window_keep: float = 3600.0
+    idle_window: float = 600.0
+    idle_threshold: float = Field(default=5.0, ge=0.0, le=100.0)
+    lateness: float = 1.0
+
+    @field_validator(*_DURATIONS, mode="before")
+    @classmethod
+    def _parse(cls, value: Any) -> Any:
+        return seconds(value)
 
     @field_validator(*_DURATIONS)
     @classmethod
-    def _duration(cls, value: str) -> str:
-        if parse_duration_ms(value) < 0:  # raises ValueError with a readable message
-            raise ValueError("must not be negative")
-        return value
-
-    @field_validator("idle_threshold")
-    @classmethod
-    def _pct(cls, value: float) -> float:
-        if not 0 <= value <= 100:
-            raise ValueError("must be a percentage between 0 and 100")
+    def _not_negative(cls, value: float) -> float:
+        if value < 0:
+            raise ValueError("must not be a negative duration")
         return value
 
     def ms(self, name: str) -> int:
-        value: Any = getattr(self, name)
-        return parse_duration_ms(str(value))
+        value: float = getattr(self, name)
+        return round(value * 1000)
 
     def engine_config(self) -> EngineConfig:
-        rows = RowConfig(window_ms=self.ms("window"), window_keep_ms=self.ms("window_keep"),
+        rows = RowConfig(window_ms=max(1, self.ms("window")), window_keep_ms=self.ms("window_keep"),
                          idle_window_ms=self.ms("idle_window"), idle_threshold_pct=self.idle_threshold)
-        return EngineConfig(rows=rows)
+        return EngineConfig(rows=rows, lateness_ms=self.ms("lateness"))
