@@ -1,0 +1,330 @@
+"""The joiner's stream logic: decode, call the pure core, encode. No join logic lives here.
+
+One `Joiner` per worker keeps an in-memory `NodeState` per node of its assigned partitions, rebuilt
+from the changelogged tables after a start or a rebalance. Delivery is at-least-once with three rules:
+
+* an input record is acknowledged (so its offset may be committed) only after a persist that includes
+  it is durable, so a restarted worker re-reads everything its recovered state lacks;
+* a persist's node record is written only after every output computed before it was delivered, so the
+  recovered state never hides an output that was never published;
+* outputs are published only after their node's high-water mark is durable; after recovery, outputs
+  at or before the mark are held back and only the newest per key is published once reprocessing has
+  passed the mark, so no subscriber ever sees an output older than one it already got.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from periscope.bus import codec
+from periscope.bus.codec import DecodeError
+from periscope.bus.topics import BY_NAME, NODE_INPUTS
+from periscope.core.engine import EngineConfig, NodeState, advance, output_key, step
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    NodeEvent,
+    NodeInput,
+    NodeTelemetry,
+    Output,
+    PodEvent,
+)
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.output import OutputSender, is_one_shot, record_of, time_of
+from services.joiner.state import PodVersion, decode_mark, encode_mark, plan_persist, restore
+
+log = logging.getLogger(__name__)
+
+INPUT_TOPICS = {t.name: t for t in NODE_INPUTS}
+
+
+class TableIO(Protocol):
+    """A changelogged table written with an explicit partition (outside any stream event)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
+    def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
+
+
+class Message(Protocol):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Rejected(ValueError):
+    """A record that decodes but cannot be joined (no key, or a key that contradicts the payload)."""
+
+
+@dataclass(slots=True)
+class Slot:
+    node: str
+    partition: int
+    state: NodeState
+    seq: int
+    versions: dict[str, PodVersion]
+    mark_ms: int  # newest output time whose publication was promised (durable mark)
+    replay_until_ms: int  # after recovery: outputs at or before this were published before
+    recovered_ms: int  # processed_ms when rebuilt: older telemetry is a redelivery, not a late sample
+    stash: dict[str, Output] = field(default_factory=dict)
+    held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
+    dirty: bool = False
+    last_probe: float = 0.0
+    last_persist: float = 0.0
+    persisting: bool = False
+    again: bool = False
+
+
+def _node_of(key: bytes | None, obj: NodeInput) -> str | None:
+    """The node whose state the record belongs to; None for an unscheduled pod (nothing to join)."""
+    node = (key or b"").decode("utf-8", "replace")
+    if isinstance(obj, PodEvent):
+        if not node:
+            return None
+        if obj.pod.node and obj.pod.node != node:
+            raise Rejected(f"record key {node!r} is not the pod's node {obj.pod.node!r}")
+        return node
+    if not node:
+        raise Rejected("record has no key (the node name)")
+    named = obj.name if isinstance(obj, NodeEvent) else obj.meta.node
+    if named != node:
+        raise Rejected(f"record key {node!r} is not the event's node {named!r}")
+    return node
+
+
+def _state_mark(s: NodeState) -> tuple[object, ...]:
+    """Identity of the state-based inputs: changes when a pod, allocation, inventory or node label does."""
+    return (s.pods.version, tuple(id(a) for a in s.allocs), id(s.inventory), s.node_event)
+
+
+class Joiner:
+    def __init__(self, *, config: EngineConfig, persist_interval_s: float, metrics: JoinerMetrics,
+                 nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender,
+                 dead_letter: Callable[[Message, str], Awaitable[None]],
+                 rebalancing: Callable[[], bool], on_error: Callable[[BaseException], Awaitable[None]],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.persist_interval_s = persist_interval_s
+        self.metrics = metrics
+        self.nodes, self.pods, self.marks = nodes, pods, marks
+        self.sender = sender
+        self._dead_letter = dead_letter
+        self._rebalancing = rebalancing
+        self._on_error = on_error
+        self._clock = clock
+        self.ack: Callable[[Any], Awaitable[Any]] | None = None  # set by the agent (stream.ack)
+        self.slots: dict[str, Slot] = {}
+        self.epoch = 0  # bumps on every rebalance: persists started before it are abandoned
+        self.stopping = False
+        self.processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> last offset handled
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    # ------------------------------------------------------------------ events
+
+    async def handle(self, event: Any) -> None:
+        msg: Message = event.message
+        topic = INPUT_TOPICS.get(msg.topic) or BY_NAME.get(msg.topic)
+        self.metrics.events_in.labels(msg.topic).inc()
+        if self.stopping:
+            return  # not acknowledged: read again after the restart
+        self.processed[(msg.topic, msg.partition)] = msg.offset
+        try:
+            if topic is None:
+                raise DecodeError(f"topic {msg.topic} is not a joiner input")
+            if msg.value is None:
+                raise DecodeError("record has no value")
+            obj: NodeInput = codec.decode(topic, msg.value)
+            node = _node_of(msg.key, obj)
+        except (DecodeError, Rejected) as e:
+            await self._reject(event, msg, str(e))
+            return
+        if node is None:
+            self.metrics.skipped.inc()
+            await self._ack_now(event)
+            return
+        slot = self._slot(node, msg.partition)
+        before, mark = replace(slot.state.counters), _state_mark(slot.state)
+        try:
+            _, outs = step(slot.state, obj, self.config)
+        except Exception as e:  # a bug in the core must not stop every other node's attribution
+            log.exception("node %s: the core failed on a %s record", node, msg.topic)
+            await self._reject(event, msg, f"core error: {type(e).__name__}: {e}")
+            return
+        redelivered = isinstance(obj, NodeTelemetry) and obj.meta.time_ms <= slot.recovered_ms
+        self.metrics.count_engine(before, slot.state.counters, redelivered=redelivered)
+        if not isinstance(obj, (PodEvent, NodeEvent)):
+            slot.last_probe = self._clock()
+        slot.held.append(event)
+        self._emit(slot, outs)
+        state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
+        if state_input and _state_mark(slot.state) != mark:
+            self._persist(slot)  # state-based inputs are persisted at once
+        elif self._clock() - slot.last_persist >= self.persist_interval_s:
+            self._persist(slot)
+        else:
+            slot.dirty = True
+
+    async def _reject(self, event: Any, msg: Message, error: str) -> None:
+        await self._dead_letter(msg, error)
+        self.metrics.dead_letters.labels(msg.topic).inc()
+        await self._ack_now(event)
+
+    async def _ack_now(self, event: Any) -> None:
+        # Acking out of order is safe: an offset is committed only once every earlier one is acked.
+        if self.ack is not None:
+            await self.ack(event)
+
+    def _slot(self, node: str, partition: int) -> Slot:
+        slot = self.slots.get(node)
+        if slot is not None:
+            if slot.partition != partition:
+                log.warning("node %s arrives on partition %d and %d: are the input topics co-partitioned?",
+                            node, slot.partition, partition)
+            return slot
+        key = node.encode()
+        got = restore(node, self.nodes.get(key), lambda uid: self.pods.get(uid.encode()))
+        mark = decode_mark(self.marks.get(key))
+        slot = Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
+                    mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
+                    recovered_ms=got.state.processed_ms, last_probe=self._clock(),
+                    last_persist=self._clock())
+        if got.seq:
+            self.metrics.recoveries.inc()
+            log.info("node %s: state recovered (persist %d, processed up to %d, outputs up to %d)",
+                     node, got.seq, got.state.processed_ms, mark)
+        self.slots[node] = slot
+        self.metrics.nodes.set(len(self.slots))
+        return slot
+
+    # ------------------------------------------------------------------ outputs
+
+    def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
+        fresh: list[Output] = []
+        for o in outs:
+            if not is_one_shot(o) and time_of(o) <= slot.replay_until_ms:
+                slot.stash[output_key(o)] = o  # published before the crash; keep the newest per key
+            else:
+                fresh.append(o)
+        if slot.replay_until_ms and slot.state.processed_ms >= slot.replay_until_ms:
+            self._end_replay(slot)
+        if not fresh:
+            return
+        newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
+        mark = None
+        if newest > slot.mark_ms:
+            slot.mark_ms = newest
+            mark = self.marks.put(slot.node.encode(), encode_mark(newest), slot.partition)
+        self.sender.submit(mark, [record_of(o) for o in fresh])
+
+    def _end_replay(self, slot: Slot) -> None:
+        """Reprocessing has passed the mark: publish the newest held-back output of each key."""
+        slot.replay_until_ms = 0
+        if slot.stash:
+            held = sorted(slot.stash.values(), key=time_of)
+            slot.stash = {}
+            self.sender.submit(None, [record_of(o) for o in held])
+
+    # ------------------------------------------------------------------ timer
+
+    def tick(self) -> None:
+        """Release the samples of nodes that went quiet, end replays, persist what is due."""
+        if self.stopping or self._rebalancing():
+            return
+        now = self._clock()
+        quiet_after = 2 * self.config.lateness_ms / 1000.0
+        for slot in list(self.slots.values()):
+            state = slot.state
+            quiet = now - slot.last_probe > quiet_after
+            if quiet and state.pending:
+                upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms
+                before = replace(state.counters)
+                outs = advance(state, upto, self.config)
+                self.metrics.count_engine(before, state.counters, redelivered=False)
+                slot.dirty = True
+                self._emit(slot, outs)
+            if slot.replay_until_ms and quiet:
+                self._end_replay(slot)
+            if (slot.dirty or slot.held) and now - slot.last_persist >= self.persist_interval_s:
+                self._persist(slot)
+
+    # ------------------------------------------------------------------ persistence
+
+    def _persist(self, slot: Slot) -> None:
+        if self.stopping and not slot.held and not slot.dirty:
+            return
+        if slot.persisting:
+            slot.again = True
+            return
+        slot.seq += 1
+        plan = plan_persist(slot.state, slot.seq, slot.versions)
+        events, slot.held = slot.held, []
+        slot.dirty, slot.persisting, slot.last_persist = False, True, self._clock()
+        writes = [self.pods.put(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
+        task = asyncio.ensure_future(
+            self._complete(slot, plan.node, plan.removed, writes, events, self.epoch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _complete(self, slot: Slot, node_record: bytes, removed: list[str],
+                        writes: list[Awaitable[Any]], events: list[Any], epoch: int) -> None:
+        try:
+            await asyncio.gather(*writes)
+            await self.sender.barrier()
+            if epoch != self.epoch:
+                return  # a rebalance came in between: the next owner re-reads these events
+            await self.nodes.put(slot.node.encode(), node_record, slot.partition)
+            for uid in removed:
+                self.pods.delete(uid.encode(), slot.partition)
+            for ev in events:
+                await self._ack_now(ev)
+            self.metrics.persists.inc()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.error("node %s: persisting state failed: %r", slot.node, e)
+            await self._on_error(e)
+        finally:
+            slot.persisting = False
+            if slot.again and epoch == self.epoch and self.slots.get(slot.node) is slot:
+                slot.again = False
+                self._persist(slot)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def on_rebalance(self) -> None:
+        """Partitions were revoked or assigned: forget every node; they are rebuilt from the tables."""
+        self.epoch += 1
+        self.slots.clear()
+        self.processed.clear()
+        self.metrics.nodes.set(0)
+
+    async def on_revoked(self, timeout_s: float) -> None:
+        """Forget every node, and let outputs already promised reach the broker before the partitions
+        move, so the next owner's outputs cannot overtake them."""
+        self.on_rebalance()
+        try:
+            await asyncio.wait_for(self.sender.barrier(), timeout_s)
+        except Exception as e:  # a timeout, or a failed send (which crashes the app anyway)
+            log.warning("outputs still pending at revocation: %r", e)
+
+    async def shutdown(self) -> None:
+        """Persist every node and wait, so the final offset commit covers all processed input."""
+        if self.stopping:
+            return
+        self.stopping = True
+        for slot in list(self.slots.values()):
+            if slot.held or slot.dirty:
+                if slot.persisting:
+                    slot.again = True
+                else:
+                    self._persist(slot)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.sender.barrier()

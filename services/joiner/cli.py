@@ -1,0 +1,82 @@
+"""`periscope join`: run one joiner worker until SIGINT/SIGTERM.
+
+Settings come from PERISCOPE_* environment variables; the flags override them. Several workers with
+the same APP_ID form one consumer group and split the nodes between them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from periscope.cli.errors import InputError
+from services.joiner.settings import JoinerSettings
+
+_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def load_settings(bootstrap: str | None = None, web_port: int | None = None, idle_window: str | None = None,
+                  idle_threshold: float | None = None) -> JoinerSettings:
+    """Env first, flags override; any bad value becomes one InputError line (exit 2)."""
+    overrides: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("kafka_bootstrap", bootstrap),
+            ("web_port", web_port),
+            ("idle_window", idle_window),
+            ("idle_threshold", idle_threshold),
+        )
+        if v is not None
+    }
+    try:
+        settings = JoinerSettings(**overrides)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        raise InputError(f"joiner settings: {where}: {msg}") from None
+    if settings.log_level.lower() not in _LEVELS:
+        raise InputError(
+            f"joiner settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}")
+    if not settings.kafka_bootstrap.strip():
+        raise InputError("joiner settings: kafka_bootstrap is empty")
+    return settings
+
+
+def run(settings: JoinerSettings) -> None:
+    """Run one worker in this process; returns when it has stopped (SIGINT/SIGTERM or a crash)."""
+    import faust
+
+    from services.joiner.app import create_app
+
+    app = create_app(settings, announce=lambda line: print(line, flush=True))
+    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True, redirect_stdouts=False)
+    logging.getLogger("faust").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level.upper())))
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as e:
+        if e.code not in (0, None):
+            raise
+
+
+@click.command("join")
+@click.option("--bootstrap", default=None, metavar="HOST:PORT",
+              help="Kafka bootstrap servers [env PERISCOPE_KAFKA_BOOTSTRAP].")
+@click.option("--web-port", type=click.IntRange(0, 65535), default=None,
+              help="Port of /metrics, /healthz, /readyz; 0 = any free port [env PERISCOPE_WEB_PORT, 9403].")
+@click.option("--idle-window", default=None, metavar="DURATION",
+              help="Span over which an allocation must stay below the threshold to be idle "
+                   "[env PERISCOPE_IDLE_WINDOW, 10m].")
+@click.option("--idle-threshold", type=float, default=None, metavar="PCT",
+              help="Average utilization (percent) below which an allocation is idle "
+                   "[env PERISCOPE_IDLE_THRESHOLD, 5].")
+def command(bootstrap: str | None, web_port: int | None, idle_window: str | None,
+            idle_threshold: float | None) -> None:
+    """Join node events into pod-UID-keyed GPU attribution (one Faust worker)."""
+    settings = load_settings(bootstrap, web_port, idle_window, idle_threshold)
+    run(settings)
+    sys.stdout.flush()

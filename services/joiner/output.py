@@ -1,0 +1,105 @@
+"""Ordered publication of the joiner's outputs, each batch only after its high-water mark is durable.
+
+A batch carries the future of its node's mark write (the newest output time it contains, kept in a
+changelogged table). Publishing waits for that write, so after any crash the recovered mark is at least
+as new as anything a consumer has seen, and reprocessing never publishes an older state over a newer
+one. `barrier()` lets a persist wait until every batch submitted before it has been delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from periscope.bus import codec
+from periscope.bus.topics import ATTRIBUTION, FINDINGS, GPUS
+from periscope.core.model import Finding, GpuState, Output, PodAttribution
+
+log = logging.getLogger(__name__)
+
+Record = tuple[str, bytes, bytes]  # topic name, key, value
+# Hands one record to the producer; the awaitable it returns completes when the broker has it.
+SendFn = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+
+
+def record_of(o: Output) -> Record:
+    if isinstance(o, PodAttribution):
+        return ATTRIBUTION.name, o.pod_uid.encode(), codec.encode(o)
+    if isinstance(o, GpuState):
+        return GPUS.name, o.gpu_uuid.encode(), codec.encode(o)
+    return FINDINGS.name, o.key.encode(), codec.encode(o)
+
+
+def time_of(o: Output) -> int:
+    """Event time an output describes: as_of for attribution and GPU state, at for findings."""
+    return o.at_ms if isinstance(o, Finding) else o.as_of_ms
+
+
+def is_one_shot(o: Output) -> bool:
+    """XID findings are unique events (the id names the error), safe to publish again at any time."""
+    return isinstance(o, Finding) and o.kind == "xid-owner"
+
+
+class OutputSender:
+    def __init__(self, send: SendFn, on_sent: Callable[[str], None],
+                 on_error: Callable[[BaseException], Awaitable[None]]) -> None:
+        self._send = send
+        self._on_sent = on_sent
+        self._on_error = on_error
+        self._queue: asyncio.Queue[tuple[Awaitable[Any] | None, list[Record], asyncio.Future[None]]] = (
+            asyncio.Queue())
+        self._pending: set[asyncio.Future[None]] = set()
+        self._watching: set[asyncio.Future[None]] = set()
+
+    def submit(self, mark: Awaitable[Any] | None, records: list[Record]) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.add(done)
+        done.add_done_callback(self._pending.discard)
+        self._queue.put_nowait((mark, records, done))
+
+    @property
+    def backlog(self) -> int:
+        return len(self._pending)
+
+    async def barrier(self) -> None:
+        """Wait until every batch submitted so far has been delivered (raises if one failed)."""
+        if self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    async def run(self) -> None:
+        while True:
+            mark, records, done = await self._queue.get()
+            try:
+                if mark is not None:
+                    await mark
+                futures = [await self._send(*r) for r in records]
+            except asyncio.CancelledError:
+                done.cancel()
+                raise
+            except Exception as e:
+                log.error("publishing outputs failed: %r", e)
+                done.set_exception(e)
+                await self._on_error(e)
+                continue
+            for topic, _, _ in records:
+                self._on_sent(topic)
+            if not futures:
+                done.set_result(None)
+                continue
+            task = asyncio.ensure_future(self._delivered(futures, done))
+            self._watching.add(task)
+            task.add_done_callback(self._watching.discard)
+
+    async def _delivered(self, futures: list[Awaitable[Any]], done: asyncio.Future[None]) -> None:
+        try:
+            await asyncio.gather(*futures)
+        except Exception as e:
+            log.error("the broker did not take outputs: %r", e)
+            if not done.done():
+                done.set_exception(e)
+            await self._on_error(e)
+        else:
+            if not done.done():
+                done.set_result(None)

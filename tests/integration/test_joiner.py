@@ -1,0 +1,570 @@
+"""The joiner as deployed: real Faust workers (`python -m services.joiner` subprocesses) on the
+embedded broker, fed like probes and the watcher feed it, checked against the pure core.
+
+Every test gets its own broker (so other tests' records cannot leak in) and its own app id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import DefaultPartitioner
+
+from periscope.bus import codec
+from periscope.bus import topics as T
+from periscope.bus.admin import ensure_topics
+from periscope.bus.broker import EmbeddedBroker
+from periscope.bus.codec import DeadLetter
+from periscope.bus.producer import Publisher
+from periscope.core.engine import EngineConfig, flush, new_state, output_key, step
+from periscope.core.model import (
+    AllocationEntry,
+    AllocationSnapshot,
+    AllocSource,
+    ContainerInfo,
+    DeviceInventory,
+    DeviceSample,
+    Finding,
+    GpuInfo,
+    GpuState,
+    Meta,
+    MigDeviceInfo,
+    MigRef,
+    NodeEvent,
+    NodeInput,
+    NodeTelemetry,
+    Output,
+    PodAttribution,
+    PodEvent,
+    PodInfo,
+    ProcessSample,
+)
+from periscope.core.rows import RowConfig
+
+REPO = Path(__file__).resolve().parents[2]
+S = 1000
+T0 = 1_790_000_000_000  # event time of the scenario start (a window boundary)
+WINDOW_S, LATENESS_S = 10, 3
+CONFIG = EngineConfig(rows=RowConfig(window_ms=WINDOW_S * S), lateness_ms=LATENESS_S * S)
+WORKER_ENV = {
+    "PERISCOPE_SESSION_TIMEOUT": "3s",
+    "PERISCOPE_WINDOW": f"{WINDOW_S}s",
+    "PERISCOPE_LATENESS": f"{LATENESS_S}s",
+    "PERISCOPE_STATE_PERSIST_INTERVAL": "2s",
+    "PERISCOPE_WEB_PORT": "0",
+    "PERISCOPE_LOG_LEVEL": "info",
+}
+
+
+# ---------------------------------------------------------------- a node with three kinds of GPU
+
+
+def _uuid(prefix: str, space: int, n: int) -> str:
+    return f"{prefix}{uuid.UUID(int=(space << 112) + n)}"
+
+
+@dataclass
+class NodeScript:
+    """One node: GPU0 split into two MIG instances, GPU1 time-sliced by two pods, GPU2 exclusive."""
+
+    name: str
+    n: int
+    g: list[str] = field(init=False)
+    m: list[MigRef] = field(init=False)
+    uids: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.g = [_uuid("GPU-", 0xA100, self.n * 16 + i) for i in range(3)]
+        self.m = [MigRef(_uuid("MIG-", 0xB200, self.n * 16 + 1), "3g.40gb", 1, 0),
+                  MigRef(_uuid("MIG-", 0xB200, self.n * 16 + 2), "1g.10gb", 2, 0)]
+        self.uids = {p: _uuid("", 0x5A1D, self.n * 16 + i) for i, p in enumerate("abcde")}
+
+    def meta(self, t: int, source: str = "probe") -> Meta:
+        return Meta(node=self.name, source=f"{source}/{self.name}", epoch=1, seq=t, time_ms=t)
+
+    def pod_name(self, p: str) -> str:
+        return f"{dict(a='mig-a', b='mig-b', c='ts-c', d='ts-d', e='ex-e')[p]}-{self.n}"
+
+    def state(self) -> list[tuple[T.Topic, NodeInput]]:
+        gpus = (
+            GpuInfo(self.g[0], 0, "NVIDIA A100-SXM4-80GB", 81920.0, mig_enabled=True, mig_devices=(
+                MigDeviceInfo(self.m[0].uuid, "3g.40gb", 1, 0, 40192.0),
+                MigDeviceInfo(self.m[1].uuid, "1g.10gb", 2, 0, 9856.0))),
+            GpuInfo(self.g[1], 1, "NVIDIA A100-SXM4-80GB", 81920.0, minor=1),
+            GpuInfo(self.g[2], 2, "NVIDIA A100-SXM4-80GB", 81920.0, minor=2),
+        )
+        out: list[tuple[T.Topic, NodeInput]] = [
+            (T.INVENTORY, DeviceInventory(self.meta(T0), gpus, driver_version="550.54.15")),
+            (T.NODES, NodeEvent(self.meta(T0, "kube_watcher"), self.name,
+                                labels=(("nvidia.com/gpu.sharing-strategy", "time-slicing"),))),
+        ]
+        for i, p in enumerate("abcde"):
+            info = PodInfo(uid=self.uids[p], namespace="ml", name=self.pod_name(p), node=self.name,
+                           phase="Running", created_ms=T0, owner_kind="Job", owner_name=self.pod_name(p),
+                           containers=(ContainerInfo("cuda", container_id=f"{self.n:02x}{i:062x}"),))
+            out.append((T.PODS, PodEvent(Meta(self.name, "kube_watcher", 1, i + 1, T0), info)))
+        holds = {"a": (self.m[0].uuid, "nvidia.com/mig-3g.40gb"),
+                 "b": (self.m[1].uuid, "nvidia.com/mig-1g.10gb"),
+                 "c": (f"{self.g[1]}::0", "nvidia.com/gpu"), "d": (f"{self.g[1]}::1", "nvidia.com/gpu"),
+                 "e": (self.g[2], "nvidia.com/gpu")}
+        entries: list[AllocationEntry] = []
+        for p, (dev, res) in holds.items():
+            entries.append(AllocationEntry(AllocSource.PODRESOURCES, "cuda", res, (dev,), namespace="ml",
+                                           pod=self.pod_name(p)))
+            entries.append(AllocationEntry(AllocSource.CHECKPOINT, "cuda", res, (dev,), pod_uid=self.uids[p]))
+        out.append((T.ALLOCATIONS, AllocationSnapshot(self.meta(T0 + S), tuple(entries))))
+        return out
+
+    def telemetry(self, k: int) -> NodeTelemetry:
+        """Sample k (event time T0 + (2 + k) s); utilization moves so windows and averages change."""
+        u = self.uids
+        busy = 60.0 + (k * 7 + self.n) % 30
+
+        def proc(pid: int, p: str, sm: float | None, mib: float) -> ProcessSample:
+            return ProcessSample(pid=pid, pod_uid=u[p], sm_util_pct=sm, used_mib=mib)
+
+        devices = (
+            DeviceSample(self.g[0], index=0, power_w=250.0, temp_c=50.0),
+            DeviceSample(self.m[0].uuid, parent_uuid=self.g[0], mig=self.m[0], fb_used_mib=12000.0 + k,
+                         fb_total_mib=40192.0, processes=(proc(501, "a", None, 12000.0 + k),)),
+            DeviceSample(self.m[1].uuid, parent_uuid=self.g[0], mig=self.m[1], fb_used_mib=3000.0,
+                         fb_total_mib=9856.0, processes=(proc(502, "b", None, 3000.0),)),
+            DeviceSample(self.g[1], index=1, util_pct=80.0, fb_used_mib=7000.0, fb_total_mib=81920.0,
+                         power_w=200.0, temp_c=60.0,
+                         processes=(proc(601, "c", 50.0, 4000.0), proc(602, "d", 30.0, 3000.0))),
+            DeviceSample(self.g[2], index=2, util_pct=busy, fb_used_mib=20000.0, fb_total_mib=81920.0,
+                         power_w=300.0, temp_c=65.0, processes=(proc(701, "e", busy, 20000.0),)),
+        )
+        return NodeTelemetry(self.meta(T0 + (2 + k) * S), devices)
+
+
+def sample_time(k: int) -> int:
+    return T0 + (2 + k) * S
+
+
+def nodes_on_all_partitions(count: int) -> list[NodeScript]:
+    """Node names chosen so that every partition of the 4-partition inputs holds some of them."""
+    part = DefaultPartitioner()
+    by_partition: dict[int, list[str]] = {}
+    i = 0
+    while sum(len(v) for v in by_partition.values()) < count:
+        name = f"gpu-node-{i}"
+        p = part(name.encode(), [0, 1, 2, 3], [0, 1, 2, 3])
+        if len(by_partition.setdefault(p, [])) < count // 4:
+            by_partition[p].append(name)
+        i += 1
+    names = sorted(n for v in by_partition.values() for n in v)
+    return [NodeScript(name, j + 1) for j, name in enumerate(names)]
+
+
+# ---------------------------------------------------------------- reference: the pure core alone
+
+
+def reference(events: list[tuple[T.Topic, NodeInput]]) -> dict[str, Output]:
+    """The last output per key that the core computes over the same events (what replay would say)."""
+    states: dict[str, Any] = {}
+    last: dict[str, Output] = {}
+    for _, ev in events:
+        node = ev.name if isinstance(ev, NodeEvent) else ev.meta.node
+        state = states.setdefault(node, new_state(node))
+        for o in step(state, ev, CONFIG)[1]:
+            last[output_key(o)] = o
+    for state in states.values():
+        for o in flush(state, CONFIG):
+            last[output_key(o)] = o
+    # Through the wire format and back, as a subscriber sees it.
+    return {k: codec.decode(_topic_of(o), codec.encode(o)) for k, o in last.items()}
+
+
+def _topic_of(o: Output) -> T.Topic:
+    if isinstance(o, PodAttribution):
+        return T.ATTRIBUTION
+    return T.GPUS if isinstance(o, GpuState) else T.FINDINGS
+
+
+# ---------------------------------------------------------------- the bus side of a test
+
+
+@pytest.fixture
+async def bootstrap() -> AsyncIterator[str]:
+    with EmbeddedBroker() as b:
+        await ensure_topics(b.bootstrap)
+        yield b.bootstrap
+
+
+@dataclass
+class Seen:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    obj: Any
+
+
+class OutputLog:
+    """Every record of the output and dead-letter topics, read from the beginning, in partition order."""
+
+    TOPICS = (T.ATTRIBUTION, T.GPUS, T.FINDINGS, T.DEADLETTER)
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.records: list[Seen] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> OutputLog:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        consumer.assign([TopicPartition(t.name, p) for t in self.TOPICS for p in range(t.partitions)])
+        self._task = asyncio.create_task(self._read(consumer))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _read(self, consumer: AIOKafkaConsumer) -> None:
+        try:
+            while True:
+                batch = await consumer.getmany(timeout_ms=200)
+                for tp, recs in batch.items():
+                    for r in recs:
+                        obj = codec.decode(T.BY_NAME[tp.topic], r.value)
+                        self.records.append(Seen(tp.topic, tp.partition, r.offset, r.key, obj))
+        finally:
+            await consumer.stop()
+
+    def outputs(self) -> list[Output]:
+        return [s.obj for s in self.records if s.topic != T.DEADLETTER.name]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return [s.obj for s in self.records if s.topic == T.DEADLETTER.name]
+
+    def latest(self) -> dict[str, Output]:
+        last: dict[str, Output] = {}
+        for o in self.outputs():
+            last[output_key(o)] = o
+        return last
+
+    async def wait_for(self, what: str, cond: Callable[[OutputLog], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond(self):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            await asyncio.sleep(0.2)
+
+
+def caught_up(nodes: list[NodeScript], k: int) -> Callable[[OutputLog], bool]:
+    """True once every pod of every node has an attribution as of sample k."""
+    want = {u for n in nodes for u in n.uids.values()}
+
+    def cond(log: OutputLog) -> bool:
+        latest = log.latest()
+        return all(
+            isinstance(a := latest.get("pod/" + u), PodAttribution) and a.as_of_ms >= sample_time(k)
+            for u in want
+        )
+
+    return cond
+
+
+async def publish_state(pub: Publisher, nodes: list[NodeScript]) -> list[tuple[T.Topic, NodeInput]]:
+    events = [e for n in nodes for e in n.state()]
+    for topic, ev in events:
+        await pub.send(topic, ev.name if isinstance(ev, NodeEvent) else ev.meta.node, ev)
+    return events
+
+
+async def publish_samples(pubs: list[Publisher], nodes: list[NodeScript], ks: range,
+                          pace_s: float = 0.05) -> list[tuple[T.Topic, NodeInput]]:
+    """One telemetry sample per node per step, like probes ticking (event time advances 1 s a step)."""
+    events: list[tuple[T.Topic, NodeInput]] = []
+    for k in ks:
+        batch = [(n.name, n.telemetry(k)) for n in nodes]
+        for pub in pubs:
+            await pub.send_many(T.TELEMETRY, batch)
+        events += [(T.TELEMETRY, t) for _, t in batch]
+        await asyncio.sleep(pace_s)
+    return events
+
+
+# ---------------------------------------------------------------- worker processes
+
+
+class Worker:
+    """`python -m services.joiner` in its own process group, output in a log file."""
+
+    def __init__(self, bootstrap: str, app_id: str, tmp: Path, name: str) -> None:
+        self.log_path = tmp / f"{name}.log"
+        env = {**os.environ, **WORKER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
+               "PERISCOPE_DATA_DIR": str(tmp / f"{name}-data")}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "services.joiner"], cwd=REPO, env=env,
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.url = ""
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def ready(self, timeout: float = 60) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            if not self.url and (m := re.search(r"^joiner: (http://\S+)$", self.log(), re.M)):
+                self.url = m.group(1)
+            if self.url and self.get("/readyz")[0] == 200:
+                return self.url
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker not ready after {timeout}s:\n{self.log()[-3000:]}")
+            await asyncio.sleep(0.2)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except OSError:
+            return 0, ""
+
+    def metrics(self) -> dict[str, float]:
+        """Prometheus samples as {'name{labels}': value}."""
+        status, text = self.get("/metrics")
+        assert status == 200
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def partitions(self) -> set[int]:
+        """Input partitions this worker holds (from its lag gauge)."""
+        return {int(m.group(1)) for k in self.metrics()
+                if (m := re.match(r'periscope_joiner_consumer_lag\{partition="(\d+)",topic="periscope\.node'
+                                  r'\.telemetry\.v1"\}', k))}
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError(f"worker did not stop on SIGTERM:\n{self.log()[-3000:]}") from None
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def workers(*ws: Worker) -> Iterator[tuple[Worker, ...]]:
+    try:
+        yield ws
+    finally:
+        for w in ws:
+            if w.proc.poll() is None:
+                w.kill()
+
+
+def summary(o: Output) -> Any:
+    """What a mismatch report shows of an output."""
+    if isinstance(o, PodAttribution):
+        return replace(o, rows=tuple(replace(r, windows=()) for r in o.rows))
+    return o
+
+
+# ---------------------------------------------------------------- tests
+
+
+async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(bootstrap: str, tmp_path: Path,
+                                                                          unique: str) -> None:
+    node = NodeScript("gpu-a", 1)
+    with workers(Worker(bootstrap, f"joiner-rows-{unique}", tmp_path, "w")) as (w,):
+        await w.ready()
+        async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+            events = await publish_state(pub, [node])
+            await asyncio.sleep(0.5)  # state first, as in a live cluster; samples follow
+            events += await publish_samples([pub], [node], range(12))
+            await log.wait_for("the last sample's attribution", caught_up([node], 11), timeout=30)
+            await asyncio.sleep(0.5)
+        assert w.stop() == 0
+
+    latest = log.latest()
+    pods = [latest["pod/" + node.uids[p]] for p in "abcde"]
+    assert all(isinstance(x, PodAttribution) for x in pods)
+    a, b, c, d, e = (x for x in pods if isinstance(x, PodAttribution))
+    assert (e.namespace, e.pod, e.node, e.owner_kind) == ("ml", "ex-e-1", "gpu-a", "Job")
+    [ra], [rb], [rc], [rd], [re_] = a.rows, b.rows, c.rows, d.rows, e.rows
+    # MIG: the row names the instance and resolves to the parent GPU; NVML has no util for a slice.
+    assert (ra.sharing, ra.gpu_uuid, ra.mig, ra.device_id) == ("mig", node.g[0], node.m[0], node.m[0].uuid)
+    assert (ra.util_pct, ra.fb_used_mib) == (None, 12011.0)
+    assert (rb.sharing, rb.mig, rb.fb_used_mib) == ("mig", node.m[1], 3000.0)
+    # Time-slicing: one UUID, two pods, utilization and memory split by their processes.
+    assert {(r.sharing, r.share_basis, r.gpu_uuid) for r in (rc, rd)} == {
+        ("time-slicing", "process", node.g[1])}
+    assert (rc.util_pct, rd.util_pct, rc.fb_used_mib, rd.fb_used_mib) == (50.0, 30.0, 4000.0, 3000.0)
+    assert (rc.device_id, rd.device_id) == (f"{node.g[1]}::0", f"{node.g[1]}::1")
+    # Exclusive: the whole device.
+    assert (re_.sharing, re_.share_basis, re_.gpu_uuid) == ("exclusive", "exclusive", node.g[2])
+    assert re_.util_pct == node.telemetry(11).devices[4].util_pct
+    assert set(re_.sources) >= {"checkpoint", "podresources", "process"}
+    assert re_.first_seen_ms == sample_time(0) and re_.sample_ms == sample_time(11)
+    assert [w.samples for w in re_.windows] == [8, 4]  # 10 s tumbling windows on event time
+    gpu1 = latest["gpu/" + node.g[1]]
+    assert isinstance(gpu1, GpuState) and gpu1.sharing == "time-slicing"
+    assert {o.pod_uid for o in gpu1.owners} == {node.uids["c"], node.uids["d"]}
+    # The live worker says exactly what the pure core says over the same events (replay agrees).
+    assert latest == reference(events)
+    # Outputs are emitted on change, once per sample at most, never once per input message per key.
+    per_key: dict[str, list[int]] = {}
+    for o in log.outputs():
+        if isinstance(o, PodAttribution):
+            per_key.setdefault(o.pod_uid, []).append(o.as_of_ms)
+    assert per_key[node.uids["e"]] == [sample_time(k) for k in range(12)]
+
+
+async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes_on(
+        bootstrap: str, tmp_path: Path, unique: str) -> None:
+    node = NodeScript("gpu-b", 2)
+    garbage = b"not a protobuf \xff\x00"
+    with workers(Worker(bootstrap, f"joiner-dlq-{unique}", tmp_path, "w")) as (w,):
+        await w.ready()
+        async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+            await publish_state(pub, [node])
+            await asyncio.sleep(0.5)
+            await publish_samples([pub], [node], range(3))
+            for topic in T.NODE_INPUTS:
+                await pub.send_raw(topic.name, node.name.encode(), garbage)
+            # Valid protobuf, but its key names another node: it would land in the wrong state.
+            await pub.send(T.TELEMETRY, "gpu-elsewhere", node.telemetry(3))
+            await publish_samples([pub], [node], range(3, 8))
+            await log.wait_for("samples after the garbage", caught_up([node], 7), timeout=30)
+            await log.wait_for("7 dead letters", lambda lg: len(lg.dead_letters()) >= 7, timeout=10)
+            metrics = w.metrics()
+        assert w.stop() == 0
+
+    letters = log.dead_letters()
+    assert len(letters) == 7
+    bad = [x for x in letters if x.value == garbage]
+    assert sorted(x.topic for x in bad) == sorted(t.name for t in T.NODE_INPUTS)
+    assert all(x.key == node.name.encode() and x.service == "joiner" and x.error for x in bad)
+    [wrong] = [x for x in letters if x.value != garbage]
+    assert wrong.topic == T.TELEMETRY.name and wrong.key == b"gpu-elsewhere" and "gpu-b" in wrong.error
+    assert codec.decode(T.TELEMETRY, wrong.value) == node.telemetry(3)
+    assert sum(v for k, v in metrics.items() if k.startswith("periscope_joiner_dead_letters_total")) == 7
+    assert metrics["periscope_joiner_events_in_total{topic=\"periscope.node.telemetry.v1\"}"] == 10
+    assert metrics["periscope_joiner_unattributed_samples_total"] == 0
+    assert all(k in metrics for k in ("periscope_joiner_ambiguous_joins_total",
+                                      "periscope_joiner_late_samples_total"))
+
+
+async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstrap: str, tmp_path: Path,
+                                                                         unique: str) -> None:
+    """Two workers; one is SIGKILLed mid-stream (its nodes move to the survivor, rebuilt from the
+    changelogs), then started again (the nodes are split once more)."""
+    nodes = nodes_on_all_partitions(4)
+    app_id = f"joiner-kill-{unique}"
+    victim, survivor = (Worker(bootstrap, app_id, tmp_path, name) for name in ("victim", "survivor"))
+    with workers(victim, survivor):
+        for w in (victim, survivor):
+            await w.ready()
+        async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+            events = await publish_state(pub, nodes)
+            await asyncio.sleep(0.5)
+            stream = asyncio.create_task(publish_samples([pub], nodes, range(60), pace_s=0.1))
+            await log.wait_for("outputs of sample 20", caught_up(nodes, 20), timeout=30)
+            assert victim.partitions() and survivor.partitions()
+            victim.kill()  # SIGKILL: no shutdown hook runs; unpersisted state and unsent outputs are lost
+            killed_at = max(o.as_of_ms for o in log.outputs() if isinstance(o, PodAttribution))
+            await asyncio.sleep(4)  # past the session timeout: the survivor takes every partition
+            restarted = Worker(bootstrap, app_id, tmp_path, "restarted")
+            with workers(restarted):
+                events += await stream
+                await restarted.ready()
+                await log.wait_for("the last sample after the restart", caught_up(nodes, 59), timeout=60)
+                await asyncio.sleep(1.0)
+                recovered = [w.metrics()["periscope_joiner_node_recoveries_total"]
+                             for w in (survivor, restarted)]
+                for w in (survivor, restarted):
+                    assert w.stop() == 0
+
+    assert killed_at < sample_time(59)
+    assert "state recovered" in survivor.log()  # it took over the victim's nodes from the changelogs
+    assert sum(recovered) >= len(nodes) / 2
+    # No subscriber ever sees a key go back in time.
+    last_seen: dict[str, int] = {}
+    for o in log.outputs():
+        key = output_key(o)
+        t = o.at_ms if isinstance(o, Finding) else o.as_of_ms
+        assert t >= last_seen.get(key, 0), f"{key} went back from {last_seen[key]} to {t}"
+        last_seen[key] = t
+    # No pod lost its history: first_seen, every window and every sample count are those of an
+    # uninterrupted run, i.e. of the pure core over the same events.
+    expected, latest = reference(events), log.latest()
+    assert latest.keys() == expected.keys()
+    for key, want in expected.items():
+        assert latest[key] == want, f"{key}:\n got  {summary(latest[key])}\n want {summary(want)}"
+    for n in nodes:
+        e = latest["pod/" + n.uids["e"]]
+        assert isinstance(e, PodAttribution)
+        assert e.rows[0].first_seen_ms == sample_time(0) and sum(w.samples for w in e.rows[0].windows) == 60
+
+
+async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says(
+        bootstrap: str, tmp_path: Path, unique: str) -> None:
+    nodes = nodes_on_all_partitions(8)
+    with EmbeddedBroker() as other:
+        await ensure_topics(other.bootstrap)
+        solo = Worker(bootstrap, f"joiner-solo-{unique}", tmp_path, "solo")
+        pair = (Worker(other.bootstrap, f"joiner-pair-{unique}", tmp_path, "pair1"),
+                Worker(other.bootstrap, f"joiner-pair-{unique}", tmp_path, "pair2"))
+        with workers(solo, *pair):
+            for w in (solo, *pair):
+                await w.ready()
+            deadline = time.monotonic() + 60
+            while not (pair[0].partitions() and pair[1].partitions()
+                       and pair[0].partitions() | pair[1].partitions() == {0, 1, 2, 3}
+                       and not pair[0].partitions() & pair[1].partitions()):
+                assert time.monotonic() < deadline, "the two workers never split the partitions"
+                await asyncio.sleep(0.3)
+            async with (Publisher(bootstrap, "test-probe") as pub_solo,
+                        Publisher(other.bootstrap, "test-probe") as pub_pair,
+                        OutputLog(bootstrap) as log_solo, OutputLog(other.bootstrap) as log_pair):
+                events: list[tuple[T.Topic, NodeInput]] = []
+                for pub in (pub_solo, pub_pair):
+                    events = await publish_state(pub, nodes)
+                await asyncio.sleep(0.5)
+                events += await publish_samples([pub_solo, pub_pair], nodes, range(15))
+                for log in (log_solo, log_pair):
+                    await log.wait_for("every pod's last sample", caught_up(nodes, 14), timeout=40)
+                await asyncio.sleep(0.5)
+                held = [w.metrics()["periscope_joiner_nodes"] for w in pair]
+            for w in (solo, *pair):
+                assert w.stop() == 0
+
+    # The pair really split the work: each held some nodes, none held all of them.
+    assert sum(held) == len(nodes) and all(0 < n < len(nodes) for n in held)
+    assert log_pair.latest() == log_solo.latest() == reference(events)
