@@ -112,6 +112,10 @@ class Truth:
         if not self.meta:
             raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
         self.tick_ms = int(self.meta["tick_ms"])
+        self.devices: dict[str, str] = {}  # device ID -> node
+        for rows_at in self.ticks.values():
+            self.devices.update((d, r["node"]) for d, r in rows_at.items())
+        self.nodes = sorted(set(self.devices.values()))
         self.start_ms = int(self.meta["start_ms"])
         self.last = max(self.ticks, default=-1)
 
@@ -137,6 +141,19 @@ class Truth:
             if r["namespace"] == namespace and r["pod"] == pod:
                 return str(r["pod_uid"])
         return None
+
+
+def node_times(snapshot: Row, nodes: Iterable[str]) -> dict[str, int]:
+    """The event time each node's data in a snapshot is as of: its newest GPU sample, else the API's
+    as_of, else the moment of sampling. Truth is compared at that time; the gap to the sampling moment
+    is the pipeline's lag, reported on its own."""
+    fallback = parse_time(snapshot.get("as_of")) or int(snapshot["at_ms"])
+    newest: dict[str, int] = {}
+    for g in snapshot.get("gpus") or []:
+        t = parse_time(g.get("sample_at"))
+        if t is not None and g.get("node") is not None:
+            newest[g["node"]] = max(newest.get(g["node"], 0), t)
+    return {n: newest.get(n, fallback) for n in nodes}
 
 
 def _rows_by_device(snapshot: Row) -> dict[str, list[Row]]:
@@ -199,6 +216,8 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     base = _Baseline(truth, max(0, round(o.baseline_lag_ms / truth.tick_ms)))
     window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
     threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
+    # Idleness is decided per aggregation window, so its allowance grows by one window.
+    idle_allow = allow + math.ceil(int(truth.meta.get("idle_bucket_ms", 0)) / truth.tick_ms)
     names: dict[tuple[str, str], list[str]] = {}
     for k in sorted(truth.ticks):
         for r in truth.ticks[k].values():
@@ -207,11 +226,16 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     ours = {k: Score() for k in ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")}
     theirs = {k: Score() for k in ours}
     idle_ours, idle_theirs = Confusion(), Confusion()
+    lags: list[float] = []
     for s in snaps:
-        k = truth.tick_at(int(s["at_ms"]))
         by_dev = _rows_by_device(s)
-        for dev, t in truth.ticks.get(k, {}).items():
-            if not truth.stable(k, dev, allow, "pod_uid"):
+        refs = node_times(s, truth.nodes)
+        ticks = {n: truth.tick_at(ref) for n, ref in refs.items()}
+        lags += [(int(s["at_ms"]) - ref) / truth.tick_ms for ref in refs.values()]
+        for dev, node in truth.devices.items():
+            k = ticks[node]
+            t = truth.row(k, dev)
+            if t is None or not truth.stable(k, dev, allow, "pod_uid"):
                 continue
             want = t["pod_uid"]
             api_rows = by_dev.get(dev, [])
@@ -230,7 +254,7 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 if names[(t["namespace"], t["pod"])].index(want) > 0:  # a reused name
                     ours["reused_names"].add(err <= tol, err)
                     theirs["reused_names"].add(b_err <= tol, b_err)
-            if t["idle"] is not None and truth.stable(k, dev, allow, "pod_uid", "idle"):
+            if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
                 idle_ours.add(bool(mine and mine.get("idle")), bool(t["idle"]))
                 idle_theirs.add(
                     base.idle(t["namespace"], t["pod"], k, window_ticks, threshold), bool(t["idle"])
@@ -262,6 +286,9 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
         "allowance_ticks": allow,
         "baseline_lag_ms": o.baseline_lag_ms,
         "tolerance_pct": tol,
+        "lag_ticks": None
+        if not lags
+        else {"mean": round(sum(lags) / len(lags), 2), "max": round(max(lags), 2)},
         "periscope": {**{k: v.to_json() for k, v in ours.items()}, "idle": idle_ours.to_json()},
         "baseline": {**{k: v.to_json() for k, v in theirs.items()}, "idle": idle_theirs.to_json()},
     }
@@ -294,27 +321,30 @@ def _policy(truth: Truth, final: Row | None) -> Row:
 
 
 def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]:
+    """Ticks from a fault's end until the API again shows data newer than the fault for the nodes it
+    touched, with every owner right (measured at sampling time, so it includes the pipeline's lag)."""
     out = []
     for f in truth.faults:
         end, node = int(f["end_ms"]), f.get("node")
-        fresh_needed = f["fault"] in ("probe-restart", "joiner-restart")
+        nodes = [node] if node else truth.nodes
         recovered: int | None = None
         for s in snaps:
             if s["at_ms"] < end:
                 continue
-            k = truth.tick_at(int(s["at_ms"]))
+            refs = node_times(s, nodes)
+            if any(ref < end for ref in refs.values()):
+                continue
             by_dev = _rows_by_device(s)
-            owners_ok = all(
-                {r.get("pod_uid") for r in by_dev.get(dev, [])} == ({t["pod_uid"]} if t["pod_uid"] else set())
-                for dev, t in truth.ticks.get(k, {}).items()
-                if (node is None or t["node"] == node) and truth.stable(k, dev, allow, "pod_uid")
-            )
-            fresh = not fresh_needed or all(
-                (parse_time(g.get("sample_at")) or 0) >= end
-                for g in s.get("gpus") or []
-                if node is None or g.get("node") == node
-            )
-            if owners_ok and fresh:
+            ok = True
+            for dev, n in truth.devices.items():
+                k = truth.tick_at(refs[n]) if n in refs else -1
+                t = truth.row(k, dev) if k >= 0 else None
+                if t is None or not truth.stable(k, dev, allow, "pod_uid"):
+                    continue
+                ok = ok and {r.get("pod_uid") for r in by_dev.get(dev, [])} == (
+                    {t["pod_uid"]} if t["pod_uid"] else set()
+                )
+            if ok:
                 recovered = int(s["at_ms"])
                 break
         ticks = None if recovered is None else math.ceil((recovered - end) / truth.tick_ms)
@@ -385,12 +415,19 @@ def _pr(c: Row) -> str:
     return f"{f(c['precision'])} / {f(c['recall'])}"
 
 
+def _lag(lag: Row | None) -> str:
+    if lag is None:
+        return ""
+    return f" (the API trails real time by {lag['mean']:g} ticks on average, {lag['max']:g} at most)"
+
+
 def format_report(r: Row) -> str:
     p, b = r["periscope"], r["baseline"]
     lag = r["baseline_lag_ms"] / 1000
     lines = [
         f"periscope report: scenario {r['scenario']} (seed {r['seed']}), {r['ticks']} ticks of "
         f"{r['tick_ms'] / 1000:g}s, {r['snapshots']} API snapshots, {r['allowance_ticks']}-tick allowance",
+        "checked against the truth at the event time each snapshot's data is as of" + _lag(r["lag_ticks"]),
         "",
         f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
     ]

@@ -452,6 +452,7 @@ class Simulator:
         self.truth_path = config.get("truth")
         self.idle_window_ms = int(config.get("idle_window_ms", 600_000))
         self.idle_threshold = float(config.get("idle_threshold", 5.0))
+        self.truth_meta: dict[str, Any] = dict(config.get("truth_meta") or {})
         self.nodes = {
             n.name: NodeSim(self.model, n.name, i, node_paths(self.workdir, n.name))
             for i, n in enumerate(self.scenario.nodes)
@@ -459,6 +460,7 @@ class Simulator:
         self.api = FakeApiServer("127.0.0.1", 0)
         self.created: dict[str, int] = {}
         self.start_ms: int | None = None
+        self.prepared_ms = 0  # when the time-0 state was first served
         self._begin = asyncio.Event()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -531,7 +533,8 @@ class Simulator:
             for ds in daemonset_objects(self.model):
                 self.api.upsert("daemonsets", ds)
         self._fire_events(-1, 0)
-        self.apply(0, self.clock.now_ms())
+        self.prepared_ms = self.clock.now_ms()
+        self.apply(0, self.prepared_ms)
         ready = {
             "apiserver": self.api.url,
             "kubeconfig": str(kubeconfig),
@@ -556,6 +559,8 @@ class Simulator:
                 self.clock.speed,
                 self.idle_window_ms,
                 self.idle_threshold,
+                prestart_ms=max(0, start_ms - self.prepared_ms),
+                extra_meta=self.truth_meta,
             )
         log.info(
             "scenario %s started (%d ticks of %d ms at speed %g)",

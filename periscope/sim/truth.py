@@ -35,18 +35,20 @@ def idle_truth(
     window_ms: int,
     threshold: float,
     util: Callable[[str, int], float] | None = None,
+    prestart_ms: int = 0,
 ) -> bool | None:
     """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
-    the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device."""
+    the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device.
+    Pods of time 0 already existed for `prestart_ms` while the cluster waited, frozen, for the start."""
     if h.pod is None or h.device.mig is not None:
         return None
-    start = h.pod.spec.start_ms
+    start = h.pod.spec.start_ms or -prestart_ms
     if t_ms - start < window_ms:
         return False
     util_at = util or model.util_of
     tick = model.scenario.tick_ms
     times = [t for t in range(t_ms, t_ms - window_ms, -tick) if t >= start]
-    return sum(util_at(h.device.id, t) for t in times) / len(times) < threshold
+    return sum(util_at(h.device.id, max(0, t)) for t in times) / len(times) < threshold
 
 
 def holder_rows(
@@ -56,6 +58,7 @@ def holder_rows(
     window_ms: int,
     threshold: float,
     util: Callable[[str, int], float] | None = None,
+    prestart_ms: int = 0,
 ) -> list[dict[str, Any]]:
     t = tick * model.scenario.tick_ms
     at = start_ms + t
@@ -85,7 +88,7 @@ def holder_rows(
                 "util_observable": d.mig is None,
                 "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
                 "gpu_util_pct": gpu_util.get(d.gpu.uuid),
-                "idle": idle_truth(model, h, t, window_ms, threshold, util),
+                "idle": idle_truth(model, h, t, window_ms, threshold, util, prestart_ms),
             }
         )
     return rows
@@ -168,11 +171,14 @@ class TruthWriter:
         speed: float,
         idle_window_ms: int,
         idle_threshold: float,
+        prestart_ms: int = 0,
+        extra_meta: dict[str, Any] | None = None,
     ) -> None:
-        self.model, self.start_ms = model, start_ms
+        self.model, self.start_ms, self.prestart_ms = model, start_ms, prestart_ms
         self.window_ms, self.threshold = idle_window_ms, idle_threshold
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._emit(meta_row(model, start_ms, speed, idle_window_ms, idle_threshold))
+        meta = meta_row(model, start_ms, speed, idle_window_ms, idle_threshold)
+        self._emit({**meta, "prestart_ms": prestart_ms, **(extra_meta or {})})
         self._done = -1
         self._utils: dict[tuple[str, int], float] = {}
 
@@ -198,7 +204,10 @@ class TruthWriter:
             if lo <= f.at_ms < hi:
                 self._emit(fault_row(f, self.start_ms))
         for k in range(self._done + 1, tick + 1):
-            for row in holder_rows(self.model, k, self.start_ms, self.window_ms, self.threshold, self._util):
+            rows = holder_rows(
+                self.model, k, self.start_ms, self.window_ms, self.threshold, self._util, self.prestart_ms
+            )
+            for row in rows:
                 self._emit(row)
         self._done = tick
         self._f.flush()

@@ -164,6 +164,7 @@ class Sampler(threading.Thread):
         self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
         self.stopping = threading.Event()
         self.samples = 0
+        self.as_of: str | None = None  # the API's "newest event time in the view" of the last listing
 
     def _get(self, client: httpx.Client, path: str) -> Any:
         items: list[Any] = []
@@ -174,6 +175,8 @@ class Sampler(threading.Thread):
             doc = r.json()
             if "items" not in doc:
                 return doc
+            if url == path:
+                self.as_of = doc.get("as_of")
             items += doc["items"]
             token = doc.get("continue")
             if not token:
@@ -192,9 +195,17 @@ class Sampler(threading.Thread):
                 k = max(k + 1, (at - self.start_ms) // self.tick_ms + 1)  # skip ticks we fell behind on
                 with contextlib.suppress(httpx.HTTPError, ValueError):
                     pods = self._get(client, "/v1/pods?active=true")
+                    as_of = self.as_of
                     gpus = self._get(client, "/v1/gpus")
                     self._write(
-                        {"kind": "snapshot", "at_ms": at, "at": rfc3339(at), "pods": pods, "gpus": gpus}
+                        {
+                            "kind": "snapshot",
+                            "at_ms": at,
+                            "at": rfc3339(at),
+                            "as_of": as_of,
+                            "pods": pods,
+                            "gpus": gpus,
+                        }
                     )
                     self.samples += 1
             with contextlib.suppress(httpx.HTTPError, ValueError):
@@ -244,6 +255,8 @@ class Stack:
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
+        # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
+        self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
 
     # ------------------------------------------------------------------ children
 
@@ -278,6 +291,7 @@ class Stack:
             "truth": str(opts.truth) if opts.truth else None,
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
+            "truth_meta": {"idle_bucket_ms": self.idle_bucket_ms},
         }
         (self.workdir / "sim").mkdir()
         cfg = self.workdir / "sim" / "config.json"
@@ -306,6 +320,7 @@ class Stack:
             _py("periscope.cli.main", "watch"),
             self._env(kubeconfig=ready["kubeconfig"], health_port=str(free_port())),
         )
+        # Event-time knobs scale with the speed: a sample that is 1 s late in real time is `speed` s late.
         self._add(
             "joiner",
             _py("periscope.cli.main", "join"),
@@ -313,6 +328,10 @@ class Stack:
                 app_id="periscope-up",
                 web_host="127.0.0.1",
                 web_port=str(free_port()),
+                data_dir=str(self.workdir / "run" / "joiner" / "data"),
+                window=_seconds(self.idle_bucket_ms),
+                lateness=_seconds(max(1000.0, 250 * opts.speed)),
+                session_timeout="3",
                 idle_window=format_duration_ms(opts.idle_window_ms),
                 idle_threshold=f"{opts.idle_threshold:g}",
             ),

@@ -89,7 +89,7 @@ def test_xids_with_owners_at_error_time(rows: list[dict]) -> None:
 def test_fault_rows(tmp_path: Path) -> None:
     model = ClusterModel(load_scenario("faults"))
     w = TruthWriter(tmp_path / "f.jsonl", model, START, 1.0, 600_000, 5.0)
-    w.write_tick(59)
+    w.write_tick(29)
     w.close()
     faults = [r for r in read_truth(tmp_path / "f.jsonl") if r["kind"] == "fault"]
     assert [(f["fault"], f["node"]) for f in faults] == [
@@ -99,7 +99,7 @@ def test_fault_rows(tmp_path: Path) -> None:
         ("joiner-restart", None),
         ("watcher-restart", None),
     ]
-    assert faults[0]["end_ms"] - faults[0]["at_ms"] == 4000
+    assert faults[0]["end_ms"] - faults[0]["at_ms"] == 6000
 
 
 def test_read_truth_names_bad_lines(tmp_path: Path) -> None:
