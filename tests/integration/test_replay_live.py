@@ -1,0 +1,197 @@
+"""Live and replay agree: the Faust joiner (`periscope join`, a subprocess) and `periscope replay` over the
+same input topics publish/print the same attribution records (same keys, same event times, same
+content) for a window in the middle of the run.
+
+The test has its own broker (the joiner reads every input record there is). Events are published in
+event-time order, each once the joiner has taken the previous one, as probes publish in real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from periscope.bus import codec
+from periscope.bus import topics as t
+from periscope.bus.admin import ensure_topics
+from periscope.bus.broker import EmbeddedBroker
+from periscope.bus.producer import Publisher
+from periscope.cli.main import main
+from periscope.core.model import NodeInput, NodeTelemetry, XidEvent
+from periscope.replay.render import output_json, rfc3339
+from periscope.replay.runner import output_time
+from tests.integration.test_replay import topic_of
+from tests.unit.test_replay_owners import reuse_scenario
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = 1_790_000_000_000
+S = 1000
+NODES = ("gpu-live-a", "gpu-live-b")
+WINDOW = (BASE + 20 * S, BASE + 100 * S)  # the scenario runs from BASE to BASE + 117 s
+
+
+@pytest.fixture
+async def bootstrap() -> AsyncIterator[str]:
+    with EmbeddedBroker() as b:
+        await ensure_topics(b.bootstrap)
+        yield b.bootstrap
+
+
+class Joiner:
+    """`periscope join` in its own process group, output in a log file."""
+
+    def __init__(self, bootstrap: str, tmp: Path, app_id: str) -> None:
+        self.log_path = tmp / "joiner.log"
+        env = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
+               "PERISCOPE_SESSION_TIMEOUT": "3s", "PERISCOPE_DATA_DIR": str(tmp / "joiner-data"),
+               "PERISCOPE_WEB_PORT": "0", "PERISCOPE_LOG_LEVEL": "info"}
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "periscope.cli.main", "join"], cwd=REPO,
+                                         env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.url = ""
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-3000:]
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+        except OSError:
+            return 0, ""
+
+    async def ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, f"joiner exited with {self.proc.returncode}:\n{self.log()}"
+            if not self.url and (m := re.search(r"^joiner: (http://\S+)$", self.log(), re.M)):
+                self.url = m.group(1)
+            if self.url and self.get("/readyz")[0] == 200:
+                return
+            assert time.monotonic() < deadline, f"joiner not ready after {timeout}s:\n{self.log()}"
+            await asyncio.sleep(0.2)
+
+    def events_in(self) -> int:
+        status, text = self.get("/metrics")
+        assert status == 200
+        return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith("periscope_joiner_events_in_total")))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+async def publish_like_a_cluster(bootstrap: str, joiner: Joiner, events: list[NodeInput]) -> None:
+    """State-based events first (the core indexes them by event time, so knowing them early changes
+    nothing); then samples and XIDs in event-time order, each XID after the joiner has taken every
+    sample before it, and the samples after it only once it has taken the XID (an XID's record must
+    not arrive after later samples were processed, as it would in a live cluster)."""
+    state = [e for e in events if not isinstance(e, NodeTelemetry | XidEvent)]
+    stream = [e for e in events if isinstance(e, NodeTelemetry | XidEvent)]
+    chunks: list[list[NodeInput]] = [state]
+    for is_xid, run in itertools.groupby(stream, key=lambda e: isinstance(e, XidEvent)):
+        chunks.append(list(run))
+        assert is_xid or not any(isinstance(e, XidEvent) for e in chunks[-1])
+    sent = 0
+    async with Publisher(bootstrap, "live-probe") as pub:
+        for chunk in chunks:
+            for ev in chunk:
+                await pub.send(topic_of(ev), ev.meta.node, ev)
+            sent += len(chunk)
+            deadline = time.monotonic() + 30
+            while joiner.events_in() < sent:
+                assert time.monotonic() < deadline, f"the joiner did not take {sent} events:\n{joiner.log()}"
+                await asyncio.sleep(0.05)
+
+
+async def live_outputs(bootstrap: str, want: set[Identity], timeout: float = 30) -> list[Any]:
+    """Every output record the joiner published, once those named in `want` are there."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    await consumer.start()
+    seen: list[Any] = []
+    try:
+        consumer.assign([TopicPartition(tp.name, p) for tp in t.OUTPUTS for p in range(tp.partitions)])
+        for tp in consumer.assignment():
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + timeout
+        while not want <= set(by_identity([output_json(o) for o in seen])):
+            assert time.monotonic() < deadline, "the joiner did not publish every record replay names"
+            for tp, recs in (await consumer.getmany(timeout_ms=200)).items():
+                seen += [codec.decode(t.BY_NAME[tp.topic], r.value or b"") for r in recs]
+        await asyncio.sleep(1.0)  # anything published late (and unexpected) is collected too
+        for tp, recs in (await consumer.getmany(timeout_ms=500)).items():
+            seen += [codec.decode(t.BY_NAME[tp.topic], r.value or b"") for r in recs]
+    finally:
+        await consumer.stop()
+    return seen
+
+
+def replay_json(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    with pytest.raises(SystemExit) as exc:
+        main(["replay", "--bootstrap", bootstrap, "--from", rfc3339(WINDOW[0]), "--to", rfc3339(WINDOW[1]),
+              "--window-lookback", "1h", "--format", "json", "--quiet"])
+    assert exc.value.code == 0
+    doc: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return doc
+
+
+Identity = tuple[str, str, str, str]
+
+
+def by_identity(items: list[dict[str, Any]]) -> dict[Identity, dict[str, Any]]:
+    """Records by (node, kind, bus key, event time); the two nodes reuse the same IDs."""
+    out: dict[Identity, dict[str, Any]] = {}
+    for i in items:
+        ident = (i["node"], i["kind"], i["key"], i["at"])
+        assert out.get(ident, i) == i, f"two different records for {ident}"
+        out[ident] = i
+    return out
+
+
+async def test_live_joiner_and_replay_emit_identical_records(bootstrap: str, tmp_path: Path, unique: str,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    events = sorted((ev for node in NODES for ev in reuse_scenario(node, BASE)),
+                    key=lambda e: (e.meta.time_ms, e.meta.node))
+    joiner = Joiner(bootstrap, tmp_path, f"joiner-live-{unique}")
+    try:
+        await joiner.ready()
+        await publish_like_a_cluster(bootstrap, joiner, events)
+        # Replay first (it must not disturb the live consumer group), then collect what the joiner sent.
+        doc = await asyncio.to_thread(replay_json, bootstrap, capsys)
+        replayed = by_identity(doc["items"])
+        assert {k[1] for k in replayed} == {"attribution", "gpu", "finding"}
+        assert {k[0] for k in replayed} == set(NODES)
+        live = await live_outputs(bootstrap, set(replayed))
+    finally:
+        joiner.stop()
+    in_window = [o for o in live if WINDOW[0] <= output_time(o) <= WINDOW[1]]
+    live_items = by_identity([output_json(o) for o in in_window])
+    assert sorted(live_items) == sorted(replayed)  # same keys and event times
+    assert live_items == replayed  # and the same records
+    assert doc["stats"]["bad_records"] == 0 and doc["stats"]["failed_events"] == 0
