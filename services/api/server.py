@@ -17,6 +17,7 @@ from fastapi import APIRouter, FastAPI
 
 from services.api.app import create_app
 from services.api.consumer import ViewConsumer
+from services.api.owners import router as owners_router
 from services.api.settings import ApiSettings
 from services.api.view import View
 
@@ -62,7 +63,7 @@ class ApiServer:
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
-            extra_routers=extra_routers,
+            extra_routers=[*extra_routers, owners_router(settings.kafka_bootstrap)],
             lifespan=self._lifespan,
         )
         self._sock: socket.socket | None = None

@@ -1,0 +1,67 @@
+"""GET /v1/owners: who owned which GPU at an instant, answered by replaying the input topics.
+
+The materialized view only holds the present; this endpoint rebuilds the allocation state as of `at`
+with the replay code (the same core the joiner runs), so it answers for any time the topics still hold.
+It reads the broker per request, never committing, so concurrent requests are limited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from pydantic import BaseModel
+
+from periscope.replay.owners import owners_at
+from periscope.replay.reader import ReadError
+from services.api import schemas
+from services.api.queries import ApiError, only
+from services.api.render import parse_time_ms
+
+_CONCURRENT = 2
+
+
+class OwnerItem(BaseModel):
+    node: str
+    gpu_uuid: str | None
+    device_id: str
+    mig: schemas.Mig | None
+    pod_uid: str | None
+    namespace: str
+    pod: str
+    container: str
+
+
+class Owners(BaseModel):
+    at: str
+    items: list[OwnerItem]
+
+
+def router(bootstrap: str) -> APIRouter:
+    r = APIRouter(tags=["replay"])
+    slots = asyncio.Semaphore(_CONCURRENT)
+
+    @r.get(
+        "/v1/owners",
+        responses={200: {"model": Owners}, 400: {"model": schemas.Error}, 503: {"model": schemas.Error}},
+        dependencies=[Depends(only("at", "gpu_uuid", "node"))],
+    )
+    async def owners(
+        at: str = Query(..., description="the instant (RFC 3339 UTC)"),
+        gpu_uuid: str | None = Query(None, description="only this GPU (or MIG instance) UUID"),
+        node: str | None = Query(None, description="only this node"),
+    ) -> dict[str, Any]:
+        """Who owned what at `at`: `{at, items: [{node, gpu_uuid, device_id, mig, pod_uid, namespace, pod,
+        container}]}`, rebuilt from the input topics (the same answer as `periscope replay --at`)."""
+        try:
+            at_ms = parse_time_ms(at)
+        except ValueError as e:
+            raise ApiError(400, f"at: {e}") from None
+        async with slots:
+            try:
+                return await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node)
+            except ReadError as e:
+                raise ApiError(503, str(e)) from None
+
+    return r
