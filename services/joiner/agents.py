@@ -49,6 +49,7 @@ class TableIO(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
     def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
     def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
+    def fence(self, partition: int) -> Awaitable[Any]: ...
 
 
 class Message(Protocol):
@@ -221,7 +222,7 @@ class Joiner:
         if newest > slot.mark_ms:
             slot.mark_ms = newest
             mark = self.marks.put(slot.node.encode(), encode_mark(newest), slot.partition)
-        self.sender.submit(mark, [record_of(o) for o in fresh])
+        self.sender.submit(mark, slot.partition, [record_of(o) for o in fresh])
 
     def _end_replay(self, slot: Slot) -> None:
         """Reprocessing has passed the mark: publish the newest held-back output of each key."""
@@ -229,7 +230,7 @@ class Joiner:
         if slot.stash:
             held = sorted(slot.stash.values(), key=time_of)
             slot.stash = {}
-            self.sender.submit(None, [record_of(o) for o in held])
+            self.sender.submit(None, slot.partition, [record_of(o) for o in held])
 
     # ------------------------------------------------------------------ timer
 
@@ -276,10 +277,14 @@ class Joiner:
                         writes: list[Awaitable[Any]], events: list[Any], epoch: int) -> None:
         try:
             await asyncio.gather(*writes)
+            # A reader may stop at the first record of the last batch in a changelog partition: a
+            # fence sent after the pod records guarantees that whoever sees this node record sees them.
+            await self.pods.fence(slot.partition)
             await self.sender.barrier()
             if epoch != self.epoch:
                 return  # a rebalance came in between: the next owner re-reads these events
             await self.nodes.put(slot.node.encode(), node_record, slot.partition)
+            await self.nodes.fence(slot.partition)  # likewise: committed offsets imply this record is read
             for uid in removed:
                 self.pods.delete(uid.encode(), slot.partition)
             for ev in events:

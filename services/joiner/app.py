@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "joiner"
 TICK_S = 1.0
+FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 
 
 class ChangelogTable:
@@ -53,6 +54,10 @@ class ChangelogTable:
         fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
         self.table.data.pop(key, None)
         return fut
+
+    def fence(self, partition: int) -> Any:
+        """Append a record that only marks a point in the changelog partition (see agents.py)."""
+        return self.put(FENCE_KEY + str(partition).encode(), b"1", partition)
 
 
 class JoinerApp(faust.App):
@@ -115,7 +120,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print) -> JoinerApp:
     async def send(topic: str, key: bytes, value: bytes) -> Any:
         return await app.producer.send(topic, key, value, None, None, None)
 
-    sender = OutputSender(send, lambda topic: metrics.events_out.labels(topic).inc(), app.crash)
+    sender = OutputSender(send, tables["marks"].fence, lambda topic: metrics.events_out.labels(topic).inc(),
+                          app.crash)
     joiner = Joiner(
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,

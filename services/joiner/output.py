@@ -1,9 +1,12 @@
 """Ordered publication of the joiner's outputs, each batch only after its high-water mark is durable.
 
 A batch carries the future of its node's mark write (the newest output time it contains, kept in a
-changelogged table). Publishing waits for that write, so after any crash the recovered mark is at least
-as new as anything a consumer has seen, and reprocessing never publishes an older state over a newer
-one. `barrier()` lets a persist wait until every batch submitted before it has been delivered.
+changelogged table). Publishing waits for that write and then for a fence record appended to the same
+changelog partition, so after any crash the recovered mark is at least as new as anything a consumer
+has seen, and reprocessing never publishes an older state over a newer one. The fence is there because
+a recovering worker may read a changelog only up to the first record of its last producer batch (the
+embedded broker answers ListOffsets that way): a record followed by a later, separately sent one is
+always read. `barrier()` lets a persist wait until every batch submitted before it was delivered.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from periscope.bus import codec
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 Record = tuple[str, bytes, bytes]  # topic name, key, value
 # Hands one record to the producer; the awaitable it returns completes when the broker has it.
 SendFn = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+MAX_BATCHES = 500  # batches published behind one round of mark and fence writes
 
 
 def record_of(o: Output) -> Record:
@@ -42,22 +47,31 @@ def is_one_shot(o: Output) -> bool:
     return isinstance(o, Finding) and o.kind == "xid-owner"
 
 
+@dataclass(slots=True)
+class _Batch:
+    mark: Awaitable[Any] | None
+    partition: int
+    records: list[Record]
+    done: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
 class OutputSender:
-    def __init__(self, send: SendFn, on_sent: Callable[[str], None],
+    def __init__(self, send: SendFn, fence: Callable[[int], Awaitable[Any]], on_sent: Callable[[str], None],
                  on_error: Callable[[BaseException], Awaitable[None]]) -> None:
         self._send = send
+        self._fence = fence
         self._on_sent = on_sent
         self._on_error = on_error
-        self._queue: asyncio.Queue[tuple[Awaitable[Any] | None, list[Record], asyncio.Future[None]]] = (
-            asyncio.Queue())
+        self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
         self._pending: set[asyncio.Future[None]] = set()
         self._watching: set[asyncio.Future[None]] = set()
 
-    def submit(self, mark: Awaitable[Any] | None, records: list[Record]) -> None:
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.add(done)
-        done.add_done_callback(self._pending.discard)
-        self._queue.put_nowait((mark, records, done))
+    def submit(self, mark: Awaitable[Any] | None, partition: int, records: list[Record]) -> None:
+        """Publish `records` once `mark` (a write to the marks changelog `partition`) is durable."""
+        batch = _Batch(mark, partition, records)
+        self._pending.add(batch.done)
+        batch.done.add_done_callback(self._pending.discard)
+        self._queue.put_nowait(batch)
 
     @property
     def backlog(self) -> int:
@@ -70,25 +84,32 @@ class OutputSender:
 
     async def run(self) -> None:
         while True:
-            mark, records, done = await self._queue.get()
+            batches = [await self._queue.get()]
+            while not self._queue.empty() and len(batches) < MAX_BATCHES:
+                batches.append(self._queue.get_nowait())
             try:
-                if mark is not None:
-                    await mark
-                futures = [await self._send(*r) for r in records]
+                await self._publish(batches)
             except asyncio.CancelledError:
-                done.cancel()
+                for b in batches:
+                    b.done.cancel()
                 raise
             except Exception as e:
                 log.error("publishing outputs failed: %r", e)
-                done.set_exception(e)
+                for b in batches:
+                    if not b.done.done():
+                        b.done.set_exception(e)
                 await self._on_error(e)
-                continue
-            for topic, _, _ in records:
+
+    async def _publish(self, batches: list[_Batch]) -> None:
+        marked = [b for b in batches if b.mark is not None]
+        if marked:
+            await asyncio.gather(*(b.mark for b in marked if b.mark is not None))
+            await asyncio.gather(*(self._fence(p) for p in sorted({b.partition for b in marked})))
+        for b in batches:
+            futures = [await self._send(*r) for r in b.records]
+            for topic, _, _ in b.records:
                 self._on_sent(topic)
-            if not futures:
-                done.set_result(None)
-                continue
-            task = asyncio.ensure_future(self._delivered(futures, done))
+            task = asyncio.ensure_future(self._delivered(futures, b.done))
             self._watching.add(task)
             task.add_done_callback(self._watching.discard)
 

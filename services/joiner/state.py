@@ -5,7 +5,8 @@ node name, and each pod's rows, kept in the pods table under the pod UID. Kafka 
 cannot write several records atomically, so one persist is numbered (`seq`) and ordered:
 
 1. every changed pod record is written with its new rows *and* the rows of its previous version;
-2. once those are durable, the node record (carrying `seq` and the list of pods with rows) is written.
+2. once those are durable (and fenced, see services.joiner.output), the node record (carrying `seq` and
+   the list of pods with rows) is written.
 
 On recovery the node record is the truth: each listed pod takes the newest of its two versions that is
 not newer than the node record. A crash between the steps therefore yields the previous persist as a

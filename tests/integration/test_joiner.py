@@ -450,9 +450,10 @@ async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes
         bootstrap: str, tmp_path: Path, unique: str) -> None:
     node = NodeScript("gpu-b", 2)
     garbage = b"not a protobuf \xff\x00"
-    with workers(Worker(bootstrap, f"joiner-dlq-{unique}", tmp_path, "w")) as (w,):
-        await w.ready()
-        async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+    app_id = f"joiner-dlq-{unique}"
+    async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+        with workers(Worker(bootstrap, app_id, tmp_path, "w")) as (w,):
+            await w.ready()
             await publish_state(pub, [node])
             await asyncio.sleep(0.5)
             await publish_samples([pub], [node], range(3))
@@ -464,7 +465,14 @@ async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes
             await log.wait_for("samples after the garbage", caught_up([node], 7), timeout=30)
             await log.wait_for("7 dead letters", lambda lg: len(lg.dead_letters()) >= 7, timeout=10)
             metrics = w.metrics()
-        assert w.stop() == 0
+            assert w.stop() == 0  # SIGTERM: persists every node and commits before leaving
+        # A clean restart reads nothing twice: no garbage again, no sample again.
+        with workers(Worker(bootstrap, app_id, tmp_path, "again")) as (again,):
+            await again.ready()
+            await publish_samples([pub], [node], range(8, 11))
+            await log.wait_for("samples after the restart", caught_up([node], 10), timeout=30)
+            after = again.metrics()
+            assert again.stop() == 0
 
     letters = log.dead_letters()
     assert len(letters) == 7
@@ -475,10 +483,16 @@ async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes
     assert wrong.topic == T.TELEMETRY.name and wrong.key == b"gpu-elsewhere" and "gpu-b" in wrong.error
     assert codec.decode(T.TELEMETRY, wrong.value) == node.telemetry(3)
     assert sum(v for k, v in metrics.items() if k.startswith("periscope_joiner_dead_letters_total")) == 7
-    assert metrics["periscope_joiner_events_in_total{topic=\"periscope.node.telemetry.v1\"}"] == 10
+    assert metrics['periscope_joiner_events_in_total{topic="periscope.node.telemetry.v1"}'] == 10
     assert metrics["periscope_joiner_unattributed_samples_total"] == 0
-    assert all(k in metrics for k in ("periscope_joiner_ambiguous_joins_total",
-                                      "periscope_joiner_late_samples_total"))
+    assert metrics["periscope_joiner_late_samples_total"] == 0
+    assert metrics["periscope_joiner_ambiguous_joins_total"] == 0
+    assert after['periscope_joiner_events_in_total{topic="periscope.node.telemetry.v1"}'] == 3
+    assert after["periscope_joiner_node_recoveries_total"] == 1
+    assert after["periscope_joiner_redelivered_events_total"] == 0
+    assert not any(k.startswith("periscope_joiner_dead_letters_total") for k in after)
+    e = log.latest()["pod/" + node.uids["e"]]
+    assert isinstance(e, PodAttribution) and sum(w.samples for w in e.rows[0].windows) == 11
 
 
 async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstrap: str, tmp_path: Path,

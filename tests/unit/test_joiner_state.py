@@ -1,0 +1,147 @@
+"""Joiner state records: a node's engine state survives the tables whole, even when a persist is cut
+short between its pod records and its node record."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from periscope.core.engine import EngineConfig, NodeState, current_view, new_state, step
+from periscope.core.model import NodeInput
+from periscope.core.rows import RowConfig
+from services.joiner.state import (
+    Persist,
+    PodVersion,
+    StateError,
+    decode_mark,
+    encode_mark,
+    plan_persist,
+    restore,
+)
+from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid
+
+S = 1000
+CFG = EngineConfig(rows=RowConfig(window_ms=10 * S), lateness_ms=0)
+
+
+def feed(state: NodeState, events: list[NodeInput]) -> NodeState:
+    for e in events:
+        state, _ = step(state, e, CFG)
+    return state
+
+
+def setup_events() -> list[NodeInput]:
+    g0, g1 = gpu(0), gpu(1)
+    return [
+        inventory(), pod(1, "train", 0), pod(2, "notebook", 0),
+        alloc(S, pr("ml", "train", (g0,)), ck(uid(1), (g0,)), pr("ml", "notebook", (g1,)), ck(uid(2), (g1,))),
+    ]
+
+
+def sample(t: int, busy: float) -> NodeInput:
+    g0, g1 = gpu(0), gpu(1)
+    return tel(t * S, dev(g0, busy, procs=(proc(10, uid(1), busy, 100.0),)),
+               dev(g1, 2.0, index=1, procs=(proc(11, uid(2), 2.0, 50.0),)))
+
+
+class Tables:
+    """What the changelogged tables hold after some writes (a plain dict per table)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, bytes] = {}
+        self.pods: dict[str, bytes] = {}
+
+    def write(self, plan: Persist, *, node_record: bool = True) -> None:
+        self.pods.update(plan.pods)
+        if node_record:
+            self.nodes[NODE] = plan.node
+            for u in plan.removed:
+                self.pods.pop(u, None)
+
+    def restore(self) -> tuple[NodeState, int, dict[str, PodVersion]]:
+        got = restore(NODE, self.nodes.get(NODE), self.pods.get)
+        return got.state, got.seq, got.versions
+
+
+def test_a_persisted_node_comes_back_with_every_row_window_and_pending_sample() -> None:
+    state = feed(new_state(NODE), [*setup_events(), *(sample(t, 50.0 + t) for t in range(2, 25))])
+    versions: dict[str, PodVersion] = {}
+    plan = plan_persist(state, 1, versions)
+    assert sorted(plan.pods) == [uid(1), uid(2)] and plan.removed == []
+    tables = Tables()
+    tables.write(plan)
+    back, seq, back_versions = tables.restore()
+    assert seq == 1 and back_versions == versions
+    assert current_view(back) == current_view(state)
+    assert (back.processed_ms, back.watermark_ms) == (state.processed_ms, state.watermark_ms)
+    # The restored state keeps joining exactly like the original one.
+    more = [sample(t, 10.0) for t in range(25, 40)]
+    assert current_view(feed(back, more)) == current_view(feed(state, more))
+
+
+def test_only_pods_whose_rows_changed_are_written_again() -> None:
+    state = feed(new_state(NODE), [*setup_events(), sample(2, 50.0)])
+    versions: dict[str, PodVersion] = {}
+    plan_persist(state, 1, versions)
+    assert plan_persist(state, 2, versions).pods == {}
+    step(state, pod(3, "idle", 0), CFG)  # a pod without rows changes no row record
+    assert plan_persist(state, 3, versions).pods == {}
+    step(state, sample(3, 60.0), CFG)
+    assert sorted(plan_persist(state, 4, versions).pods) == [uid(1), uid(2)]
+
+
+def test_a_persist_cut_short_before_its_node_record_restores_the_previous_persist_whole() -> None:
+    state = feed(new_state(NODE), [*setup_events(), *(sample(t, 40.0) for t in range(2, 10))])
+    versions: dict[str, PodVersion] = {}
+    tables = Tables()
+    tables.write(plan_persist(state, 1, versions))
+    view_1 = current_view(state)
+    feed(state, [sample(t, 90.0) for t in range(10, 20)])
+    tables.write(plan_persist(state, 2, versions), node_record=False)  # crash here
+    assert json.loads(tables.pods[uid(1)])["seq"] == 2
+    back, seq, back_versions = tables.restore()
+    assert seq == 1 and current_view(back) == view_1  # nothing from persist 2, not half of it
+    # The pod records still say "persist 2" in the table: the next persist rewrites them even if
+    # the rows it has are identical, so no later node record can point at the abandoned version.
+    assert all(v.stale and v.seq == 1 for v in back_versions.values())
+    again = plan_persist(back, 2, back_versions)
+    assert sorted(again.pods) == [uid(1), uid(2)]
+    tables.write(again)
+    back2, seq2, _ = tables.restore()
+    assert seq2 == 2 and current_view(back2) == view_1
+
+
+def test_a_new_pod_of_an_abandoned_persist_is_ignored() -> None:
+    state = feed(new_state(NODE), [inventory(), pod(1, "train", 0), alloc(S, pr("ml", "train", (gpu(0),))),
+                                   sample(2, 50.0)])
+    versions: dict[str, PodVersion] = {}
+    tables = Tables()
+    tables.write(plan_persist(state, 1, versions))
+    both = alloc(3 * S, pr("ml", "train", (gpu(0),)), pr("ml", "notebook", (gpu(1),)))
+    feed(state, [pod(2, "notebook", 0), both, sample(4, 50.0)])
+    tables.write(plan_persist(state, 2, versions), node_record=False)
+    assert uid(2) in tables.pods
+    back, _, back_versions = tables.restore()
+    assert {k[0] for k in back.rows} == {uid(1)} and set(back_versions) == {uid(1)}
+
+
+def test_rows_that_are_gone_are_removed_after_the_node_record() -> None:
+    versions = {uid(9): PodVersion(1, b"[]")}
+    plan = plan_persist(feed(new_state(NODE), [*setup_events(), sample(2, 50.0)]), 2, versions)
+    assert plan.removed == [uid(9)] and uid(9) not in versions
+    assert json.loads(plan.node)["pods"] == [uid(1), uid(2)]
+
+
+def test_no_record_means_a_fresh_node_and_a_foreign_record_is_an_error() -> None:
+    got = restore(NODE, None, lambda u: None)
+    assert got.seq == 0 and got.state.node == NODE and not got.state.rows
+    with pytest.raises(StateError):
+        restore(NODE, b"\x00 not json", lambda u: None)
+    with pytest.raises(StateError):
+        restore(NODE, json.dumps({"format": 99}).encode(), lambda u: None)
+
+
+def test_marks_round_trip_and_unreadable_ones_count_as_none() -> None:
+    assert decode_mark(encode_mark(1_790_000_000_123)) == 1_790_000_000_123
+    assert decode_mark(None) == decode_mark(b"") == decode_mark(b"x") == 0
