@@ -7,11 +7,12 @@ same `holdings_at` the joiner uses when it names the owners of an XID, so the th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from periscope.core.allocation import Holding
-from periscope.core.engine import NodeState, holdings_at
+from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
+from periscope.core.model import NodeInput
 from periscope.replay.reader import Progress, ReadPlan, ReadStats, Warn, read_inputs
 from periscope.replay.render import mig_json, rfc3339
 from periscope.replay.runner import ReplayConfig, replay_events
@@ -63,8 +64,22 @@ def owners_document(at_ms: int, items: list[Json]) -> Json:
 
 def owners_plan(at_ms: int, settings: ReplaySettings, node: str | None = None) -> ReadPlan:
     # Ownership needs pods, nodes, allocations and inventory only: no telemetry, no XIDs.
-    return ReadPlan(anchor_ms=at_ms, to_ms=at_ms, lookback_ms=settings.ms("replay_lookback"),
+    return ReadPlan(anchor_ms=at_ms, to_ms=at_ms + settings.ms("lateness"),
+                    lookback_ms=settings.ms("replay_lookback"),
                     late_slack_ms=settings.ms("replay_late_slack"), samples=False, node=node)
+
+
+def owners_from_events(
+    events: Iterable[NodeInput], at_ms: int, *, engine: EngineConfig = DEFAULT_CONFIG,
+    gpu_uuid: str | None = None, node: str | None = None, pod_uid: str | None = None,
+) -> Json:
+    """Owners at `at_ms` from input events. Events up to the engine's lateness after it are fed too:
+    the live core names an XID's owners only once that much later event time has been seen, so a pod
+    event the watcher stamped just after the instant is known to both."""
+    config = ReplayConfig(engine=engine, to_ms=at_ms + engine.lateness_ms, keep=lambda _: False)
+    result = replay_events(events, config)
+    return owners_document(at_ms, owner_items(result.states, at_ms, gpu_uuid=gpu_uuid, node=node,
+                                              pod_uid=pod_uid))
 
 
 async def owners_with_stats(
@@ -75,10 +90,9 @@ async def owners_with_stats(
     settings = settings or ReplaySettings()
     events, stats = await read_inputs(bootstrap, owners_plan(at_ms, settings, node), warn=warn,
                                       progress=progress)
-    config = ReplayConfig(engine=settings.engine_config(), to_ms=at_ms, keep=lambda _: False)
-    result = await asyncio.to_thread(replay_events, events, config)
-    items = owner_items(result.states, at_ms, gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid)
-    return owners_document(at_ms, items), stats
+    doc = await asyncio.to_thread(owners_from_events, events, at_ms, engine=settings.engine_config(),
+                                  gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid)
+    return doc, stats
 
 
 async def owners_at(

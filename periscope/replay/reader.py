@@ -84,8 +84,11 @@ class _Reader:
     def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None) -> None:
         self.plan, self.warn, self.progress = plan, warn, progress
         self.stats = ReadStats()
+        # No group: nothing is committed. If retention removes records while they are read, carry on
+        # from the oldest that is left rather than from the end.
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
-                                  "enable_auto_commit": False, "client_id": "periscope-replay"}
+                                  "enable_auto_commit": False, "client_id": "periscope-replay",
+                                  "auto_offset_reset": "earliest"}
         self.main = AIOKafkaConsumer(**common)
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}

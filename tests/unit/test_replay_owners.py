@@ -121,3 +121,31 @@ def test_owners_across_nodes_are_sorted_by_node() -> None:
     items = owner_items(replay_events(events, ReplayConfig(to_ms=40 * S)).states, 30 * S)
     assert [i["node"] for i in items] == ["node-a", "node-a", "node-b", "node-b"]
 
+
+
+def test_pod_events_stamped_just_after_the_instant_count_as_they_do_for_the_live_finding() -> None:
+    from periscope.core.engine import EngineConfig, flush, new_state, step
+    from periscope.replay.owners import owners_from_events
+
+    def stamped(ev: PodEvent, t: int) -> PodEvent:  # the watcher saw it a moment after it happened
+        return dataclasses.replace(ev, meta=dataclasses.replace(ev.meta, time_ms=t))
+
+    g = gpu(0)
+    events: list[NodeInput] = [
+        inventory(0), pod(0, "train-0", 0), alloc(1 * S, pr("ml", "train-0", (g,)), ck(uid(0), (g,))),
+        alloc(29 * S + 800, pr("ml", "train-0", (g,)), ck(uid(1), (g,))),  # the new train-0's devices
+        xid(30 * S, g),
+        stamped(pod(0, "train-0", 0, deleted_at=29 * S), 30 * S + 300),
+        stamped(pod(1, "train-0", 29 * S + 500), 30 * S + 300),
+        tel(32 * S, dev(g, 10.0)),
+    ]
+    state, live = new_state(NODE), []
+    for ev in events:  # as the joiner gets them
+        live += step(state, ev)[1]
+    live += flush(state)
+    [finding] = [o for o in live if isinstance(o, Finding) and o.kind == "xid-owner"]
+    assert owners_of(finding) == {(uid(1), "ml", "train-0", "cuda", g)}
+    assert item_owners(owners_from_events(events, 30 * S, gpu_uuid=g)["items"]) == owners_of(finding)
+    # Knowing only what was stamped by the instant itself names the old pod.
+    blind = owners_from_events(events, 30 * S, gpu_uuid=g, engine=EngineConfig(lateness_ms=0))
+    assert [i["pod_uid"] for i in blind["items"]] == [uid(0)]
