@@ -73,7 +73,9 @@ def _die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def hook() -> None:  # in the child, between fork and exec
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        # SIGKILL, not SIGTERM: with the orchestrator gone the broker goes too, and a graceful shutdown
+        # would wait on it (the joiner's consumer group leave) long after nobody is left to care.
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 
@@ -404,8 +406,12 @@ class Stack:
             while pending and self.start_ms + pending[0].at_ms <= now:
                 f = pending.pop(0)
                 name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
-                self.emit(f"[up] fault at {format_duration_ms(f.at_ms)}: restarting {name}")
+                old = self.children[name].pid
                 self.restart(name)
+                self.emit(
+                    f"[up] fault at {format_duration_ms(f.at_ms)}: restarted {name} (pid {old} -> "
+                    f"{self.children[name].pid})"
+                )
             for name in self.order:
                 child = self.children[name]
                 rc = child.exited()

@@ -1,0 +1,104 @@
+"""End-to-end helpers: run `periscope up` as a user would (a separate process) and score the run.
+
+Each scenario runs once per module, accelerated with --speed, with --truth so the API is sampled at
+every tick; tests then assert on the accuracy report and on the recorded API answers.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from periscope.sim.report import ReportOptions, Truth, build_report, read_jsonl
+
+MARKER = "PERISCOPE_E2E_TEST_RUN"  # not PERISCOPE_-settings: up passes other variables through
+
+
+def periscope(*args: str) -> list[str]:
+    return [sys.executable, "-m", "periscope.cli.main", *args]
+
+
+def marked_env(token: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+    env["E2E_RUN_MARKER"] = token
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def marked_pids(token: str) -> list[int]:
+    """Processes whose environment carries this run's marker (everything `up` started inherits it)."""
+    needle = f"E2E_RUN_MARKER={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    with open(f"/proc/{entry}/stat", "rb") as s:
+                        if s.read().rsplit(b")", 1)[1].split()[0] != b"Z":  # zombies hold nothing
+                            found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+@dataclass
+class Run:
+    rc: int
+    output: str
+    truth: Truth
+    snapshots: list[dict[str, Any]]
+    report: dict[str, Any]
+
+    @property
+    def final(self) -> dict[str, Any]:
+        return next(s for s in reversed(self.snapshots) if s["kind"] == "final")
+
+    def snaps(self) -> list[dict[str, Any]]:
+        return [s for s in self.snapshots if s["kind"] == "snapshot"]
+
+
+def run_scenario(tmp: Path, scenario: str, speed: float, *extra: str, timeout_s: float = 110) -> Run:
+    token = uuid.uuid4().hex
+    truth = tmp / "truth.jsonl"
+    args = periscope(
+        "up",
+        "--scenario",
+        scenario,
+        "--speed",
+        str(speed),
+        "--api-port",
+        "0",
+        "--broker-port",
+        "0",
+        "--truth",
+        str(truth),
+        "--exit-at-end",
+        *extra,
+    )
+    try:
+        proc = subprocess.run(args, env=marked_env(token), capture_output=True, text=True, timeout=timeout_s)
+    finally:
+        leftovers = marked_pids(token)
+    assert not leftovers, f"processes left behind by periscope up: {leftovers}"
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    t = Truth(read_jsonl(truth))
+    snaps = read_jsonl(truth.with_name("truth.api.jsonl"))
+    return Run(proc.returncode, output, t, snaps, build_report(t, snaps, ReportOptions()))
+
+
+def pod_rows(snapshot: dict[str, Any], pod: str) -> list[dict[str, Any]]:
+    return [r for r in snapshot.get("pods") or [] if r.get("pod") == pod]
+
+
+def assert_scored(run: Run, min_coverage: float = 0.8) -> None:
+    """The run was sampled at (almost) every tick, so a 100 % score means something."""
+    assert run.report["snapshots"] >= min_coverage * run.report["ticks"], run.report
+    assert run.report["periscope"]["owners"]["total"] > 0

@@ -1,0 +1,50 @@
+"""Pod churn end to end: StatefulSet restarts that keep names, short Jobs, MPS with demand above 100 %."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.support import Run, assert_scored, pod_rows, run_scenario
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def churn(module_tmp: Path) -> Run:
+    return run_scenario(module_tmp, "churn", 4, "--idle-window", "20s")
+
+
+def test_owners_and_usage_follow_every_restart(churn: Run) -> None:
+    assert_scored(churn)
+    p = churn.report["periscope"]
+    assert p["owners"]["share"] == 1.0, p["owners"]
+    assert p["shared_util"]["share"] == 1.0, p["shared_util"]  # MPS, capped at 100 % and split
+    assert p["exclusive_util"]["share"] == 1.0, p["exclusive_util"]
+
+
+def test_restarted_statefulset_pods_are_never_mixed_up(churn: Run) -> None:
+    p, b = churn.report["periscope"], churn.report["baseline"]
+    assert p["reused_names"]["total"] > 50 and p["reused_names"]["share"] == 1.0, p["reused_names"]
+    assert b["reused_names"]["share"] < 0.5
+    worker0 = {r["pod_uid"] for r in churn.final["pods"] if r["pod"] == "worker-0"}
+    assert len(worker0) == 4  # four generations, four UIDs, none merged
+    (active,) = pod_rows(churn.snaps()[-1], "worker-0")
+    assert active["util_pct"] == pytest.approx(90, abs=5)
+
+
+def test_xids_name_the_generation_that_held_the_gpu(churn: Run) -> None:
+    assert churn.report["periscope"]["xid_owners"]["share"] == 1.0
+    assert churn.report["baseline"]["xid_owners"]["right"] == 0
+    xid13 = next(x for x in churn.final["xid"] if x["code"] == 13)
+    truth13 = next(x for x in churn.truth.xids if x["code"] == 13)
+    assert {o["pod_uid"] for o in xid13["owners"]} == {o["pod_uid"] for o in truth13["owners"]}
+
+
+def test_idle_is_per_pod_not_per_name(churn: Run) -> None:
+    idle = churn.report["periscope"]["idle"]
+    assert idle["precision"] == 1.0 and idle["recall"] >= 0.9, idle
+    last = churn.snaps()[-1]
+    assert [r["idle"] for r in pod_rows(last, "worker-1")] == [True]  # 1 % since its last restart
+    assert [r["idle"] for r in pod_rows(last, "worker-0")] == [False]
