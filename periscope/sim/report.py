@@ -99,16 +99,19 @@ class Truth:
         self.ticks: dict[int, dict[str, Row]] = {}
         self.xids: list[Row] = []
         self.faults: list[Row] = []
-        for r in rows:
+        for n, r in enumerate(rows, 1):
             kind = r.get("kind")
-            if kind == "meta":
-                self.meta = r
-            elif kind == "holder":
-                self.ticks.setdefault(int(r["tick"]), {})[r["device_id"]] = r
-            elif kind == "xid":
-                self.xids.append(r)
-            elif kind == "fault":
-                self.faults.append(r)
+            try:
+                if kind == "meta":
+                    self.meta = r
+                elif kind == "holder":
+                    self.ticks.setdefault(int(r["tick"]), {})[str(r["device_id"])] = r
+                elif kind == "xid":
+                    self.xids.append(r)
+                elif kind == "fault":
+                    self.faults.append(r)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"line {n}: {kind} without a valid {e}") from None
         if not self.meta:
             raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
         self.tick_ms = int(self.meta["tick_ms"])

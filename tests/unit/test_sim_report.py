@@ -1,0 +1,175 @@
+"""The accuracy report, fed with API snapshots built from the truth itself (a perfect API) and with
+deliberately wrong ones, so every score is shown to move for the right reason."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from periscope.sim.cluster import ClusterModel
+from periscope.sim.report import ReportOptions, Truth, build_report, format_report, node_times, read_jsonl
+from periscope.sim.scenario import load_scenario
+from periscope.sim.truth import TruthWriter, rfc3339
+
+START = 1_700_000_000_000
+
+
+def write_truth(tmp: Path, scenario: str, window_ms: int = 20_000) -> Truth:
+    model = ClusterModel(load_scenario(scenario))
+    path = tmp / f"{scenario}.jsonl"
+    w = TruthWriter(path, model, START, 1.0, window_ms, 5.0)
+    w.write_tick(len(model.tick_times()) - 1)
+    w.close()
+    return Truth(read_jsonl(path))
+
+
+def perfect(truth: Truth, lag_ticks: int = 0) -> list[dict[str, Any]]:
+    """What an always-right API would have answered at each tick, its data `lag_ticks` old."""
+    snaps: list[dict[str, Any]] = []
+    for k in sorted(truth.ticks):
+        src = max(0, k - lag_ticks)
+        as_of = truth.start_ms + src * truth.tick_ms
+        rows = truth.ticks[src].values()
+        pods = [
+            {
+                "pod_uid": r["pod_uid"],
+                "namespace": r["namespace"],
+                "pod": r["pod"],
+                "device_id": r["device_id"],
+                "util_pct": r["util_pct"] if r["util_observable"] else None,
+                "idle": bool(r["idle"]),
+                "active": True,
+            }
+            for r in rows
+            if r["pod_uid"]
+        ]
+        gpus = {(r["node"], r["gpu_uuid"]) for r in rows}
+        snaps.append(
+            {
+                "kind": "snapshot",
+                "at_ms": truth.start_ms + k * truth.tick_ms,
+                "pods": pods,
+                "gpus": [{"node": n, "gpu_uuid": g, "sample_at": rfc3339(as_of)} for n, g in gpus],
+            }
+        )
+    snaps.append(
+        {
+            "kind": "final",
+            "at_ms": snaps[-1]["at_ms"],
+            "xid": [
+                {"gpu_uuid": x["gpu_uuid"], "code": x["code"], "at": x["at"], "owners": x["owners"]}
+                for x in truth.xids
+            ],
+            "policy": {
+                "components": [
+                    {"name": k, "status": v}
+                    for k, v in ((truth.meta.get("policy") or {}).get("components") or {}).items()
+                ]
+            },
+        }
+    )
+    return snaps
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Truth:
+    return write_truth(tmp_path_factory.mktemp("report"), "demo")
+
+
+def test_a_perfect_api_scores_full_marks(demo: Truth) -> None:
+    r = build_report(demo, perfect(demo))
+    p = r["periscope"]
+    for key in ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners", "policy"):
+        assert p[key]["share"] == 1.0, (key, p[key])
+    assert p["idle"]["precision"] == 1.0 and p["idle"]["recall"] == 1.0
+    assert r["snapshots"] == 120 and r["lag_ticks"] == {"mean": 0.0, "max": 0.0}
+
+
+def test_lagging_but_right_data_is_judged_as_of_its_time(demo: Truth) -> None:
+    r = build_report(demo, perfect(demo, lag_ticks=3))
+    assert r["periscope"]["owners"]["share"] == 1.0
+    assert r["lag_ticks"]["max"] == 3.0
+
+
+def test_the_name_join_baseline_goes_wrong_where_expected(demo: Truth) -> None:
+    b = build_report(demo, perfect(demo))["baseline"]
+    assert b["shared_util"]["share"] == 0.0  # the T4's util copied to all three sharers
+    assert b["reused_names"]["share"] < 0.7  # the old api pod's 85 % shown under the new UID
+    assert b["xid_owners"] == {"right": 1, "total": 2, "share": 0.5}  # XID 79 resolved after the rollout
+    assert b["owners"]["share"] < 1.0
+    no_lag = build_report(demo, perfect(demo), ReportOptions(baseline_lag_ms=0))["baseline"]
+    assert no_lag["owners"]["share"] == 1.0  # with fresh data, name-joining owners is right ...
+    assert no_lag["shared_util"]["share"] == 0.0  # ... but sharing still is not
+
+
+def test_a_stale_uid_after_name_reuse_is_caught(demo: Truth) -> None:
+    snaps = perfect(demo)
+    old = next(r["pod_uid"] for r in demo.ticks[0].values() if r["pod"] == "api-6d4f8b7c9-7xk2m")
+    for s in snaps[60:80]:  # the API keeps showing the old pod with its old usage
+        for row in s["pods"]:
+            if row["pod"] == "api-6d4f8b7c9-7xk2m":
+                row["pod_uid"], row["util_pct"] = old, 85.0
+    p = build_report(demo, snaps)["periscope"]
+    assert p["owners"]["share"] < 1.0
+    assert p["reused_names"]["right"] == p["reused_names"]["total"] - 20
+
+
+def test_usage_errors_are_measured(demo: Truth) -> None:
+    snaps = perfect(demo)
+    for s in snaps[:-1]:
+        for row in s["pods"]:
+            if row["pod"].startswith("infer-a"):
+                row["util_pct"] += 6  # outside the 5-point tolerance
+    p = build_report(demo, snaps)["periscope"]
+    assert 0.5 < p["shared_util"]["share"] < 0.7 and p["shared_util"]["max_error"] == 6.0  # 1 of 3 sharers
+    assert p["exclusive_util"]["share"] == 1.0
+
+
+def test_idle_flags_and_xid_and_policy_mistakes(demo: Truth) -> None:
+    snaps = perfect(demo)
+    for s in snaps[:-1]:
+        for row in s["pods"]:
+            if row["pod"].startswith("finetune"):
+                row["idle"] = True  # a busy pod flagged idle
+    final = snaps[-1]
+    final["xid"][0]["owners"] = []
+    final["policy"]["components"][0]["status"] = "missing"
+    p = build_report(demo, snaps)["periscope"]
+    assert p["idle"]["precision"] < 1.0 and p["idle"]["recall"] == 1.0
+    assert p["xid_owners"]["right"] == 1
+    assert p["policy"]["share"] < 1.0 and p["policy"]["mismatches"][0]["got"] == "missing"
+    text = format_report(build_report(demo, snaps))
+    assert "policy driver: expected ok, API says missing" in text
+
+
+def test_fault_recovery_is_counted_from_the_fault_end(tmp_path: Path) -> None:
+    truth = write_truth(tmp_path, "faults")
+    snaps = perfect(truth, lag_ticks=1)
+    assert all(
+        f["ok"] and f["recovered_ticks"] <= 2 for f in build_report(truth, snaps)["periscope"]["faults"]
+    )
+    joiner = next(f for f in truth.faults if f["fault"] == "joiner-restart")
+    stuck = copy.deepcopy(snaps)
+    for s in stuck[:-1]:  # the API shows nothing newer than the fault for 7 ticks
+        if joiner["end_ms"] <= s["at_ms"] < joiner["end_ms"] + 7 * truth.tick_ms:
+            for g in s["gpus"]:
+                g["sample_at"] = rfc3339(joiner["end_ms"] - truth.tick_ms)
+    faults = {f["fault"]: f for f in build_report(truth, stuck)["periscope"]["faults"]}
+    assert faults["joiner-restart"]["ok"] is False and faults["joiner-restart"]["recovered_ticks"] == 7
+    assert faults["probe-restart"]["ok"]
+
+
+def test_node_times_fall_back_to_as_of_then_sampling_time() -> None:
+    snap = {"at_ms": 5000, "as_of": rfc3339(4000), "gpus": [{"node": "a", "sample_at": rfc3339(3000)}]}
+    assert node_times(snap, ["a", "b"]) == {"a": 3000, "b": 4000}
+    assert node_times({"at_ms": 5000}, ["a"]) == {"a": 5000}
+
+
+def test_truth_file_needs_a_meta_line() -> None:
+    with pytest.raises(ValueError, match="no meta line"):
+        Truth([{"kind": "xid"}])
+    with pytest.raises(ValueError, match="line 2: holder without a valid 'tick'"):
+        Truth([{"kind": "meta"}, {"kind": "holder"}])
