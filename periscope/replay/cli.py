@@ -24,7 +24,7 @@ from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
 from periscope.core.model import NodeInput
 from periscope.replay.owners import owners_with_stats
-from periscope.replay.reader import ReadError, ReadPlan, ReadStats, read_inputs
+from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
     ProgressBar,
     output_json,
@@ -34,7 +34,14 @@ from periscope.replay.render import (
     stdout_console,
     timeline_table,
 )
-from periscope.replay.runner import ReplayConfig, ReplayResult, output_filter, output_time, replay_events
+from periscope.replay.runner import (
+    ReadPlan,
+    ReplayConfig,
+    ReplayResult,
+    output_filter,
+    output_time,
+    replay_events,
+)
 from periscope.replay.settings import ReplaySettings
 
 Json = dict[str, Any]
@@ -182,21 +189,29 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     _summary(quiet, "owners" if at_ms is not None else "range", stats, result, time.perf_counter() - started)
 
 
+def range_plan(from_ms: int, to_ms: int, settings: ReplaySettings, node: str | None = None) -> ReadPlan:
+    return ReadPlan(anchor_ms=from_ms - settings.ms("replay_window_lookback"), to_ms=to_ms,
+                    lookback_ms=settings.ms("replay_lookback"),
+                    late_slack_ms=settings.ms("replay_late_slack"), node=node)
+
+
+def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
+                 filters: dict[str, str | None]) -> ReplayConfig:
+    keep = output_filter(pod_uid=filters.get("pod"), gpu_uuid=filters.get("gpu"), node=filters.get("node"))
+    return ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
+
+
 def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
               warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
-    plan = ReadPlan(anchor_ms=from_ms - settings.ms("replay_window_lookback"), to_ms=to_ms,
-                    lookback_ms=settings.ms("replay_lookback"),
-                    late_slack_ms=settings.ms("replay_late_slack"), node=filters["node"])
+    plan = range_plan(from_ms, to_ms, settings, filters["node"])
     events, stats = asyncio.run(read_inputs(server, plan, warn=warnings,
                                             progress=lambda n, total: bar.update("reading", n, total)))
-    keep = output_filter(pod_uid=filters["pod"], gpu_uuid=filters["gpu"], node=filters["node"])
-    config = ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
 
     def failed(ev: NodeInput, e: Exception) -> None:
         warnings(f"skipping event {type(ev).__name__} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
                  f"{type(e).__name__}: {e}")
 
     total = len(events)
-    result = replay_events(events, config, progress=lambda n: bar.update("replaying", n, total),
-                           on_error=failed)
+    result = replay_events(events, range_config(from_ms, to_ms, settings, filters),
+                           progress=lambda n: bar.update("replaying", n, total), on_error=failed)
     return timeline_document(from_ms, to_ms, result, stats, filters), stats, result

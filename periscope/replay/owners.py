@@ -13,9 +13,9 @@ from typing import Any
 from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
 from periscope.core.model import NodeInput
-from periscope.replay.reader import Progress, ReadPlan, ReadStats, Warn, read_inputs
+from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
 from periscope.replay.render import mig_json, rfc3339
-from periscope.replay.runner import ReplayConfig, replay_events
+from periscope.replay.runner import ReadPlan, ReplayConfig, replay_events
 from periscope.replay.settings import ReplaySettings
 
 Json = dict[str, Any]

@@ -24,32 +24,23 @@ from aiokafka.partitioner import murmur2
 
 from periscope.bus import codec
 from periscope.bus import topics as t
-from periscope.core.model import NodeInput, PodEvent
-from periscope.replay.runner import node_of
+from periscope.core.model import NodeInput
+from periscope.replay.runner import (
+    SAMPLES,
+    SNAPSHOTS,
+    STATE,
+    ReadPlan,
+    node_of,
+    nodes_needing_snapshots,
+    select,
+)
 
-STATE = (t.PODS, t.NODES)  # from the beginning
-SNAPSHOTS = (t.ALLOCATIONS, t.INVENTORY)  # from a lookback, at least one per node at or before the anchor
-SAMPLES = (t.TELEMETRY, t.XID)  # [anchor, to]
 _PROBE_FETCH_BYTES = 64 * 1024
 _IDLE_LIMIT_S = 30.0
 
 
 class ReadError(RuntimeError):
     """The broker could not be read (unreachable, or it stopped answering)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReadPlan:
-    anchor_ms: int  # first instant whose samples the core must see
-    to_ms: int  # last instant replayed
-    lookback_ms: int = 3_600_000
-    late_slack_ms: int = 300_000  # a time-ranged partition is read until a record this far past `to`
-    samples: bool = True  # read telemetry and XIDs (ownership at an instant needs neither)
-    node: str | None = None
-
-    @property
-    def cut_ms(self) -> int:
-        return self.anchor_ms - self.lookback_ms
 
 
 @dataclass(slots=True)
@@ -260,24 +251,6 @@ class _Reader:
         self.main.pause(tp)
 
 
-def _nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> set[str]:
-    """Nodes the replay will need allocation/inventory state for."""
-    if plan.node is not None:
-        return {plan.node}
-    nodes: set[str] = set()
-    last_pod: dict[str, PodEvent] = {}
-    for topic, ev in events:
-        if topic in SAMPLES or (topic in SNAPSHOTS and ev.meta.time_ms >= plan.cut_ms):
-            nodes.add(node_of(ev))
-        elif isinstance(ev, PodEvent) and ev.meta.time_ms <= plan.to_ms:
-            prev = last_pod.get(ev.pod.uid)
-            if prev is None or ev.meta.time_ms >= prev.meta.time_ms:
-                last_pod[ev.pod.uid] = ev
-    nodes |= {node_of(e) for e in last_pod.values() if not e.deleted}
-    nodes.discard("")
-    return nodes
-
-
 async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int], need: set[str]) -> None:
     """Read further back in `topic` until every node in `need` has a record at or before the anchor."""
     count = r.parts.get(topic.name, 0)
@@ -290,35 +263,6 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
             await r.read({tp: (new_lo, lo)}, stop_after_ms=None)
             r.stats.extended += r.stats.records - before
             lo, chunk = new_lo, chunk * 2
-
-
-def select(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> list[NodeInput]:
-    """The events the replay feeds, independent of how far before the range the reading started:
-    state up to `to`; snapshots in [cut, to] plus, where a node has none in [cut, anchor], its latest
-    before the cut; samples in [anchor, to]."""
-    out: list[NodeInput] = []
-    older: dict[tuple[str, str], NodeInput] = {}
-    covered: set[tuple[str, str]] = set()
-    for topic, ev in events:
-        tm = ev.meta.time_ms
-        if tm > plan.to_ms:
-            continue
-        if topic in STATE:
-            out.append(ev)
-        elif topic in SAMPLES:
-            if tm >= plan.anchor_ms:
-                out.append(ev)
-        elif tm >= plan.cut_ms:
-            out.append(ev)
-            if tm <= plan.anchor_ms:
-                covered.add((topic.name, node_of(ev)))
-        else:
-            key = (topic.name, node_of(ev))
-            prev = older.get(key)
-            if prev is None or tm >= prev.meta.time_ms:
-                older[key] = ev
-    out += [ev for key, ev in sorted(older.items(), key=lambda kv: kv[0]) if key not in covered]
-    return out
 
 
 async def read_inputs(
@@ -339,7 +283,7 @@ async def read_inputs(
                 starts = await r.start_offsets(sample_tps, plan.anchor_ms)
                 await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps},
                              stop_after_ms=plan.to_ms + plan.late_slack_ms)
-            need = _nodes_needing_snapshots(r.events, plan)
+            need = nodes_needing_snapshots(r.events, plan)
             for topic in SNAPSHOTS:
                 await _extend(r, topic, snap_starts, need)
     except ReadError:
