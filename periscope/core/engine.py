@@ -24,13 +24,14 @@ from periscope.core.model import (
     NodeInput,
     NodeTelemetry,
     Output,
+    PodAttribution,
     PodEvent,
     XidEvent,
     XidRef,
 )
 from periscope.core.pods import PodRegistry
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.views import gpu_states, pod_attribution, xid_finding
+from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
 
 PRUNE_EVERY_MS = 60_000
 
@@ -226,8 +227,9 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
     outs: list[Output] = []
+    by_pod = rows_by_pod(state)
     for uid in sorted(touched):
-        att = pod_attribution(state, uid, t)
+        att = pod_attribution(state, uid, t, by_pod.get(uid, []))
         if att is not None:
             outs.append(att)
     outs.extend(gpu_states(state, tel, holdings_at(state, t)))
@@ -242,12 +244,23 @@ def _emit(state: NodeState, outs: list[Output]) -> list[Output]:
     fresh: list[Output] = []
     for o in outs:
         key = output_key(o)
-        cmp = o if isinstance(o, Finding) else replace(o, as_of_ms=0)
-        if state.emitted.get(key) == cmp:
+        old = state.emitted.get(key)
+        if old is not None and _same(old, o):
             continue
-        state.emitted[key] = cmp
+        state.emitted[key] = o
         fresh.append(o)
     return fresh
+
+
+def _same(old: Output, new: Output) -> bool:
+    # Cheap checks first: on a normal tick the sample time differs and nothing else need be compared.
+    if isinstance(new, Finding):
+        return old == new
+    if isinstance(new, GpuState):
+        return isinstance(old, GpuState) and old.sample_ms == new.sample_ms and replace(
+            old, as_of_ms=new.as_of_ms) == new
+    return isinstance(old, PodAttribution) and old.rows == new.rows and replace(
+        old, as_of_ms=new.as_of_ms) == new
 
 
 def output_key(o: Output) -> str:
@@ -277,8 +290,9 @@ def current_view(state: NodeState) -> list[Output]:
     """Every output as of the latest processed sample (for recovery and convergence checks)."""
     t = state.processed_ms
     outs: list[Output] = []
-    for uid in sorted({k[0] for k in state.rows}):
-        att = pod_attribution(state, uid, t)
+    by_pod = rows_by_pod(state)
+    for uid in sorted(by_pod):
+        att = pod_attribution(state, uid, t, by_pod[uid])
         if att is not None:
             outs.append(att)
     if state.last_telemetry is not None:

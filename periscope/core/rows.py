@@ -37,6 +37,9 @@ class RowState:
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
+    # to_row cache of the closed windows' stats: (first start, count) -> tuple
+    _closed_key: tuple[float, int] = (0.0, -1)
+    _closed: tuple[WindowStat, ...] = ()
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
@@ -66,6 +69,7 @@ class RowState:
 
     def _window(self, start: int) -> list[float]:
         # A sample for an older window (reordered within the allowed lateness).
+        self._closed_key = (0.0, -1)  # a closed window may change: drop the to_row cache
         for w in self.windows:
             if w[0] == start:
                 return w
@@ -102,6 +106,16 @@ class RowState:
             return 0.0
         return round((self.sample_ms - self.idle_since_ms) / 3_600_000 * self.usage.gpu_fraction, 6)
 
+    def _window_stats(self) -> tuple[WindowStat, ...]:
+        if not self.windows:
+            return ()
+        # Closed windows do not change: convert them once, and only the open one every tick.
+        key = (self.windows[0][0], len(self.windows))
+        if key != self._closed_key:
+            self._closed = tuple(_stat(w) for w in self.windows[:-1])
+            self._closed_key = key
+        return (*self._closed, _stat(self.windows[-1]))
+
     def to_row(self) -> AttributionRow:
         u = self.usage
         return AttributionRow(
@@ -123,9 +137,10 @@ class RowState:
             avg_util_pct=self.avg_util_pct,
             wasted_gpu_hours=self.wasted_gpu_hours(),
             gpu_fraction=u.gpu_fraction if u else 1.0,
-            windows=tuple(
-                WindowStat(int(w[0]), int(w[1]), round(w[2], 3), int(w[3]), w[4], round(w[5], 3))
-                for w in self.windows
-            ),
+            windows=self._window_stats(),
             sample_ms=self.sample_ms,
         )
+
+
+def _stat(w: list[float]) -> WindowStat:
+    return WindowStat(int(w[0]), int(w[1]), round(w[2], 3), int(w[3]), w[4], round(w[5], 3))

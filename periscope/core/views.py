@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
 from periscope.core.model import (
+    DeviceSample,
     Finding,
     GpuState,
     MigRef,
@@ -16,6 +17,7 @@ from periscope.core.model import (
     XidEvent,
 )
 from periscope.core.pods import PodRegistry
+from periscope.core.rows import RowState
 from periscope.core.usage import sharing_of
 
 if TYPE_CHECKING:
@@ -30,10 +32,15 @@ def _owners(hs: list[Holding]) -> tuple[Owner, ...]:
     return tuple(sorted((_owner(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
 
 
-def pod_attribution(state: NodeState, uid: str, t_ms: int) -> PodAttribution | None:
-    rows = sorted(
-        (r for k, r in state.rows.items() if k[0] == uid), key=lambda r: (r.container, r.device_id)
-    )
+def rows_by_pod(state: NodeState) -> dict[str, list[RowState]]:
+    """Rows grouped by pod UID, each group in (container, device_id) order."""
+    out: dict[str, list[RowState]] = {}
+    for key in sorted(state.rows):
+        out.setdefault(key[0], []).append(state.rows[key])
+    return out
+
+
+def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState]) -> PodAttribution | None:
     if not rows:
         return None
     rec = state.pods.get(uid)
@@ -60,13 +67,20 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
     if state.node_event is not None:
         strategy = state.node_event.label("nvidia.com/gpu.sharing-strategy", "time-slicing")
     out: list[GpuState] = []
+    by_gpu: dict[str, list[Holding]] = {}
+    for h in holdings:
+        by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
+    children: dict[str, list[DeviceSample]] = {}
+    for m in tel.devices:
+        if m.parent_uuid and m.mig is not None:
+            children.setdefault(m.parent_uuid, []).append(m)
     for d in tel.devices:
         if d.parent_uuid:
             continue
-        on_gpu = [h for h in holdings if h.device.gpu_uuid == d.uuid]
+        on_gpu = by_gpu.get(d.uuid, [])
         migs = []
-        for m in tel.devices:
-            if m.parent_uuid != d.uuid or m.mig is None:
+        for m in children.get(d.uuid, ()):
+            if m.mig is None:
                 continue
             mine = [h for h in on_gpu if h.device.mig is not None and h.device.mig.uuid == m.uuid]
             migs.append(
