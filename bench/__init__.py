@@ -1,0 +1,1 @@
+"""Benchmarks of the Periscope pipeline: `make bench`, `bench/run.py --quick`."""

@@ -1,0 +1,173 @@
+"""Shared pieces of the benchmarks: a measured figure with its goal and setup, medians of repeats,
+percentiles, CPU/memory probes of this machine, free ports."""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import FrameType, ModuleType
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Goal:
+    """A design goal to report against (never a test assertion)."""
+
+    op: str  # ">=" or "<"
+    value: float
+    text: str
+
+    def met(self, x: float | None) -> bool | None:
+        if x is None:
+            return None
+        return x >= self.value if self.op == ">=" else x < self.value
+
+
+@dataclass(slots=True)
+class Figure:
+    key: str
+    value: float | None
+    unit: str
+    setup: dict[str, Any]
+    limit: str = ""  # what bounds the figure, in words
+    goal: Goal | None = None
+    runs: list[float] = field(default_factory=list)  # the repeats the median came from
+    brief: str = ""  # the setup in a few words, for the README table
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "value": rounded(self.value),
+            "unit": self.unit,
+            "goal": None if self.goal is None else self.goal.text,
+            "goal_met": None if self.goal is None else self.goal.met(self.value),
+            "runs": [rounded(r) for r in self.runs],
+            "brief": self.brief,
+            "setup": self.setup,
+            "limit": self.limit,
+        }
+
+
+def rounded(x: float | None, digits: int = 4) -> float | None:
+    if x is None:
+        return None
+    if abs(x) >= 100:
+        return round(x, 1)
+    return float(f"{x:.{digits}g}")
+
+
+def median(xs: Iterable[float]) -> float:
+    return statistics.median(list(xs))
+
+
+def percentile(xs: Iterable[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of a non-empty sample."""
+    s = sorted(xs)
+    if not s:
+        raise ValueError("percentile of an empty sample")
+    k = max(0, min(len(s) - 1, math.ceil(p / 100 * len(s)) - 1))
+    return s[k]
+
+
+def repeat(n: int, measure: Callable[[], float]) -> list[float]:
+    """Run a measurement n times (each from a collected heap) and return every result."""
+    out = []
+    for _ in range(n):
+        gc.collect()
+        out.append(measure())
+    return out
+
+
+class CpuTimer:
+    """CPU seconds of this thread between enter and exit."""
+
+    def __enter__(self) -> CpuTimer:
+        self.start = time.thread_time()
+        self.seconds = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.thread_time() - self.start
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def proc_cpu_s(pid: int) -> float:
+    """user+system CPU seconds a process has used so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+_SKIP = (type, ModuleType, FrameType)
+
+
+def deep_size(root: object) -> int:
+    """Bytes of every object reachable from `root` (sys.getsizeof, each object once).
+
+    Classes, modules and frames are not followed: they are shared with the rest of the program.
+    """
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _SKIP):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+def machine() -> dict[str, Any]:
+    model = platform.processor() or ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=5, check=False).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+async def end_offsets(bootstrap: str, topic: str) -> int:
+    """Sum of the end offsets of every partition of `topic` (records ever written to it)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer.topics()  # a metadata fetch, so partitions_for_topic knows the topic
+        parts = consumer.partitions_for_topic(topic) or set()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        return sum(ends.values())
+    finally:
+        await consumer.stop()

@@ -1,0 +1,158 @@
+"""Offline replay through the pure core: device-samples per second, and core state memory per row.
+
+Input is the synthetic cluster of bench.workload, encoded to the bus's protobuf bytes beforehand (not
+timed), as the replay tool reads them from the input topics. The timed part is what replay does per
+record: decode, route to the node's state, `step`, collect the outputs; `flush` at the end.
+A second, core-only figure steps the already-decoded objects, to split the cost.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from bench.common import Figure, Goal, deep_size, median, repeat
+from bench.workload import T0_MS, NodeShape, cluster_events
+from periscope.bus import codec
+from periscope.bus.topics import Topic
+from periscope.core import engine
+from periscope.core.model import NodeInput, Output
+
+GOAL = Goal(">=", 100_000, ">= 100,000 device-samples/s")
+
+
+def _replay_objects(events: list[tuple[Topic, NodeInput]]) -> tuple[dict[str, engine.NodeState], int]:
+    states: dict[str, engine.NodeState] = {}
+    outputs: list[Output] = []
+    for _, ev in events:
+        st = states.get(ev.meta.node)
+        if st is None:
+            st = states[ev.meta.node] = engine.new_state(ev.meta.node)
+        outputs.extend(engine.step(st, ev)[1])
+    for st in states.values():
+        outputs.extend(engine.flush(st))
+    return states, len(outputs)
+
+
+def _replay_bytes(records: list[tuple[Topic, bytes]]) -> tuple[dict[str, engine.NodeState], int]:
+    states: dict[str, engine.NodeState] = {}
+    outputs: list[Output] = []
+    for topic, data in records:
+        ev = codec.decode(topic, data)
+        st = states.get(ev.meta.node)
+        if st is None:
+            st = states[ev.meta.node] = engine.new_state(ev.meta.node)
+        outputs.extend(engine.step(st, ev)[1])
+    for st in states.values():
+        outputs.extend(engine.flush(st))
+    return states, len(outputs)
+
+
+def _device_samples(states: dict[str, engine.NodeState]) -> int:
+    return sum(s.counters.device_samples for s in states.values())
+
+
+def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) -> list[Figure]:
+    events = list(cluster_events(nodes, ticks, shape))
+    records = [(t, codec.encode(ev)) for t, ev in events]
+    setup: dict[str, Any] = {
+        "nodes": nodes,
+        "gpus_per_node": shape.gpus,
+        "processes_per_node": shape.processes,
+        "ticks": ticks,
+        "tick": "1s",
+        "records": len(records),
+        "repeats": repeats,
+        "path": "protobuf bytes -> periscope.bus.codec.decode -> periscope.core.engine.step per node; flush",
+    }
+    info: dict[str, Any] = {}
+
+    def with_decode() -> float:
+        t = time.perf_counter()
+        states, n_out = _replay_bytes(records)
+        dt = time.perf_counter() - t
+        info["device_samples"], info["outputs"] = _device_samples(states), n_out
+        return info["device_samples"] / dt
+
+    def core_only() -> float:
+        t = time.perf_counter()
+        states, _ = _replay_objects(events)
+        return _device_samples(states) / (time.perf_counter() - t)
+
+    runs = repeat(repeats, with_decode)
+    core_runs = repeat(repeats, core_only)
+    setup |= {"device_samples": info["device_samples"], "outputs": info["outputs"]}
+    limit = ("CPU: one Python thread; per sample the core rebuilds each touched pod's attribution and GPU "
+             "state")
+    brief = (f"{nodes} nodes x {shape.gpus} GPUs x {ticks} s ticks from empty state; protobuf bytes -> "
+             f"decode -> core; median of {repeats}")
+    return [
+        Figure("replay_device_samples_per_s", median(runs), "device-samples/s", setup, limit, GOAL, runs,
+               brief),
+        Figure("replay_core_only_device_samples_per_s", median(core_runs), "device-samples/s",
+               {**setup, "path": "decoded objects -> periscope.core.engine.step per node; flush"},
+               "as above, without protobuf decoding", None, core_runs,
+               brief.replace("protobuf bytes -> decode ->", "decoded objects ->")),
+    ]
+
+
+def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = NodeShape()
+                 ) -> tuple[Figure, Figure]:
+    """Core speed once rows hold `minutes` of windows (the joiner's steady state: WINDOW_KEEP=1h), and
+    the memory a joiner worker holds per pod-device row at that point."""
+    events = [ev for _, ev in cluster_events(nodes, minutes * 60, shape)]
+    cut = (minutes - measure_min) * 60_000 + T0_MS
+    warm = [ev for ev in events if ev.meta.time_ms < cut]
+    last = [ev for ev in events if ev.meta.time_ms >= cut]
+    states: dict[str, engine.NodeState] = {}
+    for ev in warm:
+        st = states.get(ev.meta.node)
+        if st is None:
+            st = states[ev.meta.node] = engine.new_state(ev.meta.node)
+        engine.step(st, ev)
+    before = _device_samples(states)
+    t = time.perf_counter()
+    for ev in last:
+        engine.step(states[ev.meta.node], ev)
+    rate = (_device_samples(states) - before) / (time.perf_counter() - t)
+    speed = Figure(
+        "replay_steady_device_samples_per_s", rate, "device-samples/s",
+        {"nodes": nodes, "history": f"{minutes - measure_min} min of 1 s ticks stepped first (not timed)",
+         "measured": f"the following {measure_min} min of ticks, decoded objects -> engine.step",
+         "what": "per-sample core cost once every row holds ~60 one-minute windows, as in a long-running "
+                 "joiner (WINDOW_KEEP=1h)"},
+        "RowState.to_row rebuilds every WindowStat of a row (2 round() calls each) on every sample, and "
+        "_emit "
+        "compares whole PodAttributions, windows included, for de-duplication", None, [rate],
+        f"core only, {nodes} nodes, last {measure_min} min after {minutes - measure_min} min of history "
+        "(~60 windows/row)")
+    return speed, joiner_state_bytes_per_row(states, minutes)
+
+
+def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int) -> Figure:
+    """What a worker keeps per pod-device row: the core's NodeState plus the latest record of each
+    changelogged table key (the Faust memory store keeps table values in the process)."""
+    from services.joiner.state import plan_persist
+
+    gc.collect()
+    rows = sum(len(s.rows) for s in states.values())
+    core = deep_size(states)
+    tables = 0
+    for st in states.values():
+        plan = plan_persist(st, 1, {})
+        tables += deep_size(plan.node) + sum(deep_size(k) + deep_size(v) for k, v in plan.pods.items())
+    per_row = (core + tables) / rows
+    setup = {
+        "rows": rows,
+        "history": f"{minutes} min of 1 s ticks (window 1m, windows kept 1h)",
+        "core_state_bytes_per_row": round(core / rows),
+        "table_values_bytes_per_row": round(tables / rows),
+        "what": "periscope.core NodeState per node (pods, allocation history, row windows, last emitted "
+                "outputs kept for de-duplication) walked with sys.getsizeof, plus the node and pod records "
+                "services.joiner.state.plan_persist writes to the in-memory changelogged tables",
+    }
+    limit = ("per-row window lists ([6 floats] per minute), the last emitted PodAttribution with all its "
+             "WindowStats, and the JSON pod record (current and previous rows) in the table")
+    return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, None, [per_row],
+                  f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")
