@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from bench import services
+from bench import processes
 from bench.common import Figure, Goal, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode
 from periscope.bus import topics
@@ -97,8 +97,8 @@ async def _poll(url: str, markers: set[str], record_after: float, poll_s: float,
 
 async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, warm_s: float, span_s: float,
               poll_s: float = 0.05, shape: NodeShape = NodeShape()) -> tuple[list[Figure], dict[str, Any]]:
-    worker = services.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
-    api = services.api(bootstrap, tmp)
+    worker = processes.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
+    api = processes.api(bootstrap, tmp)
     ages: list[float] = []
     stats: dict[str, Any] = {}
     try:
@@ -151,7 +151,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, warm_s: float
         "markers": markers, "samples": len(ages), "warm_up_s": warm_s, "span_s": span_s,
         "joiner_lateness": "1s (default): a sample is joined once its node's next event shows the "
                            "watermark 1 s past it, so at 1 s ticks about one tick is inherent",
-        "worker_env": services.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
+        "worker_env": processes.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
         "min_s": rounded(min(ages)), "max_s": rounded(max(ages)),
     }
     limit = ("the joiner's 1 s lateness (one tick at 1 s ticks) + publish after the table mark is acked + "

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench import services
+from bench import processes
 from bench.common import Figure, Goal, median, proc_cpu_s, rounded
 from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
@@ -139,7 +139,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     await counter.start()
     app_id = f"bench-joiner-{uuid.uuid4().hex[:8]}"
     spawned = time.monotonic()
-    worker = services.joiner(bootstrap, app_id, tmp, wrap)
+    worker = processes.joiner(bootstrap, app_id, tmp, wrap)
     cpu: dict[str, tuple[float, float]] = {}
 
     def on_mark(n: int) -> None:
@@ -200,7 +200,7 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
         "how": "backlog preloaded on the embedded broker (input topics: 4 partitions); a fresh `python -m "
                "services.joiner` worker (new APP_ID) consumes it; GpuState records counted on "
                "periscope.gpus.v1 by a bare consumer; rate between 10% and 90% of the expected records",
-        "worker_env": services.JOINER_ENV,
+        "worker_env": processes.JOINER_ENV,
         "history": f"rows hold up to {ticks // 60 + 1} one-minute windows (a fresh worker); see "
                    "replay_steady_device_samples_per_s for the cost at 1 h of windows",
         "worker_cpu_util": rounded(median([r.get("worker_cpu_util", float("nan")) for r in runs])),
@@ -212,10 +212,14 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
                  "topic": topics.TELEMETRY.name, "records": load["telemetry_records"], "repeats": repeats,
                  "with_decode_device_samples_per_s": rounded(median(raw_dec))}
     ratio = raw_rate / joiner_rate
-    limit = ("CPU: one worker is one Python thread; per sample it decodes, steps the core (which rebuilds "
-             "the "
-             "touched pods' attribution with every window), encodes two outputs, and persists state to "
-             "changelogs; it shares 2 cores with the broker")
+    util, butil = setup["worker_cpu_util"], setup["broker_cpu_util"]
+    limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} (2 cores in all); per "
+             "sample the worker decodes, steps the core, encodes a PodAttribution and a GpuState, writes a "
+             "mark and state records to changelog tables, and Faust/aiokafka schedule and partition every "
+             "record (hot spots: bench/run.py --profile)")
+    if util is not None and util < 0.8:
+        limit = (f"not CPU-bound (worker {util:.0%} of a core, broker {butil:.0%}): waits on broker round "
+                 "trips")
     brief = (f"1 worker, {nodes} nodes x {shape.gpus} GPUs ({shape.processes} processes) x {ticks} s of 1 s "
              "ticks "
              f"preloaded on the embedded broker; median of {repeats}")

@@ -1,60 +1,43 @@
 """Offline replay through the pure core: device-samples per second, and core state memory per row.
 
 Input is the synthetic cluster of bench.workload, encoded to the bus's protobuf bytes beforehand (not
-timed), as the replay tool reads them from the input topics. The timed part is what replay does per
-record: decode, route to the node's state, `step`, collect the outputs; `flush` at the end.
-A second, core-only figure steps the already-decoded objects, to split the cost.
+timed), as the replay tool reads them from the input topics. The timed part is what the replay tool does
+with them: decode every record, then `periscope.replay.runner.replay_events` (group by node, order by
+event time, step the core, flush, keep the outputs). A second, core-only figure replays the already
+decoded objects, to split the cost; a third measures the core once rows hold an hour of windows.
+What limits each figure is read from a cProfile of the same work (top functions by self time).
 """
 
 from __future__ import annotations
 
+import copy
 import gc
 import time
 from typing import Any
 
 from bench.common import Figure, Goal, deep_size, median, repeat
+from bench.hotspots import top_self
 from bench.workload import T0_MS, NodeShape, cluster_events
 from periscope.bus import codec
 from periscope.bus.topics import Topic
 from periscope.core import engine
-from periscope.core.model import NodeInput, Output
+from periscope.replay.runner import ReplayResult, replay_events
 
 GOAL = Goal(">=", 100_000, ">= 100,000 device-samples/s")
-
-
-def _replay_objects(events: list[tuple[Topic, NodeInput]]) -> tuple[dict[str, engine.NodeState], int]:
-    states: dict[str, engine.NodeState] = {}
-    outputs: list[Output] = []
-    for _, ev in events:
-        st = states.get(ev.meta.node)
-        if st is None:
-            st = states[ev.meta.node] = engine.new_state(ev.meta.node)
-        outputs.extend(engine.step(st, ev)[1])
-    for st in states.values():
-        outputs.extend(engine.flush(st))
-    return states, len(outputs)
-
-
-def _replay_bytes(records: list[tuple[Topic, bytes]]) -> tuple[dict[str, engine.NodeState], int]:
-    states: dict[str, engine.NodeState] = {}
-    outputs: list[Output] = []
-    for topic, data in records:
-        ev = codec.decode(topic, data)
-        st = states.get(ev.meta.node)
-        if st is None:
-            st = states[ev.meta.node] = engine.new_state(ev.meta.node)
-        outputs.extend(engine.step(st, ev)[1])
-    for st in states.values():
-        outputs.extend(engine.flush(st))
-    return states, len(outputs)
 
 
 def _device_samples(states: dict[str, engine.NodeState]) -> int:
     return sum(s.counters.device_samples for s in states.values())
 
 
+def replay_records(records: list[tuple[Topic, bytes]]) -> ReplayResult:
+    """What the replay tool does with what it read from the input topics: decode, then replay."""
+    return replay_events(codec.decode(t, data) for t, data in records)
+
+
 def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) -> list[Figure]:
     events = list(cluster_events(nodes, ticks, shape))
+    objects = [ev for _, ev in events]
     records = [(t, codec.encode(ev)) for t, ev in events]
     setup: dict[str, Any] = {
         "nodes": nodes,
@@ -64,35 +47,44 @@ def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) ->
         "tick": "1s",
         "records": len(records),
         "repeats": repeats,
-        "path": "protobuf bytes -> periscope.bus.codec.decode -> periscope.core.engine.step per node; flush",
+        "path": "protobuf bytes -> periscope.bus.codec.decode -> periscope.replay.runner.replay_events "
+                "(group by node, sort by event time, engine.step, flush; outputs kept in a list)",
     }
     info: dict[str, Any] = {}
 
     def with_decode() -> float:
         t = time.perf_counter()
-        states, n_out = _replay_bytes(records)
+        res = replay_records(records)
         dt = time.perf_counter() - t
-        info["device_samples"], info["outputs"] = _device_samples(states), n_out
-        return info["device_samples"] / dt
+        info["device_samples"], info["outputs"] = res.device_samples, len(res.outputs)
+        return res.device_samples / dt
 
     def core_only() -> float:
         t = time.perf_counter()
-        states, _ = _replay_objects(events)
-        return _device_samples(states) / (time.perf_counter() - t)
+        res = replay_events(objects)
+        return res.device_samples / (time.perf_counter() - t)
 
     runs = repeat(repeats, with_decode)
     core_runs = repeat(repeats, core_only)
     setup |= {"device_samples": info["device_samples"], "outputs": info["outputs"]}
-    limit = ("CPU: one Python thread; per sample the core rebuilds each touched pod's attribution and GPU "
-             "state")
+    small = records[: max(1, len(records) // 4)]
+    some = objects[: len(small)]
+    t = time.perf_counter()
+    for topic, data in records:
+        codec.decode(topic, data)
+    decode_share = (time.perf_counter() - t) / (info["device_samples"] / median(runs))
+    setup["decode_share"] = round(decode_share, 3)
+    limit = (f"CPU, one Python thread; protobuf decode is {decode_share:.0%} of the time; top self time: "
+             + top_self(lambda: replay_records(small)))
+    core_limit = "CPU, one Python thread; top self time: " + top_self(lambda: replay_events(some))
     brief = (f"{nodes} nodes x {shape.gpus} GPUs x {ticks} s ticks from empty state; protobuf bytes -> "
-             f"decode -> core; median of {repeats}")
+             f"decode -> replay_events; median of {repeats}")
     return [
         Figure("replay_device_samples_per_s", median(runs), "device-samples/s", setup, limit, GOAL, runs,
                brief),
         Figure("replay_core_only_device_samples_per_s", median(core_runs), "device-samples/s",
-               {**setup, "path": "decoded objects -> periscope.core.engine.step per node; flush"},
-               "as above, without protobuf decoding", None, core_runs,
+               {**setup, "path": "decoded objects -> periscope.replay.runner.replay_events"},
+               core_limit, None, core_runs,
                brief.replace("protobuf bytes -> decode ->", "decoded objects ->")),
     ]
 
@@ -111,20 +103,25 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
         if st is None:
             st = states[ev.meta.node] = engine.new_state(ev.meta.node)
         engine.step(st, ev)
+    snapshot = copy.deepcopy(states)  # to profile the same span afterwards
     before = _device_samples(states)
     t = time.perf_counter()
     for ev in last:
         engine.step(states[ev.meta.node], ev)
     rate = (_device_samples(states) - before) / (time.perf_counter() - t)
+
+    def again() -> None:
+        for ev in last:
+            engine.step(snapshot[ev.meta.node], ev)
+
+    limit = "CPU, one Python thread; top self time: " + top_self(again)
     speed = Figure(
         "replay_steady_device_samples_per_s", rate, "device-samples/s",
         {"nodes": nodes, "history": f"{minutes - measure_min} min of 1 s ticks stepped first (not timed)",
          "measured": f"the following {measure_min} min of ticks, decoded objects -> engine.step",
          "what": "per-sample core cost once every row holds ~60 one-minute windows, as in a long-running "
                  "joiner (WINDOW_KEEP=1h)"},
-        "RowState.to_row rebuilds every WindowStat of a row (2 round() calls each) on every sample, and "
-        "_emit "
-        "compares whole PodAttributions, windows included, for de-duplication", None, [rate],
+        limit, None, [rate],
         f"core only, {nodes} nodes, last {measure_min} min after {minutes - measure_min} min of history "
         "(~60 windows/row)")
     return speed, joiner_state_bytes_per_row(states, minutes)

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import api, common, freshness, probe, profile, replay, report, run
+from bench import api, common, freshness, hotspots, probe, replay, report, run
 from bench.workload import NodeShape, cluster_events, gpu_uuid, pod_uid
 from periscope.bus import topics
 from periscope.core import engine
@@ -78,9 +78,9 @@ def test_helpers() -> None:
     assert common.deep_size([b"x" * 1000]) > 1000
     text = ("main (/x/site-packages/faust/a.py);step (/r/periscope/core/engine.py) 3\n"
             "main (/x/site-packages/faust/a.py) 1\n")
-    s = profile.summarize_collapsed(text)
+    s = hotspots.summarize_collapsed(text)
     assert s["samples"] == 4 and s["self"][0] == {"function": "step (engine.py)", "pct": 75.0}
-    assert profile.short("/opt/venv/lib/python3.11/site-packages/faust/app.py") == "faust/app.py"
+    assert hotspots.short("/opt/venv/lib/python3.11/site-packages/faust/app.py") == "faust/app.py"
     first = next(ev for _, ev in cluster_events(1, 1) if isinstance(ev, NodeTelemetry))
     assert len(first.devices) == 8 and len(first.devices[0].processes) == 1
 

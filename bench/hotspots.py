@@ -18,6 +18,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,20 @@ def _frame(raw: str) -> str:
     return f"{m.group('fn')} ({short(m.group('file'))})"
 
 
+def _package(frame: str) -> str:
+    """The package a frame's file belongs to: `periscope/core`, `faust`, `stdlib/asyncio`, ..."""
+    path = frame.rsplit("(", 1)[-1].rstrip(")")
+    parts = path.split("/")
+    if parts[0] == "stdlib" or (parts[0] in ("periscope", "services") and len(parts) > 2):
+        return "/".join(parts[:2])
+    return parts[0] if len(parts) > 1 else path
+
+
 def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
     """Self and inclusive sample shares per function from py-spy's raw (collapsed) output."""
     self_c: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
+    pkg_c: Counter[str] = Counter()
     total = 0
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -57,6 +68,7 @@ def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
         frames = [_frame(f) for f in stack.split(";")]
         total += n
         self_c[frames[-1]] += n
+        pkg_c[_package(frames[-1])] += n
         for f in set(frames):
             incl_c[f] += n
     if not total:
@@ -67,7 +79,8 @@ def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
                 if not only_project or "(periscope/" in f or "(services/" in f]
         return [{"function": f, "pct": round(100 * n / total, 1)} for f, n in rows[:top]]
 
-    return {"samples": total, "self": pct(self_c, False), "inclusive_project": pct(incl_c, True)}
+    return {"samples": total, "self_by_package": pct(pkg_c, False), "self": pct(self_c, False),
+            "inclusive_project": pct(incl_c, True)}
 
 
 def _children(pid: int) -> list[int]:
@@ -83,7 +96,8 @@ async def joiner_profile(bootstrap: str, tmp: Path, expected: int, timeout_s: fl
     if not os.access(spy, os.X_OK):
         return {"skipped": "py-spy is not installed (pip install py-spy into the venv to profile)"}
     out = tmp / "joiner-profile.txt"
-    wrap = [spy, "record", "--format", "raw", "--nolineno", "-r", "200", "-o", str(out), "--"]
+    wrap = [spy, "record", "--format", "raw", "--nolineno", "--full-filenames", "-r", "200", "-o", str(out),
+            "--"]
     run = await one_worker_run(bootstrap, tmp, expected, None, timeout_s, wrap=wrap)
     worker = run.pop("worker")
     for child in _children(worker.proc.pid):  # stop the worker itself; py-spy then writes its output
@@ -99,6 +113,18 @@ async def joiner_profile(bootstrap: str, tmp: Path, expected: int, timeout_s: fl
                         f"samples), idle samples excluded; rate while profiled "
                         f"{run['device_samples_per_s']:.0f} device-samples/s")
     return summary
+
+
+def top_self(work: Callable[[], object], n: int = 3) -> str:
+    """The n functions with the most self time while `work` runs under cProfile, as one line."""
+    prof = cProfile.Profile()
+    prof.enable()
+    work()
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in stats.values()) or 1.0
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:n]
+    return ", ".join(f"{fn} ({short(file)}) {100 * v[2] / total:.0f}%" for (file, _, fn), v in rows)
 
 
 def core_profile(nodes: int = 2, minutes: int = 60, measure_min: int = 3, top: int = 20) -> dict[str, Any]:
