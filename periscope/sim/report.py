@@ -116,8 +116,12 @@ class Truth:
             raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
         self.tick_ms = int(self.meta["tick_ms"])
         self.devices: dict[str, str] = {}  # device ID -> node
+        self.gpu_devices: dict[str, list[str]] = {}  # GPU UUID -> its kubelet device IDs
         for rows_at in self.ticks.values():
-            self.devices.update((d, r["node"]) for d, r in rows_at.items())
+            for d, r in rows_at.items():
+                if d not in self.devices:
+                    self.devices[d] = r["node"]
+                    self.gpu_devices.setdefault(r["gpu_uuid"], []).append(d)
         self.nodes = sorted(set(self.devices.values()))
         self.start_ms = int(self.meta["start_ms"])
         self.last = max(self.ticks, default=-1)
@@ -144,19 +148,6 @@ class Truth:
             if r["namespace"] == namespace and r["pod"] == pod:
                 return str(r["pod_uid"])
         return None
-
-
-def node_times(snapshot: Row, nodes: Iterable[str]) -> dict[str, int]:
-    """The event time each node's data in a snapshot is as of: its newest GPU sample, else the API's
-    as_of, else the moment of sampling. Truth is compared at that time; the gap to the sampling moment
-    is the pipeline's lag, reported on its own."""
-    fallback = parse_time(snapshot.get("as_of")) or int(snapshot["at_ms"])
-    newest: dict[str, int] = {}
-    for g in snapshot.get("gpus") or []:
-        t = parse_time(g.get("sample_at"))
-        if t is not None and g.get("node") is not None:
-            newest[g["node"]] = max(newest.get(g["node"], 0), t)
-    return {n: newest.get(n, fallback) for n in nodes}
 
 
 def _rows_by_device(snapshot: Row) -> dict[str, list[Row]]:
@@ -211,6 +202,23 @@ class _Baseline:
         return len(got) >= window_ticks and sum(got) / len(got) < threshold
 
 
+def gpu_views(snapshot: Row, truth: Truth) -> list[tuple[str, int, set[str]]]:
+    """(device ID, as-of time, owner UIDs) for each device of each GPU in a snapshot. One GpuState
+    carries its owners and its sample time from the same engine step, so the pair is consistent even
+    while other outputs are still on their way to the API."""
+    out = []
+    for g in snapshot.get("gpus") or []:
+        t = parse_time(g.get("sample_at"))
+        if t is None:
+            continue
+        owners: dict[str, set[str]] = {}
+        migs = [o for m in g.get("mig_devices") or [] for o in m.get("owners") or []]
+        for o in [*(g.get("owners") or []), *migs]:
+            owners.setdefault(str(o.get("device_id")), set()).add(str(o.get("pod_uid")))
+        out += [(dev, t, owners.get(dev, set())) for dev in truth.gpu_devices.get(str(g.get("gpu_uuid")), ())]
+    return out
+
+
 def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None = None) -> Row:
     o = opts or ReportOptions()
     snaps = sorted((s for s in snapshots if s.get("kind") == "snapshot"), key=lambda s: s["at_ms"])
@@ -230,35 +238,41 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     theirs = {k: Score() for k in ours}
     idle_ours, idle_theirs = Confusion(), Confusion()
     lags: list[float] = []
+    examples: list[str] = []
+    seen: set[tuple[Any, ...]] = set()  # each API state once, however many snapshots repeat it
     for s in snaps:
-        by_dev = _rows_by_device(s)
-        refs = node_times(s, truth.nodes)
-        ticks = {n: truth.tick_at(ref) for n, ref in refs.items()}
-        lags += [(int(s["at_ms"]) - ref) / truth.tick_ms for ref in refs.values()]
-        for dev, node in truth.devices.items():
-            k = ticks[node]
+        for dev, t_ms, got in gpu_views(s, truth):
+            lags.append((int(s["at_ms"]) - t_ms) / truth.tick_ms)
+            k = truth.tick_at(t_ms)
             t = truth.row(k, dev)
-            if t is None or not truth.stable(k, dev, allow, "pod_uid"):
+            if ("o", dev, k) in seen or t is None or not truth.stable(k, dev, allow, "pod_uid"):
                 continue
-            want = t["pod_uid"]
-            api_rows = by_dev.get(dev, [])
-            ours["owners"].add({r.get("pod_uid") for r in api_rows} == ({want} if want else set()))
-            b_owner = base.owner(dev, k)
-            theirs["owners"].add(b_owner == want)
-            if want is None:
-                continue
-            mine = next((r for r in api_rows if r.get("pod_uid") == want), None)
+            seen.add(("o", dev, k))
+            want = {t["pod_uid"]} if t["pod_uid"] else set()
+            ours["owners"].add(got == want)
+            if got != want:
+                _example(examples, "owner", k, t, f"API says {sorted(got) or 'nobody'}")
+            theirs["owners"].add(base.owner(dev, k) == t["pod_uid"])
+        for r in (r for rows in _rows_by_device(s).values() for r in rows):
+            k = truth.tick_at(parse_time(r.get("sample_at")) or parse_time(r.get("last_seen")) or 0)
+            dev, uid = str(r.get("device_id")), r.get("pod_uid")
+            t = truth.row(k, dev)
+            if ("r", dev, uid, k) in seen or t is None or t["pod_uid"] != uid:
+                continue  # a wrong owner is scored above
+            seen.add(("r", dev, uid, k))
             if t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct"):
                 key = "shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"
-                err = _err(mine.get("util_pct") if mine else None, t["util_pct"])
-                b_err = _err(base.util(dev, k) if b_owner == want else None, t["util_pct"])
+                err = _err(r.get("util_pct"), t["util_pct"])
+                b_err = _err(base.util(dev, k) if base.owner(dev, k) == uid else None, t["util_pct"])
                 ours[key].add(err <= tol, err)
                 theirs[key].add(b_err <= tol, b_err)
-                if names[(t["namespace"], t["pod"])].index(want) > 0:  # a reused name
+                if err > tol:
+                    _example(examples, "util", k, t, f"API says {r.get('util_pct')}")
+                if names[(t["namespace"], t["pod"])].index(uid) > 0:  # a reused name
                     ours["reused_names"].add(err <= tol, err)
                     theirs["reused_names"].add(b_err <= tol, b_err)
             if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
-                idle_ours.add(bool(mine and mine.get("idle")), bool(t["idle"]))
+                idle_ours.add(bool(r.get("idle")), bool(t["idle"]))
                 idle_theirs.add(
                     base.idle(t["namespace"], t["pod"], k, window_ticks, threshold), bool(t["idle"])
                 )
@@ -295,9 +309,18 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
         "periscope": {**{k: v.to_json() for k, v in ours.items()}, "idle": idle_ours.to_json()},
         "baseline": {**{k: v.to_json() for k, v in theirs.items()}, "idle": idle_theirs.to_json()},
     }
+    report["periscope"]["examples"] = examples
     report["periscope"]["policy"] = _policy(truth, final)
     report["periscope"]["faults"] = _faults(truth, snaps, allow, o.recovery_ticks)
     return report
+
+
+def _example(out: list[str], what: str, tick: int, t: Row, said: str, limit: int = 20) -> None:
+    """The first wrong answers, for a human to start from."""
+    if len(out) < limit:
+        who = f"{t['namespace']}/{t['pod']} ({str(t['pod_uid'])[:8]})" if t["pod_uid"] else "nobody"
+        truth = f"util {t['util_pct']}" if what == "util" else who
+        out.append(f"tick {tick} {t['node']} {t['device_id']}: truth {truth}, {said}")
 
 
 def _err(got: Any, want: Any) -> float:
@@ -324,29 +347,24 @@ def _policy(truth: Truth, final: Row | None) -> Row:
 
 
 def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]:
-    """Ticks from a fault's end until the API again shows data newer than the fault for the nodes it
-    touched, with every owner right (measured at sampling time, so it includes the pipeline's lag)."""
+    """Ticks from a fault's end until the API shows, for every GPU the fault touched, data newer than
+    the fault with every owner right (timed at sampling, so the pipeline's lag is included)."""
     out = []
     for f in truth.faults:
         end, node = int(f["end_ms"]), f.get("node")
-        nodes = [node] if node else truth.nodes
         recovered: int | None = None
         for s in snaps:
             if s["at_ms"] < end:
                 continue
-            refs = node_times(s, nodes)
-            if any(ref < end for ref in refs.values()):
+            views = [v for v in gpu_views(s, truth) if node is None or truth.devices.get(v[0]) == node]
+            if not views or any(t_ms < end for _, t_ms, _ in views):
                 continue
-            by_dev = _rows_by_device(s)
             ok = True
-            for dev, n in truth.devices.items():
-                k = truth.tick_at(refs[n]) if n in refs else -1
-                t = truth.row(k, dev) if k >= 0 else None
-                if t is None or not truth.stable(k, dev, allow, "pod_uid"):
-                    continue
-                ok = ok and {r.get("pod_uid") for r in by_dev.get(dev, [])} == (
-                    {t["pod_uid"]} if t["pod_uid"] else set()
-                )
+            for dev, t_ms, got in views:
+                k = truth.tick_at(t_ms)
+                t = truth.row(k, dev)
+                if t is not None and truth.stable(k, dev, allow, "pod_uid"):
+                    ok = ok and got == ({t["pod_uid"]} if t["pod_uid"] else set())
             if ok:
                 recovered = int(s["at_ms"])
                 break
@@ -430,7 +448,7 @@ def format_report(r: Row) -> str:
     lines = [
         f"periscope report: scenario {r['scenario']} (seed {r['seed']}), {r['ticks']} ticks of "
         f"{r['tick_ms'] / 1000:g}s, {r['snapshots']} API snapshots, {r['allowance_ticks']}-tick allowance",
-        "checked against the truth at the event time each snapshot's data is as of" + _lag(r["lag_ticks"]),
+        "owners are checked at each GPU's sample time, usage at each row's" + _lag(r["lag_ticks"]),
         "",
         f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
     ]
@@ -448,6 +466,8 @@ def format_report(r: Row) -> str:
         ("policy statuses", _pct(p["policy"]), "n/a"),
     ]
     lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
+    for line in p.get("examples") or []:
+        lines.append(f"  wrong: {line}")
     for m in p["policy"]["mismatches"]:
         lines.append(f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}")
     for f in p["faults"]:

@@ -35,7 +35,7 @@ from typing import IO, Any
 import httpx
 
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.broker import BrokerError, EmbeddedBroker, free_port
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
 from periscope.sim.cluster import ClusterModel
@@ -45,6 +45,7 @@ from periscope.sim.truth import rfc3339
 Emit = Callable[[str], None]
 _PR_SET_PDEATHSIG = 1
 _MAX_CRASHES = 5
+_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +136,8 @@ class Child:
                 self.proc.stdin.write(line + "\n")
                 self.proc.stdin.flush()
 
-    def stop(self, grace_s: float = 8.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL after the grace period; always reaped."""
+    def terminate(self) -> None:
+        """Ask the whole process group to stop (SIGTERM); `finish` waits for it."""
         proc = self.proc
         if proc is None:
             return
@@ -144,17 +145,27 @@ class Child:
         if proc.stdin is not None:
             with contextlib.suppress(OSError):
                 proc.stdin.close()
-        for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, sig)
-            try:
-                proc.wait(wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a group whose leader is gone
+            os.killpg(proc.pid, signal.SIGTERM)
+
+    def finish(self, deadline: float) -> None:
+        """Wait until `deadline` (monotonic), then SIGKILL the group; always reaped."""
+        proc = self.proc
+        if proc is None:
+            return
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.emit(f"[up] {self.name} did not stop in time; killing it")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # also leftovers of a group whose leader is gone
+        proc.wait()
         self.proc = None
+
+    def stop(self, grace_s: float = 8.0) -> None:
+        """SIGTERM to the whole process group, SIGKILL after the grace period; always reaped."""
+        self.terminate()
+        self.finish(time.monotonic() + grace_s)
 
 
 class Sampler(threading.Thread):
@@ -322,7 +333,9 @@ class Stack:
             _py("periscope.cli.main", "watch"),
             self._env(kubeconfig=ready["kubeconfig"], health_port=str(free_port())),
         )
-        # Event-time knobs scale with the speed: a sample that is 1 s late in real time is `speed` s late.
+        # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
+        # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
+        # worker: there is no one to rebalance with).
         self._add(
             "joiner",
             _py("periscope.cli.main", "join"),
@@ -332,7 +345,7 @@ class Stack:
                 web_port=str(free_port()),
                 data_dir=str(self.workdir / "run" / "joiner" / "data"),
                 window=_seconds(self.idle_bucket_ms),
-                lateness=_seconds(max(1000.0, 250 * opts.speed)),
+                lateness=_seconds(max(1000.0, 500 * opts.speed)),
                 session_timeout="3",
                 idle_window=format_duration_ms(opts.idle_window_ms),
                 idle_threshold=f"{opts.idle_threshold:g}",
@@ -352,13 +365,13 @@ class Stack:
                 data: dict[str, Any] = json.loads(path.read_text())
                 return data
             time.sleep(0.05)
-        raise StartupError(f"{owner} did not come up within {timeout_s:g}s")
+        raise UpError(f"{owner} did not come up within {timeout_s:g}s")
 
     def _check_startup(self, *names: str) -> None:
         for name in names or tuple(self.children):
             rc = self.children[name].exited()
             if rc is not None:
-                raise StartupError(f"{name} exited during startup with status {rc} (its log is above)")
+                raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
 
     def wait_ready(self) -> None:
         """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
@@ -373,7 +386,7 @@ class Stack:
                         if want <= seen:
                             return
                 time.sleep(0.2)
-        raise StartupError(
+        raise UpError(
             f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s"
         )
 
@@ -419,7 +432,7 @@ class Stack:
                     child.crashes += 1
                     self.crashed.append(name)
                     if name == "sim" or child.crashes > _MAX_CRASHES:
-                        raise StartupError(f"{name} exited with status {rc} and cannot be kept running")
+                        raise UpError(f"{name} exited with status {rc} and cannot be kept running")
                     self.emit(f"[up] {name} exited with status {rc}; restarting it")
                     child.start()
             if self.opts.exit_at_end and now >= end:
@@ -435,15 +448,23 @@ class Stack:
     def stop(self) -> None:
         if self.sampler is not None:
             self.sampler.finish()
-        for name in reversed(self.order):
-            self.children[name].stop()
+        # Services stop together (each may take a few seconds to leave its group or flush), then the
+        # simulator, then the broker they all talk to.
+        services = [self.children[n] for n in reversed(self.order) if n != "sim"]
+        for child in services:
+            child.terminate()
+        deadline = time.monotonic() + _GRACE_S
+        for child in services:
+            child.finish(deadline)
+        if "sim" in self.children:
+            self.children["sim"].stop(_GRACE_S)
         if self.broker is not None:
             self.broker.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-class StartupError(RuntimeError):
-    pass
+class UpError(RuntimeError):
+    """The stack could not be started or kept running; the message says which part and why."""
 
 
 def banner(stack: Stack) -> list[str]:
@@ -485,7 +506,7 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
         stack.supervise()
     except KeyboardInterrupt:
         out("[up] interrupted: stopping")
-    except StartupError as e:
+    except (UpError, BrokerError) as e:
         out(f"[up] {e}")
         print(f"periscope: up: {e}", file=sys.stderr, flush=True)
         return 1

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from periscope.sim.cluster import ClusterModel
-from periscope.sim.report import ReportOptions, Truth, build_report, format_report, node_times, read_jsonl
+from periscope.sim.report import ReportOptions, Truth, build_report, format_report, gpu_views, read_jsonl
 from periscope.sim.scenario import load_scenario
 from periscope.sim.truth import TruthWriter, rfc3339
 
@@ -31,8 +31,8 @@ def perfect(truth: Truth, lag_ticks: int = 0) -> list[dict[str, Any]]:
     snaps: list[dict[str, Any]] = []
     for k in sorted(truth.ticks):
         src = max(0, k - lag_ticks)
-        as_of = truth.start_ms + src * truth.tick_ms
-        rows = truth.ticks[src].values()
+        as_of = rfc3339(truth.start_ms + src * truth.tick_ms)
+        rows = list(truth.ticks[src].values())
         pods = [
             {
                 "pod_uid": r["pod_uid"],
@@ -42,17 +42,36 @@ def perfect(truth: Truth, lag_ticks: int = 0) -> list[dict[str, Any]]:
                 "util_pct": r["util_pct"] if r["util_observable"] else None,
                 "idle": bool(r["idle"]),
                 "active": True,
+                "sample_at": as_of,
             }
             for r in rows
             if r["pod_uid"]
         ]
-        gpus = {(r["node"], r["gpu_uuid"]) for r in rows}
+        gpus: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            g = gpus.setdefault(
+                r["gpu_uuid"],
+                {
+                    "node": r["node"],
+                    "gpu_uuid": r["gpu_uuid"],
+                    "sample_at": as_of,
+                    "owners": [],
+                    "mig_devices": [],
+                },
+            )
+            if r["pod_uid"] is None:
+                continue
+            owner = {"pod_uid": r["pod_uid"], "device_id": r["device_id"]}
+            if r["mig"]:
+                g["mig_devices"].append({"uuid": r["mig"]["uuid"], "owners": [owner]})
+            else:
+                g["owners"].append(owner)
         snaps.append(
             {
                 "kind": "snapshot",
                 "at_ms": truth.start_ms + k * truth.tick_ms,
                 "pods": pods,
-                "gpus": [{"node": n, "gpu_uuid": g, "sample_at": rfc3339(as_of)} for n, g in gpus],
+                "gpus": list(gpus.values()),
             }
         )
     snaps.append(
@@ -72,6 +91,19 @@ def perfect(truth: Truth, lag_ticks: int = 0) -> list[dict[str, Any]]:
         }
     )
     return snaps
+
+
+def set_owner(snaps: list[dict[str, Any]], pod: str, uid: str, util: float, ticks: range) -> None:
+    """Make the API show `uid` (and `util`) for every row and GPU owner of `pod` in the given snapshots."""
+    for s in (snaps[i] for i in ticks):
+        for row in s["pods"]:
+            if row["pod"] == pod:
+                old = row["pod_uid"]
+                row["pod_uid"], row["util_pct"] = uid, util
+                for g in s["gpus"]:
+                    for o in [*g["owners"], *(o for m in g["mig_devices"] for o in m["owners"])]:
+                        if o["pod_uid"] == old:
+                            o["pod_uid"] = uid
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +140,32 @@ def test_the_name_join_baseline_goes_wrong_where_expected(demo: Truth) -> None:
 def test_a_stale_uid_after_name_reuse_is_caught(demo: Truth) -> None:
     snaps = perfect(demo)
     old = next(r["pod_uid"] for r in demo.ticks[0].values() if r["pod"] == "api-6d4f8b7c9-7xk2m")
-    for s in snaps[60:80]:  # the API keeps showing the old pod with its old usage
+    set_owner(snaps, "api-6d4f8b7c9-7xk2m", old, 85.0, range(60, 80))  # the old pod, its old usage
+    p = build_report(demo, snaps)["periscope"]
+    assert p["owners"]["right"] == p["owners"]["total"] - 20
+    assert (
+        p["examples"][0].startswith("tick 60 gpu-c GPU-")
+        and "truth serve/api-6d4f8b7c9-7xk2m" in p["examples"][0]
+    )
+    assert p["reused_names"]["total"] > 0 and p["reused_names"]["share"] == 1.0  # only rows of the right pod
+
+
+def test_wrong_usage_of_a_reused_name_is_caught(demo: Truth) -> None:
+    snaps = perfect(demo)
+    for s in snaps[60:80]:
         for row in s["pods"]:
             if row["pod"] == "api-6d4f8b7c9-7xk2m":
-                row["pod_uid"], row["util_pct"] = old, 85.0
+                row["util_pct"] = 85.0  # right UID, the old pod's usage
     p = build_report(demo, snaps)["periscope"]
-    assert p["owners"]["share"] < 1.0
+    assert p["owners"]["share"] == 1.0
     assert p["reused_names"]["right"] == p["reused_names"]["total"] - 20
+
+
+def test_gpu_views_read_owners_of_whole_gpus_and_mig_slices(demo: Truth) -> None:
+    views = gpu_views(perfect(demo)[0], demo)
+    assert len(views) == len(demo.devices)
+    mig = [v for v in views if v[0].startswith("MIG-")]
+    assert len(mig) == 4 and sum(1 for v in mig if v[2]) == 2  # two slices held at time 0
 
 
 def test_usage_errors_are_measured(demo: Truth) -> None:
@@ -160,12 +211,6 @@ def test_fault_recovery_is_counted_from_the_fault_end(tmp_path: Path) -> None:
     faults = {f["fault"]: f for f in build_report(truth, stuck)["periscope"]["faults"]}
     assert faults["joiner-restart"]["ok"] is False and faults["joiner-restart"]["recovered_ticks"] == 7
     assert faults["probe-restart"]["ok"]
-
-
-def test_node_times_fall_back_to_as_of_then_sampling_time() -> None:
-    snap = {"at_ms": 5000, "as_of": rfc3339(4000), "gpus": [{"node": "a", "sample_at": rfc3339(3000)}]}
-    assert node_times(snap, ["a", "b"]) == {"a": 3000, "b": 4000}
-    assert node_times({"at_ms": 5000}, ["a"]) == {"a": 5000}
 
 
 def test_truth_file_needs_a_meta_line() -> None:
