@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -46,6 +47,7 @@ Emit = Callable[[str], None]
 _PR_SET_PDEATHSIG = 1
 _MAX_CRASHES = 5
 _GRACE_S = 10.0
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,9 @@ class Child:
         if stream is None:
             return
         for line in stream:
-            self.emit(f"[{self.name}] {line.rstrip()}")
+            text = _ANSI.sub("", line).rstrip()  # cursor/colour codes of Faust's console output
+            if text:
+                self.emit(f"[{self.name}] {text}")
 
     @property
     def pid(self) -> int | None:
@@ -386,9 +390,7 @@ class Stack:
                         if want <= seen:
                             return
                 time.sleep(0.2)
-        raise UpError(
-            f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s"
-        )
+        raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
 
     def begin(self) -> int:
         self.start_ms = start = self.clock.now_ms()
@@ -494,6 +496,8 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
             print(line, flush=True)
 
     out = emit or say
+    # SIGTERM (a supervisor, `timeout`, `kill`) stops everything as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     stack = Stack(opts, model, out)
     started = time.monotonic()
     try:
@@ -519,11 +523,16 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
     return 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _no_interrupts() -> Any:
     """A second Ctrl-C must not cut the shutdown short and leave children behind."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    previous = [signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)]
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])

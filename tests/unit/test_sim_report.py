@@ -4,6 +4,9 @@ deliberately wrong ones, so every score is shown to move for the right reason.""
 from __future__ import annotations
 
 import copy
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +221,40 @@ def test_truth_file_needs_a_meta_line() -> None:
         Truth([{"kind": "xid"}])
     with pytest.raises(ValueError, match="line 2: holder without a valid 'tick'"):
         Truth([{"kind": "meta"}, {"kind": "holder"}])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "periscope.cli.main", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_report_command(demo: Truth, tmp_path: Path) -> None:
+    truth = tmp_path / "t.jsonl"
+    truth.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [demo.meta, *demo.xids, *(r for k in sorted(demo.ticks) for r in demo.ticks[k].values())]
+        )
+        + "\n"
+    )
+    (tmp_path / "t.api.jsonl").write_text("\n".join(json.dumps(s) for s in perfect(demo)) + "\n")
+    text = _cli("--truth", str(truth))
+    assert text.returncode == 0, text.stderr
+    assert "owner right (tick x device)       100.0%" in text.stdout
+    doc = json.loads(_cli("--truth", str(truth), "--json", "--baseline-lag", "0").stdout)
+    assert doc["baseline_lag_ms"] == 0 and doc["periscope"]["owners"]["share"] == 1.0
+    bad = _cli("--truth", str(tmp_path / "t.api.jsonl"))
+    assert (
+        bad.returncode == 2
+        and bad.stderr.startswith("periscope: truth file ")
+        and "no meta line" in bad.stderr
+    )
+    lag = _cli("--truth", str(truth), "--baseline-lag", "later")
+    assert (
+        lag.returncode == 2
+        and lag.stderr == "periscope: --baseline-lag later: not a duration: 'later' (use e.g. 90s, 10m, 2h)\n"
+    )
