@@ -233,4 +233,12 @@ def run(sizes: tuple[int, ...], history_min: int, requests: int, rounds: int, fu
                f"API process RSS growth / rows at {top:,} rows, {history_min} windows per row, each row "
                "rendered once"),
     ]
+    for n, r in by_size.items():
+        if n == top:
+            continue
+        at = {**setup, "rows": n, "view": setup["view"].replace(f"{top // 8} nodes", f"{n // 8} nodes")}
+        b = brief.replace(f"{top:,} rows ({top // 8:,} nodes", f"{n:,} rows ({n // 8:,} nodes")
+        for q in ("p50", "p99"):
+            v = max(r["shipped"][h][f"{q}_ms"] for h in heads)
+            figures.append(Figure(f"api_{q}_ms_at_{n // 1000}k_rows", v, "ms", at, limit, None, [v], b))
     return figures, {str(n): r for n, r in by_size.items()}

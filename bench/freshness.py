@@ -1,19 +1,26 @@
 """Freshness: from a probe's sample event time to the sample's visibility in GET /v1/pods, under load.
 
-A live load of simulated nodes publishes like probes do: every wall-clock second each node's telemetry
-sample, stamped with the wall clock at sampling (its event time), plus the allocation snapshot every 5
-ticks. One joiner worker joins them and the API service (`periscope api`, its own process) consumes the
-outputs. A few of the nodes carry their pods in a namespace of their own; this process polls
-GET /v1/pods?namespace=<that> and, whenever a node's rows show a newer `last_seen`, records
-(time the response arrived - last_seen). Incumbent path for comparison: dcgm-exporter collects every
-30 s and Prometheus scrapes every 15 s, independent phases, so the age of what a query sees is
-U(0,30) + U(0,15) s: median 22.5 s, 99th percentile 42 s.
+Live load: simulated nodes publish as probes and the watcher do (every wall-clock second each node's
+telemetry sample stamped with the wall clock, the allocation snapshot every 5 ticks; nodes tick in 10
+phases over the second, as independent probes would). On top, a few real probes (`python -m
+services.probe`, each with the fake NVML, a /proc tree, a checkpoint and a PodResources socket served
+from this process) publish their nodes; the watcher part of those nodes (node and pod events) comes from
+the load. One joiner worker joins everything and the API (`periscope api`, its own process) consumes
+the outputs. The marker nodes' pods live in a namespace of their own; this process polls
+GET /v1/pods?namespace=<that> and, whenever a row shows a newer `last_seen` (the sample's event time),
+records (time the response arrived - last_seen). The headline figures are the real probes' rows; the
+synthetic markers' rows (exact 1 s ticks) and the age at the output topic are reported beside them.
+
+Incumbent path for comparison: dcgm-exporter collects every 30 s and Prometheus scrapes every 15 s,
+independent phases, so the age of what a query sees is U(0,30) + U(0,15) s: median 22.5 s, p99 42 s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -21,16 +28,18 @@ from typing import Any
 
 import httpx
 
+from bench import probe as probes
 from bench import processes
 from bench.common import Figure, Goal, percentile, rounded
-from bench.workload import NAMESPACE, NodeShape, SyntheticNode
-from periscope.bus import topics
+from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
+from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 from services.api.render import parse_time_ms
 
 GOAL = Goal("<", 2.0, "p99 < 2 s")
 MARKER_NS = "bench-fresh"
 COLLECT_S, SCRAPE_S = 30.0, 15.0
+PROBE_NODE0 = 30_000  # node indices of the real probes
 
 
 def incumbent_staleness(p: float) -> float:
@@ -73,95 +82,171 @@ async def _load(sims: list[SyntheticNode], pub: Publisher, stop: asyncio.Event,
             stats["ticks_skipped"] = stats.get("ticks_skipped", 0) + 1
 
 
-async def _poll(url: str, markers: set[str], record_after: float, poll_s: float, stop: asyncio.Event,
-                ages: list[float], stats: dict[str, Any]) -> None:
-    seen: dict[str, int] = {}
+async def _poll(url: str, record_after: float, poll_s: float, stop: asyncio.Event,
+                ages: dict[tuple[str, int], float], stats: dict[str, Any]) -> None:
+    """Poll the marker namespace. A sample (node, event time) counts as visible once every row of its
+    node that showed the previous sample shows it: its age is taken at the last of those rows."""
+    seen: dict[tuple[str, str], int] = {}
     async with httpx.AsyncClient(base_url=url, timeout=10) as client:
         while not stop.is_set():
             r = await client.get("/v1/pods", params={"namespace": MARKER_NS})
             arrived = time.time()
             stats["polls"] = stats.get("polls", 0) + 1
             if r.status_code == 200:
-                newest: dict[str, int] = {}
                 for row in r.json()["items"]:
-                    if row["node"] in markers and row["last_seen"]:
-                        ms = parse_time_ms(row["last_seen"])
-                        newest[row["node"]] = max(newest.get(row["node"], 0), ms)
-                for node, ms in newest.items():
-                    if ms > seen.get(node, 0):
-                        if seen.get(node) and arrived >= record_after:
-                            ages.append(arrived - ms / 1000)
-                        seen[node] = ms
+                    if not row["last_seen"]:
+                        continue
+                    key, ms = (row["pod_uid"], row["device_id"]), parse_time_ms(row["last_seen"])
+                    if ms > seen.get(key, 0):
+                        if key in seen and arrived >= record_after:
+                            sample = (row["node"], ms)
+                            ages[sample] = max(ages.get(sample, 0.0), arrived - ms / 1000)
+                        seen[key] = ms
             await asyncio.sleep(poll_s)
 
 
-async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, warm_s: float, span_s: float,
-              poll_s: float = 0.05, shape: NodeShape = NodeShape()) -> tuple[list[Figure], dict[str, Any]]:
+async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float, stop: threading.Event,
+                         ages: list[float]) -> None:
+    """Age of each marker PodAttribution when it reaches periscope.attribution.v1 (joiner side of the
+    pipeline), read with a 20 ms fetch wait on a thread of its own so this watcher adds little."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20, enable_auto_commit=False)
+    await c.start()
+    try:
+        await c.topics()
+        parts = [TopicPartition(topics.ATTRIBUTION.name, p)
+                 for p in sorted(c.partitions_for_topic(topics.ATTRIBUTION.name) or ())]
+        c.assign(parts)
+        await c.seek_to_end(*parts)
+        seen: dict[str, int] = {}
+        while not stop.is_set():
+            got = await c.getmany(timeout_ms=200)
+            now = time.time()
+            for recs in got.values():
+                for r in recs:
+                    uid = (r.key or b"").decode()
+                    if uid not in pod_uids:
+                        continue
+                    pa = codec.decode(topics.ATTRIBUTION, r.value)
+                    newest = max((row.last_seen_ms for row in pa.rows), default=0)
+                    if newest > seen.get(uid, 0):
+                        if seen.get(uid) and now >= record_after:
+                            ages.append(now - newest / 1000)
+                        seen[uid] = newest
+    finally:
+        await c.stop()
+
+
+def _quantiles(xs: list[float]) -> dict[str, Any]:
+    if not xs:
+        return {"samples": 0}
+    return {"p50_s": rounded(percentile(xs, 50)), "p99_s": rounded(percentile(xs, 99)),
+            "max_s": rounded(max(xs)), "samples": len(xs)}
+
+
+async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: int, warm_s: float,
+              span_s: float, poll_s: float = 0.05, shape: NodeShape = NodeShape()
+              ) -> tuple[list[Figure], dict[str, Any]]:
     worker = processes.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
     api = processes.api(bootstrap, tmp)
-    ages: list[float] = []
+    ages: dict[tuple[str, int], float] = {}
+    out_ages: list[float] = []
     stats: dict[str, Any] = {}
-    try:
-        await asyncio.to_thread(worker.wait_ready, 90)
-        url = await asyncio.to_thread(api.wait_ready, 90)
-        # Markers go to different tick phases (node i ticks in slot i mod SLOTS).
-        marker_ix = {round(k * SLOTS / markers) for k in range(markers)} if markers <= SLOTS else set(
-            range(markers))
-        sims = [SyntheticNode(10_000 + i, shape, namespace=MARKER_NS if i in marker_ix else NAMESPACE)
-                for i in range(nodes)]
-        marker_names = {s.name for i, s in enumerate(sims) if i in marker_ix}
-        async with Publisher(bootstrap, "bench-live", linger_ms=5) as pub:
-            now_ms = int(time.time() * 1000)
-            by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
-            for s in sims:
-                for topic, ev in s.setup(now_ms):
-                    by_topic.setdefault(topic, []).append((s.name, ev))
-            for topic, items in by_topic.items():
-                await pub.send_many(topic, items)
-            stop = asyncio.Event()
-            started = time.time()
-            tasks = [asyncio.ensure_future(_load(sims, pub, stop, stats)),
-                     asyncio.ensure_future(_poll(url, marker_names, started + warm_s, poll_s,
-                                                 stop, ages, stats))]
-            await asyncio.sleep(warm_s)
-            c_worker, c_api, t0 = worker.cpu_s(), api.cpu_s(), time.monotonic()
-            await asyncio.sleep(span_s)
-            span = time.monotonic() - t0
-            util = {"worker_cpu_util": rounded((worker.cpu_s() - c_worker) / span),
-                    "api_cpu_util": rounded((api.cpu_s() - c_api) / span)}
-            stop.set()
-            for t in tasks:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(t, 15)
-    finally:
-        worker.stop()
-        api.stop()
-    if len(ages) < 5:
-        raise RuntimeError(f"only {len(ages)} freshness samples; worker log:\n{worker.log()[-1500:]}\n"
+    running: list[subprocess.Popen[bytes]] = []
+    with probes.Kubelets() as kubelets:
+        try:
+            await asyncio.to_thread(worker.wait_ready, 90)
+            url = await asyncio.to_thread(api.wait_ready, 90)
+            # Synthetic markers go to different tick phases (node i ticks in slot i mod SLOTS).
+            marker_ix = {round(k * SLOTS / markers) for k in range(markers)} if markers <= SLOTS else set(
+                range(markers))
+            sims = [SyntheticNode(10_000 + i, shape, namespace=MARKER_NS if i in marker_ix else NAMESPACE)
+                    for i in range(nodes)]
+            synthetic = {s.name for i, s in enumerate(sims) if i in marker_ix}
+            # The real probes' nodes: node and pod events from here, the rest from the probe.
+            watched = [SyntheticNode(PROBE_NODE0 + k, probes.SHAPE, namespace=MARKER_NS)
+                       for k in range(real_probes)]
+            real = {w.name for w in watched}
+            marker_uids = {pod_uid(s.index, p) for s in [*sims, *watched] if s.name in synthetic | real
+                           for p in range(shape.gpus)}
+            async with Publisher(bootstrap, "bench-live", linger_ms=5) as pub:
+                now_ms = int(time.time() * 1000)
+                by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
+                for s in sims:
+                    for topic, ev in s.setup(now_ms):
+                        by_topic.setdefault(topic, []).append((s.name, ev))
+                for w in watched:
+                    by_topic.setdefault(topics.NODES, []).append((w.name, w.node_event(now_ms)))
+                    by_topic.setdefault(topics.PODS, []).extend((w.name, ev) for ev in w.pods(now_ms))
+                for topic, items in by_topic.items():
+                    await pub.send_many(topic, items)
+                for w in watched:
+                    env = probes.prepare(tmp / f"probe-{w.name}", probes.SHAPE, w.index)
+                    kubelets.add(env, w.index, MARKER_NS)
+                    running.append(probes.start_probe(env, bootstrap, 1.0, tmp / f"probe-{w.name}.log"))
+                stop = asyncio.Event()
+                started = time.time()
+                stop_watch = threading.Event()
+                watch = threading.Thread(target=asyncio.run, daemon=True, args=(_watch_outputs(
+                    bootstrap, marker_uids, started + warm_s, stop_watch, out_ages),))
+                watch.start()
+                tasks = [asyncio.ensure_future(_load(sims, pub, stop, stats)),
+                         asyncio.ensure_future(_poll(url, started + warm_s, poll_s, stop, ages, stats))]
+                await asyncio.sleep(warm_s)
+                c_worker, c_api, t0 = worker.cpu_s(), api.cpu_s(), time.monotonic()
+                await asyncio.sleep(span_s)
+                span = time.monotonic() - t0
+                util = {"worker_cpu_util": rounded((worker.cpu_s() - c_worker) / span),
+                        "api_cpu_util": rounded((api.cpu_s() - c_api) / span)}
+                stop.set()
+                stop_watch.set()
+                watch.join(15)
+                for t in tasks:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(t, 15)
+        finally:
+            for p in running:
+                probes.stop_probe(p)
+            worker.stop()
+            api.stop()
+    by_kind = {"real": [a for (n, _), a in ages.items() if n in real],
+               "synthetic": [a for (n, _), a in ages.items() if n in synthetic]}
+    headline = by_kind["real"] if real else by_kind["synthetic"]
+    if len(headline) < 5:
+        raise RuntimeError(f"only {len(headline)} freshness samples; worker log:\n{worker.log()[-1500:]}\n"
                            f"api log:\n{api.log()[-1500:]}")
-    p50, p99 = percentile(ages, 50), percentile(ages, 99)
+    p50, p99 = percentile(headline, 50), percentile(headline, 99)
     inc50, inc99 = incumbent_staleness(50), incumbent_staleness(99)
     setup = {
-        "load": f"{nodes} nodes x {shape.gpus} GPUs ({shape.processes} processes) at 1 s ticks = "
-                f"{nodes * shape.gpus} device-samples/s, live, wall-clock event time",
-        "pipeline": "load publisher -> embedded broker -> 1 joiner worker (python -m services.joiner) -> "
-                    "output topics -> periscope api (own process, consumer + uvicorn) -> this process "
-                    "polling "
-                    f"GET /v1/pods?namespace={MARKER_NS} every {poll_s * 1000:.0f} ms",
-        "markers": markers, "samples": len(ages), "warm_up_s": warm_s, "span_s": span_s,
-        "joiner_lateness": "1s (default): a sample is joined once its node's next event shows the "
-                           "watermark 1 s past it, so at 1 s ticks about one tick is inherent",
+        "load": f"{nodes} synthetic nodes x {shape.gpus} GPUs at 1 s ticks = {nodes * shape.gpus} "
+                f"device-samples/s, live, wall-clock event time; plus {real_probes} real probes "
+                f"(8 GPUs x 64 processes each, 1 s tick)",
+        "pipeline": "probes and load publisher -> embedded broker -> 1 joiner worker (python -m "
+                    "services.joiner) -> output topics -> periscope api (own process, consumer + uvicorn) "
+                    f"-> this process polling GET /v1/pods?namespace={MARKER_NS} every "
+                    f"{poll_s * 1000:.0f} ms",
+        "samples": "one per node sample, taken when the last of the node's rows shows it; headline: the "
+                   "real probes' nodes" if real else "one per node sample; synthetic markers (no real probe)",
+        "real_probes": _quantiles(by_kind["real"]),
+        "synthetic_markers": _quantiles(by_kind["synthetic"]),
+        "at_output_topic": {**_quantiles(out_ages),
+                            "what": "sample event time -> the marker PodAttribution arriving on "
+                                    "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)"},
+        "warm_up_s": warm_s, "span_s": span_s,
+        "joiner_lateness": "1s (default): a sample is joined once a later event of its node shows the "
+                           "watermark at least 1 s past it",
         "worker_env": processes.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
-        "min_s": rounded(min(ages)), "max_s": rounded(max(ages)),
     }
-    limit = ("the joiner's 1 s lateness (one tick at 1 s ticks) + publish after the table mark is acked + "
-             "API "
-             "consumer fetch + HTTP (the API's ~40 ms Nagle delay per response included)")
+    limit = ("the joiner's lateness: a sample waits for a later event of its node at least 1 s newer "
+             "(with 1 s ticks, the next tick, or the one after when the probe's tick came a little early); "
+             "then publish after the table mark is acked, the API consumer's fetch, and HTTP (the API's "
+             "~40 ms Nagle delay included)")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",
            "incumbent_p50_s": inc50, "incumbent_p99_s": inc99}
-    brief = (f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks ({nodes * shape.gpus} device-samples/s), "
-             f"1 worker, API in its own process, /v1/pods polled every {poll_s * 1000:.0f} ms; "
-             f"{len(ages)} samples")
+    brief = (f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks ({nodes * shape.gpus} device-samples/s) "
+             f"+ {real_probes} real probes, 1 worker, API in its own process, /v1/pods polled every "
+             f"{poll_s * 1000:.0f} ms; {len(headline)} samples")
     inc_brief = "age of a value seen through U(0,30 s) collect + U(0,15 s) scrape"
     figures = [
         Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief),
@@ -177,7 +262,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, warm_s: float
                {"what": "incumbent_staleness_p99_s / freshness_p99_s (how many times fresher)"}, "", None,
                [inc99 / p99], "incumbent p99 / our p99"),
     ]
-    return figures, {"ages_s": [round(a, 3) for a in sorted(ages)]}
+    return figures, {"ages_s": {k: sorted(round(a, 3) for a in v) for k, v in by_kind.items()}}
 
 
 async def hop_latency(bootstrap: str, fetch_max_wait_ms: int, n: int) -> float:

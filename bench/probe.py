@@ -26,7 +26,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import CpuTimer, Figure, Goal, end_offsets, free_port, median, proc_cpu_s
-from bench.workload import NAMESPACE, RESOURCE, NodeShape, container_id, gpu_uuid, pod_name, pod_uid
+from bench.workload import (
+    NAMESPACE,
+    RESOURCE,
+    NodeShape,
+    container_id,
+    gpu_uuid,
+    node_name,
+    pod_name,
+    pod_uid,
+)
 from periscope.bus import codec, topics
 from periscope.core.model import NodeTelemetry
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
@@ -43,13 +52,14 @@ def _pid(g: int, j: int) -> int:
     return 20_000 + g * 100 + j
 
 
-def prepare(root: Path, shape: NodeShape = SHAPE) -> dict[str, str]:
-    """Write the node's fake NVML state, /proc tree and checkpoint; return the probe's env settings."""
+def prepare(root: Path, shape: NodeShape = SHAPE, node: int = NODE) -> dict[str, str]:
+    """Write node `node`'s fake NVML state, /proc tree and checkpoint (pod g owns GPU g and runs its
+    processes on it, identities as in bench.workload); return the probe's env settings."""
     gpus = []
     for g in range(shape.gpus):
         procs = [{"pid": _pid(g, j), "used_mib": 2048 + j, "sm_util": 10 + j, "mem_util": 5}
                  for j in range(shape.procs_per_gpu)]
-        gpus.append({"uuid": gpu_uuid(NODE, g), "name": "NVIDIA H100 80GB HBM3", "minor": g,
+        gpus.append({"uuid": gpu_uuid(node, g), "name": "NVIDIA H100 80GB HBM3", "minor": g,
                      "pci_bus_id": f"00000000:{0x18 + g:02X}:00.0", "memory_total_mib": 81559,
                      "memory_used_mib": 2048 * shape.procs_per_gpu, "util_pct": 80, "mem_util_pct": 30,
                      "power_w": 450.5, "temp_c": 60, "processes": procs})
@@ -58,16 +68,16 @@ def prepare(root: Path, shape: NodeShape = SHAPE) -> dict[str, str]:
     procfs = FakeProcfs(root / "proc")
     for g in range(shape.gpus):
         for j in range(shape.procs_per_gpu):
-            procfs.add_pod_process(_pid(g, j), pod_uid=pod_uid(NODE, g), container_id=container_id(NODE, g),
+            procfs.add_pod_process(_pid(g, j), pod_uid=pod_uid(node, g), container_id=container_id(node, g),
                                    qos="guaranteed")
     kubelet_root = root / "kubelet"
     ckpt = kubelet_root / "device-plugins" / "kubelet_internal_checkpoint"
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    entries = [CheckpointEntry(pod_uid(NODE, g), "main", RESOURCE, (gpu_uuid(NODE, g),))
+    entries = [CheckpointEntry(pod_uid(node, g), "main", RESOURCE, (gpu_uuid(node, g),))
                for g in range(shape.gpus)]
-    ckpt.write_bytes(render_checkpoint(entries, {RESOURCE: [gpu_uuid(NODE, g) for g in range(shape.gpus)]}))
+    ckpt.write_bytes(render_checkpoint(entries, {RESOURCE: [gpu_uuid(node, g) for g in range(shape.gpus)]}))
     return {
-        "PERISCOPE_NODE_NAME": "bench-probe",
+        "PERISCOPE_NODE_NAME": node_name(node),
         "PERISCOPE_NVML_BACKEND": f"fake:{state}",
         "PERISCOPE_PROC_ROOT": str(root / "proc"),
         "PERISCOPE_KUBELET_ROOT": str(kubelet_root),
@@ -76,9 +86,9 @@ def prepare(root: Path, shape: NodeShape = SHAPE) -> dict[str, str]:
     }
 
 
-def fake_pods(shape: NodeShape = SHAPE) -> list[FakePod]:
-    return [FakePod(NAMESPACE, pod_name(NODE, g),
-                    (FakeContainer("main", (FakeDevices(RESOURCE, (gpu_uuid(NODE, g),)),)),))
+def fake_pods(shape: NodeShape = SHAPE, node: int = NODE, namespace: str = NAMESPACE) -> list[FakePod]:
+    return [FakePod(namespace, pod_name(node, g),
+                    (FakeContainer("main", (FakeDevices(RESOURCE, (gpu_uuid(node, g),)),)),))
             for g in range(shape.gpus)]
 
 
@@ -131,54 +141,72 @@ def sample_cpu(root: Path, ticks: int, repeats: int) -> tuple[Figure, dict[str, 
     return fig, breakdown
 
 
-class _KubeletThread:
-    """The fake PodResources server on its own event loop thread, so the probe's gRPC calls are
-    answered while this process waits."""
+class Kubelets:
+    """Fake PodResources servers on one event loop thread of this process, so probes in other
+    processes get answers while this process waits or runs its own loop."""
 
-    def __init__(self, socket_path: Path) -> None:
-        self.kubelet = FakeKubelet(socket_path, rate_limit=False)
-        self.kubelet.set_pods(fake_pods())
-        self.kubelet.set_allocatable([(RESOURCE, gpu_uuid(NODE, g)) for g in range(SHAPE.gpus)])
+    def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.kubelets: list[FakeKubelet] = []
 
-    def __enter__(self) -> _KubeletThread:
+    def add(self, env: dict[str, str], node: int, namespace: str = NAMESPACE,
+            shape: NodeShape = SHAPE) -> None:
+        """Serve node `node`'s pods on the socket under the probe settings' kubelet root."""
+        sock = Path(env["PERISCOPE_KUBELET_ROOT"]) / "pod-resources" / "kubelet.sock"
+        kubelet = FakeKubelet(sock, rate_limit=False)
+        kubelet.set_pods(fake_pods(shape, node, namespace))
+        kubelet.set_allocatable([(RESOURCE, gpu_uuid(node, g)) for g in range(shape.gpus)])
+        asyncio.run_coroutine_threadsafe(kubelet.start(), self.loop).result(30)
+        self.kubelets.append(kubelet)
+
+    def __enter__(self) -> Kubelets:
         self.thread.start()
-        asyncio.run_coroutine_threadsafe(self.kubelet.start(), self.loop).result(30)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        asyncio.run_coroutine_threadsafe(self.kubelet.stop(), self.loop).result(30)
+        for k in self.kubelets:
+            asyncio.run_coroutine_threadsafe(k.stop(), self.loop).result(30)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def start_probe(env: dict[str, str], bootstrap: str, tick_s: float, log: Path) -> subprocess.Popen[bytes]:
+    """`python -m services.probe` with these settings, its output in `log`."""
+    env = {**os.environ, **env, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_TICK": f"{tick_s}",
+           "PERISCOPE_HEALTH_PORT": str(free_port())}
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "services.probe"], env=env, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_probe(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def service_cpu(root: Path, bootstrap: str, tick_s: float, warm_s: float, span_s: float) -> Figure:
     """CPU of the whole probe process per tick, running against the fakes and the broker."""
     env = prepare(root)
-    env |= {"PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_TICK": f"{tick_s}",
-            "PERISCOPE_HEALTH_PORT": str(free_port())}
-    sock = Path(env["PERISCOPE_KUBELET_ROOT"]) / "pod-resources" / "kubelet.sock"
-    with _KubeletThread(sock):
-        proc = subprocess.Popen([sys.executable, "-m", "services.probe"], env={**os.environ, **env},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    log = root / "probe.log"
+    with Kubelets() as kubelets:
+        kubelets.add(env, NODE)
+        proc = start_probe(env, bootstrap, tick_s, log)
         try:
             time.sleep(warm_s)
             if proc.poll() is not None:
-                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                raise RuntimeError(f"probe exited: {err[-500:]}")
+                raise RuntimeError(f"probe exited: {log.read_text(errors='replace')[-500:]}")
             n0 = asyncio.run(end_offsets(bootstrap, topics.TELEMETRY.name))
             c0 = proc_cpu_s(proc.pid)
             time.sleep(span_s)
             c1 = proc_cpu_s(proc.pid)
             n1 = asyncio.run(end_offsets(bootstrap, topics.TELEMETRY.name))
         finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+            stop_probe(proc)
     ticks = n1 - n0  # telemetry records the probe published meanwhile
     if ticks <= 0:
         raise RuntimeError("the probe published no telemetry")

@@ -58,6 +58,7 @@ class Plan:
     joiner_ticks: int
     live_nodes: int
     markers: int
+    real_probes: int
     fresh_warm_s: float
     fresh_span_s: float
     hop_n: int
@@ -67,11 +68,12 @@ class Plan:
 FULL = Plan(replay_nodes=32, replay_ticks=300, steady_nodes=2, steady_min=60, steady_measure_min=5,
             probe_ticks=100, probe_tick_s=0.5, probe_span_s=12, api_sizes=(10_000, 100_000),
             api_history_min=60, api_requests=100, api_full_lists=3, joiner_nodes=50, joiner_ticks=250,
-            live_nodes=100, markers=10,
+            live_nodes=100, markers=10, real_probes=5,
             fresh_warm_s=10, fresh_span_s=60, hop_n=30, repeats=3)
 QUICK = Plan(replay_nodes=8, replay_ticks=120, steady_nodes=1, steady_min=10, steady_measure_min=2,
              probe_ticks=20, probe_tick_s=0.25, probe_span_s=2.5, api_sizes=(10_000,), api_history_min=10,
              api_requests=20, api_full_lists=1, joiner_nodes=10, joiner_ticks=60, live_nodes=20, markers=5,
+             real_probes=2,
              fresh_warm_s=4, fresh_span_s=8, hop_n=8, repeats=1)
 
 
@@ -146,7 +148,7 @@ class Bench:
         with EmbeddedBroker() as broker:
             asyncio.run(ensure_topics(broker.bootstrap))
             figures, details = asyncio.run(freshness.run(broker.bootstrap, self.tmp, nodes, p.markers,
-                                                         p.fresh_warm_s, p.fresh_span_s))
+                                                         p.real_probes, p.fresh_warm_s, p.fresh_span_s))
             hops = {f"fetch_max_wait_ms={w}":
                     rounded(asyncio.run(freshness.hop_latency(broker.bootstrap, w, p.hop_n)))
                     for w in (500, 20)}
