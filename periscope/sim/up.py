@@ -47,7 +47,7 @@ Emit = Callable[[str], None]
 _PR_SET_PDEATHSIG = 1
 _MAX_CRASHES = 5
 _GRACE_S = 10.0
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
