@@ -166,7 +166,12 @@ def test_bad_scenario_rejected_before_anything_starts(tmp_path: Path) -> None:
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
-    proc = subprocess.run(periscope("up", *args), capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        periscope("up", "--api-port", "0", "--broker-port", "0", *args),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith(message) and proc.stderr.count("\n") == 1, proc.stderr
 
