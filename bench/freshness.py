@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import subprocess
 import threading
 import time
@@ -138,6 +139,26 @@ async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float
         await c.stop()
 
 
+def lateness_effect(ages: dict[tuple[str, int], float], nodes: set[str], lateness_ms: int = 1000
+                    ) -> dict[str, Any]:
+    """How often a node's next sample came less than `lateness_ms` after the previous one (so the
+    previous one had to wait for a later event), and the ages of those samples against the others."""
+    by_node: dict[str, list[int]] = {}
+    for node, ms in ages:
+        if node in nodes:
+            by_node.setdefault(node, []).append(ms)
+    early: list[float] = []
+    other: list[float] = []
+    for node, times in by_node.items():
+        times.sort()
+        for a, b in itertools.pairwise(times):
+            (early if b - a < lateness_ms else other).append(ages[(node, a)])
+    n = len(early) + len(other)
+    return {"next_tick_early_share": rounded(len(early) / n) if n else None,
+            "age_p50_s_when_next_tick_early": rounded(percentile(early, 50)) if early else None,
+            "age_p50_s_otherwise": rounded(percentile(other, 50)) if other else None}
+
+
 def _quantiles(xs: list[float]) -> dict[str, Any]:
     if not xs:
         return {"samples": 0}
@@ -228,8 +249,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                     f"{poll_s * 1000:.0f} ms",
         "samples": "one per node sample, taken when the last of the node's rows shows it; headline: the "
                    "real probes' nodes" if real else "one per node sample; synthetic markers (no real probe)",
-        "real_probes": _quantiles(by_kind["real"]),
-        "synthetic_markers": _quantiles(by_kind["synthetic"]),
+        "real_probes": {**_quantiles(by_kind["real"]), **lateness_effect(ages, real)},
+        "synthetic_markers": {**_quantiles(by_kind["synthetic"]), **lateness_effect(ages, synthetic)},
         "at_output_topic": {**_quantiles(out_ages),
                             "what": "sample event time -> the marker PodAttribution arriving on "
                                     "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)"},

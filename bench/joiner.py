@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import processes
-from bench.common import Figure, Goal, median, proc_cpu_s, rounded
+from bench.common import Figure, Goal, end_offsets, median, proc_cpu_s, rounded
 from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -132,6 +132,19 @@ class OutputCounter:
         return (n_hi - n_lo) / (t_hi - t_lo), t_lo, t_hi
 
 
+async def settle(bootstrap: str, topic: topics.Topic, quiet_s: float = 1.0, timeout_s: float = 15) -> None:
+    """Wait until nothing more is appended to `topic` (a stopped worker's last records), so the next
+    run counts only its own."""
+    deadline = time.monotonic() + timeout_s
+    last = await end_offsets(bootstrap, topic.name)
+    while time.monotonic() < deadline:
+        await asyncio.sleep(quiet_s)
+        now = await end_offsets(bootstrap, topic.name)
+        if now == last:
+            return
+        last = now
+
+
 async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: int | None,
                          timeout_s: float, wrap: list[str] | None = None) -> dict[str, Any]:
     """Start a fresh worker on the preloaded backlog and measure its output rate."""
@@ -161,6 +174,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         await counter.stop()
         if wrap is None:
             worker.stop()
+            await settle(bootstrap, topics.GPUS)
     if counter.count < 0.9 * expected:
         raise RuntimeError(f"joiner produced {counter.count} of {expected} GpuState records:\n"
                            f"{worker.log()[-2000:]}")
