@@ -492,7 +492,7 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
     lock = threading.Lock()
 
     def say(line: str) -> None:
-        with lock:
+        with lock, contextlib.suppress(OSError):  # a closed stdout (`| head`) must not stall the pumps
             print(line, flush=True)
 
     out = emit or say
