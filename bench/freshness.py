@@ -259,10 +259,14 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                            "watermark at least 1 s past it",
         "worker_env": processes.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
     }
-    limit = ("the joiner's lateness: a sample waits for a later event of its node at least 1 s newer "
-             "(with 1 s ticks, the next tick, or the one after when the probe's tick came a little early); "
-             "then publish after the table mark is acked, the API consumer's fetch, and HTTP (the API's "
-             "~40 ms Nagle delay included)")
+    late = lateness_effect(ages, real or synthetic)
+    early = late["next_tick_early_share"] or 0.0
+    topic_p50 = _quantiles(out_ages).get("p50_s")
+    limit = ("the joiner's lateness: a sample is joined once a later event of its node is at least 1 s "
+             f"newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next tick come sooner "
+             "and waited for the one after); then the mark write is acked before publishing. "
+             f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP with its ~40 ms "
+             "Nagle delay) adds the rest")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",
            "incumbent_p50_s": inc50, "incumbent_p99_s": inc99}
     brief = (f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks ({nodes * shape.gpus} device-samples/s) "

@@ -59,6 +59,7 @@ def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
     self_c: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
     pkg_c: Counter[str] = Counter()
+    callers: dict[str, Counter[str]] = {}
     total = 0
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
@@ -68,6 +69,10 @@ def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
         frames = [_frame(f) for f in stack.split(";")]
         total += n
         self_c[frames[-1]] += n
+        # The nearest caller in project code (or the frame above the leaf), to say who pays.
+        mine = [f for f in frames[:-1] if "(periscope/" in f or "(services/" in f]
+        via = " <- ".join(reversed(frames[-3:-1])) + (f" <- ... {mine[-1]}" if mine else "")
+        callers.setdefault(frames[-1], Counter())[via] += n
         pkg_c[_package(frames[-1])] += n
         for f in set(frames):
             incl_c[f] += n
@@ -79,7 +84,11 @@ def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
                 if not only_project or "(periscope/" in f or "(services/" in f]
         return [{"function": f, "pct": round(100 * n / total, 1)} for f, n in rows[:top]]
 
-    return {"samples": total, "self_by_package": pct(pkg_c, False), "self": pct(self_c, False),
+    hot = pct(self_c, False)
+    for row in hot[:8]:
+        row["callers"] = [{"via": v, "pct": round(100 * n / total, 1)}
+                          for v, n in callers[row["function"]].most_common(3)]
+    return {"samples": total, "self_by_package": pct(pkg_c, False), "self": hot,
             "inclusive_project": pct(incl_c, True)}
 
 

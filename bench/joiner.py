@@ -221,10 +221,12 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
         "broker_cpu_util": rounded(median([r.get("broker_cpu_util", float("nan")) for r in runs])),
         "first_output_s": rounded(median([r["first_output_s"] for r in runs])),
     }
-    raw_setup = {"consumer": "AIOKafkaConsumer, no group, all 4 partitions assigned, from the start, "
-                             "getmany(max_records=10000), values not decoded",
-                 "topic": topics.TELEMETRY.name, "records": load["telemetry_records"], "repeats": repeats,
-                 "with_decode_device_samples_per_s": rounded(median(raw_dec))}
+    raw_setup: dict[str, Any] = {
+        "consumer": "AIOKafkaConsumer, no group, all 4 partitions assigned, from the start, "
+                    "getmany(max_records=10000), values not decoded",
+        "topic": topics.TELEMETRY.name, "records": load["telemetry_records"], "repeats": repeats,
+        "with_decode_device_samples_per_s": rounded(median(raw_dec)),
+    }
     ratio = raw_rate / joiner_rate
     util, butil = setup["worker_cpu_util"], setup["broker_cpu_util"]
     limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} (2 cores in all); per "
@@ -244,6 +246,11 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
                "aiokafka fetch + Python record objects; the embedded broker's fetch path", None, raw,
                f"bare aiokafka consumer, same topic and run, no decoding (with decoding: "
                f"{median(raw_dec):,.0f}/s)"),
+        Figure("raw_consume_decode_device_samples_per_s", median(raw_dec), "device-samples/s",
+               {**raw_setup, "consumer": raw_setup["consumer"].replace("values not decoded",
+                                                                       "every value decoded (codec.decode)")},
+               "protobuf -> domain conversion in Python (periscope.bus.convert)", None, raw_dec,
+               "bare aiokafka consumer, same topic and run, every record decoded"),
         Figure("joiner_vs_raw_ratio", ratio, "x", {"what": "raw_consume_device_samples_per_s / "
                                                              "joiner_device_samples_per_s, same run"},
                "see joiner_device_samples_per_s", RATIO_GOAL, [ratio],

@@ -6,7 +6,8 @@ from typing import Any
 
 # Headline figures first, in the order the README lists them.
 ORDER = (
-    "joiner_device_samples_per_s", "raw_consume_device_samples_per_s", "joiner_vs_raw_ratio",
+    "joiner_device_samples_per_s", "raw_consume_device_samples_per_s",
+    "raw_consume_decode_device_samples_per_s", "joiner_vs_raw_ratio",
     "freshness_p50_s", "freshness_p99_s", "incumbent_staleness_p50_s", "incumbent_staleness_p99_s",
     "freshness_vs_incumbent_p50_ratio", "freshness_vs_incumbent_p99_ratio",
     "api_p50_ms", "api_p99_ms", "api_p99_ms_nodelay", "api_p50_ms_at_10k_rows", "api_p99_ms_at_10k_rows",

@@ -79,7 +79,9 @@ def test_helpers() -> None:
     text = ("main (/x/site-packages/faust/a.py);step (/r/periscope/core/engine.py) 3\n"
             "main (/x/site-packages/faust/a.py) 1\n")
     s = hotspots.summarize_collapsed(text)
-    assert s["samples"] == 4 and s["self"][0] == {"function": "step (engine.py)", "pct": 75.0}
+    assert s["samples"] == 4
+    assert s["self"][0] == {"function": "step (engine.py)", "pct": 75.0,
+                            "callers": [{"via": "main (faust/a.py)", "pct": 75.0}]}
     assert hotspots.short("/opt/venv/lib/python3.11/site-packages/faust/app.py") == "faust/app.py"
     first = next(ev for _, ev in cluster_events(1, 1) if isinstance(ev, NodeTelemetry))
     assert len(first.devices) == 8 and len(first.devices[0].processes) == 1
