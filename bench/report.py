@@ -64,6 +64,7 @@ def markdown(results: dict[str, Any]) -> str:
     out = [
         f"Measured {results.get('date', '')[:10]} on {m.get('cpu_model', '?')}, {m.get('cpus', '?')} CPUs, "
         f"Python {m.get('python', '')} ({results.get('mode', '')} run, {results.get('wall_s', '?')} s). "
+        f"Source {results.get('source', {}).get('commit', '?')}. "
         "Each figure is the median of its repeats; full setup in bench/results.json.",
         "",
         "| figure | value | goal | setup | what limits it |",

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -178,6 +179,19 @@ class Bench:
         return out
 
 
+def _source_state() -> dict[str, Any]:
+    """The commit measured, and which project files differed from it (uncommitted work)."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True, timeout=10,
+                                  check=False).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    changed = [line[3:] for line in git("status", "--porcelain", "--", "periscope", "services").splitlines()]
+    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted": sorted(changed)}
+
+
 def _round_tree(x: Any) -> Any:
     if isinstance(x, float):
         return rounded(x)
@@ -231,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         "sections": only,
         "wall_s": round(wall, 1),
         "machine": machine(),
+        "source": _source_state(),
         **{k: rounded(f.value) for k, f in bench.figures.items()},
         "figures": {k: f.as_json() for k, f in bench.figures.items()},
         "details": bench.details,
