@@ -54,7 +54,7 @@ def _package(frame: str) -> str:
     return parts[0] if len(parts) > 1 else path
 
 
-def summarize_collapsed(text: str, top: int = 20) -> dict[str, Any]:
+def summarize_collapsed(text: str, top: int = 40) -> dict[str, Any]:
     """Self and inclusive sample shares per function from py-spy's raw (collapsed) output."""
     self_c: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()

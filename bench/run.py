@@ -184,12 +184,12 @@ def _source_state() -> dict[str, Any]:
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True, timeout=10,
-                                  check=False).stdout.strip()
+                                  check=False).stdout.rstrip("\n")
         except (OSError, subprocess.SubprocessError):
             return ""
 
     changed = [line[3:] for line in git("status", "--porcelain", "--", "periscope", "services").splitlines()]
-    return {"commit": git("rev-parse", "--short", "HEAD"), "uncommitted": sorted(changed)}
+    return {"commit": git("rev-parse", "--short", "HEAD").strip(), "uncommitted": sorted(changed)}
 
 
 def _round_tree(x: Any) -> Any:
