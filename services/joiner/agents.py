@@ -18,13 +18,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from periscope.bus import codec
 from periscope.bus.codec import DecodeError
 from periscope.bus.topics import BY_NAME, NODE_INPUTS
-from periscope.core.engine import EngineConfig, NodeState, advance, output_key, step
+from periscope.core.engine import EngineConfig, advance, output_key, step
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -36,73 +36,12 @@ from periscope.core.model import (
 )
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender, is_one_shot, record_of, time_of
-from services.joiner.state import PodVersion, decode_mark, encode_mark, plan_persist, restore
+from services.joiner.slots import Message, Rejected, Slot, TableIO, node_of, state_mark
+from services.joiner.state import decode_mark, encode_mark, plan_persist, restore
 
 log = logging.getLogger(__name__)
 
 INPUT_TOPICS = {t.name: t for t in NODE_INPUTS}
-
-
-class TableIO(Protocol):
-    """A changelogged table written with an explicit partition (outside any stream event)."""
-
-    def get(self, key: bytes) -> bytes | None: ...
-    def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
-    def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
-    def fence(self, partition: int) -> Awaitable[Any]: ...
-
-
-class Message(Protocol):
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-class Rejected(ValueError):
-    """A record that decodes but cannot be joined (no key, or a key that contradicts the payload)."""
-
-
-@dataclass(slots=True)
-class Slot:
-    node: str
-    partition: int
-    state: NodeState
-    seq: int
-    versions: dict[str, PodVersion]
-    mark_ms: int  # newest output time whose publication was promised (durable mark)
-    replay_until_ms: int  # after recovery: outputs at or before this were published before
-    recovered_ms: int  # processed_ms when rebuilt: older telemetry is a redelivery, not a late sample
-    stash: dict[str, Output] = field(default_factory=dict)
-    held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
-    dirty: bool = False
-    last_probe: float = 0.0
-    last_persist: float = 0.0
-    persisting: bool = False
-    again: bool = False
-
-
-def _node_of(key: bytes | None, obj: NodeInput) -> str | None:
-    """The node whose state the record belongs to; None for an unscheduled pod (nothing to join)."""
-    node = (key or b"").decode("utf-8", "replace")
-    if isinstance(obj, PodEvent):
-        if not node:
-            return None
-        if obj.pod.node and obj.pod.node != node:
-            raise Rejected(f"record key {node!r} is not the pod's node {obj.pod.node!r}")
-        return node
-    if not node:
-        raise Rejected("record has no key (the node name)")
-    named = obj.name if isinstance(obj, NodeEvent) else obj.meta.node
-    if named != node:
-        raise Rejected(f"record key {node!r} is not the event's node {named!r}")
-    return node
-
-
-def _state_mark(s: NodeState) -> tuple[object, ...]:
-    """Identity of the state-based inputs: changes when a pod, allocation, inventory or node label does."""
-    return (s.pods.version, tuple(id(a) for a in s.allocs), id(s.inventory), s.node_event)
 
 
 class Joiner:
@@ -121,6 +60,8 @@ class Joiner:
         self._on_error = on_error
         self._clock = clock
         self.ack: Callable[[Any], Awaitable[Any]] | None = None  # set by the agent (stream.ack)
+        # Told the first offset read from each input partition after a start or a rebalance.
+        self.on_first_offset: Callable[[str, int, int], None] | None = None
         self.slots: dict[str, Slot] = {}
         self.epoch = 0  # bumps on every rebalance: persists started before it are abandoned
         self.stopping = False
@@ -135,6 +76,8 @@ class Joiner:
         self.metrics.events_in.labels(msg.topic).inc()
         if self.stopping:
             return  # not acknowledged: read again after the restart
+        if self.on_first_offset is not None and (msg.topic, msg.partition) not in self.processed:
+            self.on_first_offset(msg.topic, msg.partition, msg.offset)
         self.processed[(msg.topic, msg.partition)] = msg.offset
         try:
             if topic is None:
@@ -142,7 +85,7 @@ class Joiner:
             if msg.value is None:
                 raise DecodeError("record has no value")
             obj: NodeInput = codec.decode(topic, msg.value)
-            node = _node_of(msg.key, obj)
+            node = node_of(msg.key, obj)
         except (DecodeError, Rejected) as e:
             await self._reject(event, msg, str(e))
             return
@@ -151,7 +94,7 @@ class Joiner:
             await self._ack_now(event)
             return
         slot = self._slot(node, msg.partition)
-        before, mark = replace(slot.state.counters), _state_mark(slot.state)
+        before, mark = replace(slot.state.counters), state_mark(slot.state)
         try:
             _, outs = step(slot.state, obj, self.config)
         except Exception as e:  # a bug in the core must not stop every other node's attribution
@@ -165,7 +108,7 @@ class Joiner:
         slot.held.append(event)
         self._emit(slot, outs)
         state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
-        if state_input and _state_mark(slot.state) != mark:
+        if state_input and state_mark(slot.state) != mark:
             self._persist(slot)  # state-based inputs are persisted at once
         elif self._clock() - slot.last_persist >= self.persist_interval_s:
             self._persist(slot)
@@ -200,6 +143,8 @@ class Joiner:
             self.metrics.recoveries.inc()
             log.info("node %s: state recovered (persist %d, processed up to %d, outputs up to %d)",
                      node, got.seq, got.state.processed_ms, mark)
+        else:
+            log.info("node %s: no stored state, starting afresh (partition %d)", node, partition)
         self.slots[node] = slot
         self.metrics.nodes.set(len(self.slots))
         return slot
@@ -246,9 +191,13 @@ class Joiner:
             if quiet and state.pending:
                 upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms
                 before = replace(state.counters)
-                outs = advance(state, upto, self.config)
-                self.metrics.count_engine(before, state.counters, redelivered=False)
                 slot.dirty = True
+                try:
+                    outs = advance(state, upto, self.config)
+                except Exception:  # as in handle(): one node's failure must not stop the others
+                    log.exception("node %s: the core failed releasing quiet samples", slot.node)
+                    continue
+                self.metrics.count_engine(before, state.counters, redelivered=False)
                 self._emit(slot, outs)
             if slot.replay_until_ms and quiet:
                 self._end_replay(slot)

@@ -9,28 +9,32 @@ durable copy a restarted or rebalanced worker recovers from. Faust's stream join
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import faust
-from faust.types import TP
 
 from periscope.bus.deadletter import dead_letter
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import NODE_INPUTS, TELEMETRY
-from services.joiner.agents import Joiner, Message
+from services.joiner.agents import Joiner
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
 from services.joiner.settings import JoinerSettings
+from services.joiner.slots import Message
+from services.joiner.watch import ProgressWatch, ready
 from services.joiner.web import JoinerWeb
 
 log = logging.getLogger(__name__)
 
 SERVICE = "joiner"
 TICK_S = 1.0
+STALL_MIN_S = 20.0
 FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 
 
@@ -62,14 +66,16 @@ class ChangelogTable:
 
 class JoinerApp(faust.App):
     joiner: Joiner
+    shutdown_timeout_s: float = 10.0
 
     async def on_stop(self) -> None:
         # Persist every node before Faust stops the consumer, whose last commit then covers it all.
+        # Bounded: with the broker gone nothing can be persisted, and SIGTERM must still stop us.
         joiner = getattr(self, "joiner", None)
         if joiner is not None:
             try:
-                await joiner.shutdown()
-            except Exception as e:  # the restart re-reads what was not persisted
+                await asyncio.wait_for(joiner.shutdown(), self.shutdown_timeout_s)
+            except Exception as e:  # a timeout or a failed write: the restart re-reads the rest
                 log.warning("final persist failed: %r", e)
         await super().on_stop()
 
@@ -78,13 +84,16 @@ def _brokers(bootstrap: str) -> list[str]:
     return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
 
 
-def create_app(settings: JoinerSettings, *, announce: Any = print) -> JoinerApp:
+def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str | None = None,
+               on_stall: Callable[[], Any] | None = None) -> JoinerApp:
+    """The worker's Faust app; `data_dir` (default: DATA_DIR, else a new temporary directory) is Faust's.
+    `on_stall` runs when Faust stops making progress (see services.joiner.watch; default: crash)."""
     session = settings.session_timeout
     app = JoinerApp(
         settings.app_id,
         broker=_brokers(settings.kafka_bootstrap),
         store="memory://",
-        datadir=settings.data_dir or tempfile.mkdtemp(prefix="periscope-joiner-"),
+        datadir=data_dir or settings.data_dir or tempfile.mkdtemp(prefix="periscope-joiner-"),
         autodiscover=False,
         topic_partitions=TELEMETRY.partitions,
         topic_disable_leader=True,
@@ -97,6 +106,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print) -> JoinerApp:
         broker_heartbeat_interval=max(0.2, session / 5),
         broker_rebalance_timeout=max(session, 10.0),
     )
+    app.shutdown_timeout_s = max(5.0, session)
     metrics = JoinerMetrics()
     tables = {
         name: ChangelogTable(
@@ -140,7 +150,14 @@ def create_app(settings: JoinerSettings, *, announce: Any = print) -> JoinerApp:
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
 
+    def crash() -> None:
+        app.add_future(app.crash(RuntimeError("rebalance made no progress")))
+
+    watch = ProgressWatch(app, joiner, max(STALL_MIN_S, 4 * session), on_stall or crash)
+    joiner.on_first_offset = watch.first_offset
+
     async def tick() -> None:
+        watch.check(time.monotonic())
         joiner.tick()
 
     app.timer(TICK_S, name="periscope.joiner.tick")(tick)
@@ -164,34 +181,15 @@ def create_app(settings: JoinerSettings, *, announce: Any = print) -> JoinerApp:
             await publisher.stop()
 
     app.on_before_shutdown.connect(cast(Any, on_shutdown))
-    metrics.watch_lag(functools.partial(_lag, app, joiner))
-    app.web_server(JoinerWeb(settings.web_host, settings.web_port, metrics,
-                             ready=functools.partial(_ready, app), announce=announce))
-    return app
 
-
-def _assigned_inputs(app: faust.App) -> list[TP]:
-    try:
-        assignment = app.consumer.assignment()
-    except Exception:  # not started yet
-        return []
-    names = {t.name for t in NODE_INPUTS}
-    return sorted(tp for tp in assignment if tp.topic in names)
-
-
-def _ready(app: faust.App) -> bool:
-    return bool(_assigned_inputs(app)) and not app.rebalancing
-
-
-def _lag(app: faust.App, joiner: Joiner) -> Iterator[tuple[str, int, int]]:
-    committed = app.monitor.tp_committed_offsets or {}
-    for tp in _assigned_inputs(app):
+    async def on_rebalance_complete(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         try:
-            end = app.consumer.highwater(tp)
-        except Exception:
-            continue
-        if end is None or end < 0:
-            continue
-        done = joiner.processed.get((tp.topic, tp.partition))
-        position = done + 1 if done is not None else committed.get(tp, 0)
-        yield tp.topic, tp.partition, max(0, end - position)
+            await watch.align()  # before Faust's own seek, which leaves uncommitted partitions alone
+        except Exception as e:  # a rebalance under way again; the next one aligns
+            log.warning("could not position the input partitions: %r", e)
+
+    app.on_rebalance_complete.connect(cast(Any, on_rebalance_complete))
+    metrics.watch_lag(watch.lag)
+    app.web_server(JoinerWeb(settings.web_host, settings.web_port, metrics,
+                             ready=functools.partial(ready, app), announce=announce))
+    return app

@@ -6,8 +6,11 @@ the same APP_ID form one consumer group and split the nodes between them.
 
 from __future__ import annotations
 
-import logging
+import os
+import shutil
 import sys
+import tempfile
+import threading
 from typing import Any
 
 import click
@@ -47,20 +50,55 @@ def load_settings(bootstrap: str | None = None, web_port: int | None = None, idl
     return settings
 
 
+STOP_GRACE_S = 20.0  # after SIGINT/SIGTERM, leave even if Faust hangs on a broker that is gone
+
+
+def _watchdog(grace_s: float) -> None:
+    def expire() -> None:
+        print(f"periscope: joiner did not stop within {grace_s:g}s of the signal; exiting", file=sys.stderr,
+              flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(grace_s, expire)
+    timer.daemon = True
+    timer.start()
+
+
+def _restart(data_dir: str | None) -> None:
+    """Replace this process with a fresh copy of itself (same command line, environment, process id)."""
+    if data_dir is not None:
+        shutil.rmtree(data_dir, ignore_errors=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, sys.orig_argv)
+
+
 def run(settings: JoinerSettings) -> None:
     """Run one worker in this process; returns when it has stopped (SIGINT/SIGTERM or a crash)."""
     import faust
 
     from services.joiner.app import create_app
 
-    app = create_app(settings, announce=lambda line: print(line, flush=True))
-    worker = faust.Worker(app, loglevel=settings.log_level.lower(), quiet=True, redirect_stdouts=False)
-    logging.getLogger("faust").setLevel(max(logging.INFO, logging.getLevelName(settings.log_level.upper())))
+    class Worker(faust.Worker):
+        def _schedule_shutdown(self, signal: Any) -> None:
+            if not self._signal_stop_time:
+                _watchdog(STOP_GRACE_S)
+            super()._schedule_shutdown(signal)
+
+    # Table data lives in memory and in the changelogs; Faust only wants a directory of its own.
+    data_dir = settings.data_dir or tempfile.mkdtemp(prefix="periscope-joiner-")
+    own_dir = None if settings.data_dir else data_dir
     try:
+        app = create_app(settings, announce=lambda line: print(line, flush=True), data_dir=data_dir,
+                         on_stall=lambda: _restart(own_dir))
+        worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, redirect_stdouts=False)
         worker.execute_from_commandline()
     except SystemExit as e:
         if e.code not in (0, None):
             raise
+    finally:
+        if not settings.data_dir:
+            shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @click.command("join")

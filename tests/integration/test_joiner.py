@@ -315,7 +315,7 @@ class Worker:
         self.log_path = tmp / f"{name}.log"
         env = {**os.environ, **WORKER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
                "PERISCOPE_DATA_DIR": str(tmp / f"{name}-data")}
-        with open(self.log_path, "ab") as log:
+        with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "services.joiner"], cwd=REPO, env=env,
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -329,15 +329,18 @@ class Worker:
         while True:
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
-            if not self.url and (m := re.search(r"^joiner: (http://\S+)$", self.log(), re.M)):
-                self.url = m.group(1)
-            if self.url and self.get("/readyz")[0] == 200:
+            if self.get("/readyz")[0] == 200:
                 return self.url
             if time.monotonic() > deadline:
                 raise AssertionError(f"worker not ready after {timeout}s:\n{self.log()[-3000:]}")
             await asyncio.sleep(0.2)
 
     def get(self, path: str) -> tuple[int, str]:
+        # The last address announced: a worker that restarts itself (see RecoveryWatch) binds anew.
+        urls = re.findall(r"^joiner: (http://\S+)$", self.log(), re.M)
+        if not urls:
+            return 0, ""
+        self.url = urls[-1]
         try:
             with urllib.request.urlopen(self.url + path, timeout=5) as r:
                 return r.status, r.read().decode()
@@ -357,20 +360,27 @@ class Worker:
                 out[name] = float(value)
         return out
 
+    def assignment(self) -> dict[str, set[int]]:
+        """Input partitions this worker holds, per topic (from its lag gauge)."""
+        held: dict[str, set[int]] = {t.name: set() for t in T.NODE_INPUTS}
+        for k in self.metrics():
+            if m := re.match(r'periscope_joiner_consumer_lag\{partition="(\d+)",topic="([^"]+)"\}', k):
+                held[m.group(2)].add(int(m.group(1)))
+        return held
+
     def partitions(self) -> set[int]:
-        """Input partitions this worker holds (from its lag gauge)."""
-        return {int(m.group(1)) for k in self.metrics()
-                if (m := re.match(r'periscope_joiner_consumer_lag\{partition="(\d+)",topic="periscope\.node'
-                                  r'\.telemetry\.v1"\}', k))}
+        """The partition numbers this worker holds of every input topic alike (empty until it does)."""
+        held = list(self.assignment().values())
+        return held[0] if all(h == held[0] for h in held) else set()
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def stop(self, timeout: float = 30) -> int:
+    def stop(self, timeout: float = 30, sig: signal.Signals = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -410,7 +420,7 @@ async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(boots
             events += await publish_samples([pub], [node], range(12))
             await log.wait_for("the last sample's attribution", caught_up([node], 11), timeout=30)
             await asyncio.sleep(0.5)
-        assert w.stop() == 0
+        assert w.stop(sig=signal.SIGINT) == 0  # Ctrl-C stops it as cleanly as SIGTERM
 
     latest = log.latest()
     pods = [latest["pod/" + node.uids[p]] for p in "abcde"]
@@ -562,7 +572,9 @@ async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says
             while not (pair[0].partitions() and pair[1].partitions()
                        and pair[0].partitions() | pair[1].partitions() == {0, 1, 2, 3}
                        and not pair[0].partitions() & pair[1].partitions()):
-                assert time.monotonic() < deadline, "the two workers never split the partitions"
+                assert time.monotonic() < deadline, (
+                    f"the workers never split the partitions, each holding the same numbers of every input "
+                    f"topic: {pair[0].assignment()} / {pair[1].assignment()}")
                 await asyncio.sleep(0.3)
             async with (Publisher(bootstrap, "test-probe") as pub_solo,
                         Publisher(other.bootstrap, "test-probe") as pub_pair,

@@ -1,0 +1,73 @@
+"""What a worker keeps per node it owns, and how a record is matched to its node."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from periscope.core.engine import NodeState
+from periscope.core.model import NodeEvent, NodeInput, Output, PodEvent
+from services.joiner.state import PodVersion
+
+
+class TableIO(Protocol):
+    """A changelogged table written with an explicit partition (outside any stream event)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
+    def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
+    def fence(self, partition: int) -> Awaitable[Any]: ...
+
+
+class Message(Protocol):
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Rejected(ValueError):
+    """A record that decodes but cannot be joined (no key, or a key that contradicts the payload)."""
+
+
+@dataclass(slots=True)
+class Slot:
+    node: str
+    partition: int
+    state: NodeState
+    seq: int
+    versions: dict[str, PodVersion]
+    mark_ms: int  # newest output time whose publication was promised (durable mark)
+    replay_until_ms: int  # after recovery: outputs at or before this were published before
+    recovered_ms: int  # processed_ms when rebuilt: older telemetry is a redelivery, not a late sample
+    stash: dict[str, Output] = field(default_factory=dict)
+    held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
+    dirty: bool = False
+    last_probe: float = 0.0
+    last_persist: float = 0.0
+    persisting: bool = False
+    again: bool = False
+
+
+def node_of(key: bytes | None, obj: NodeInput) -> str | None:
+    """The node whose state the record belongs to; None for an unscheduled pod (nothing to join)."""
+    node = (key or b"").decode("utf-8", "replace")
+    if isinstance(obj, PodEvent):
+        if not node:
+            return None
+        if obj.pod.node and obj.pod.node != node:
+            raise Rejected(f"record key {node!r} is not the pod's node {obj.pod.node!r}")
+        return node
+    if not node:
+        raise Rejected("record has no key (the node name)")
+    named = obj.name if isinstance(obj, NodeEvent) else obj.meta.node
+    if named != node:
+        raise Rejected(f"record key {node!r} is not the event's node {named!r}")
+    return node
+
+
+def state_mark(s: NodeState) -> tuple[object, ...]:
+    """Identity of the state-based inputs: changes when a pod, allocation, inventory or node label does."""
+    return (s.pods.version, tuple(id(a) for a in s.allocs), id(s.inventory), s.node_event)
