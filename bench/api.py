@@ -211,8 +211,9 @@ def run(sizes: tuple[int, ...], history_min: int, requests: int, rounds: int, fu
     limit = "per-request FastAPI/uvicorn/httpx overhead (~1 ms); rows rendered on first read, then cached"
     if p99 - p99_nodelay > 20:
         limit = (
-            "TCP Nagle + delayed ACK: the API binds its listening socket with proto 0, so asyncio never "
-            "sets TCP_NODELAY on accepted connections; uvicorn writes headers and body separately and the "
+            "TCP Nagle + delayed ACK: the API's listening socket is no longer created with IPPROTO_TCP, so "
+            "asyncio does not set TCP_NODELAY on accepted connections; uvicorn writes headers and body "
+            "separately and the "
             f"body waits ~40 ms for the client's ACK. Same server with TCP_NODELAY: p99 {p99_nodelay:.1f} ms"
         )
     figures = [
