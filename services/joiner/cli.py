@@ -80,6 +80,12 @@ def run(settings: JoinerSettings) -> None:
     from services.joiner.app import create_app
 
     class Worker(faust.Worker):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # Faust's terminal spinner lowers the root logger to DEBUG and formats every record to
+            # spin once per message: CPU spent on nothing, and escape codes in piped output.
+            self.spinner = None
+
         def _schedule_shutdown(self, signal: Any) -> None:
             if not self._signal_stop_time:
                 _watchdog(STOP_GRACE_S)
