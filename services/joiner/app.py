@@ -27,6 +27,7 @@ from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
 from services.joiner.settings import JoinerSettings
 from services.joiner.slots import Message
+from services.joiner.transport import transport_class
 from services.joiner.watch import ProgressWatch, ready
 from services.joiner.web import JoinerWeb
 
@@ -67,6 +68,10 @@ class ChangelogTable:
 class JoinerApp(faust.App):
     joiner: Joiner
     shutdown_timeout_s: float = 10.0
+    fetch_max_wait_ms: int = 100
+
+    def _new_transport(self) -> Any:
+        return transport_class(self.fetch_max_wait_ms)(self.conf.broker_consumer, self)
 
     async def on_stop(self) -> None:
         # Persist every node before Faust stops the consumer, whose last commit then covers it all.
@@ -107,6 +112,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         broker_rebalance_timeout=max(session, 10.0),
     )
     app.shutdown_timeout_s = max(5.0, session)
+    app.fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
     metrics = JoinerMetrics()
     tables = {
         name: ChangelogTable(

@@ -45,10 +45,12 @@ class JoinerSettings(ServiceSettings):
     # also holds every first JoinGroup for half of it, so it bounds the start-up time too.
     session_timeout: float = 10.0
     standby_replicas: int = Field(default=0, ge=0)  # Faust table standbys on other workers
+    # Longest a consumer fetch waits for records; shorter means fresher outputs, more idle fetches.
+    fetch_max_wait: float = Field(default=0.1, gt=0.0, le=10.0)
 
     @field_validator(
         "window", "window_keep", "idle_window", "lateness", "state_persist_interval", "session_timeout",
-        mode="before",
+        "fetch_max_wait", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:

@@ -12,6 +12,7 @@ from periscope.cli.errors import InputError
 from periscope.cli.main import main
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
+from services.joiner.app import create_app
 from services.joiner.cli import load_settings
 from services.joiner.settings import JoinerSettings
 
@@ -27,8 +28,19 @@ def test_defaults_are_the_documented_ones_and_make_the_default_engine() -> None:
     s = JoinerSettings()
     assert (s.app_id, s.web_host, s.web_port, s.data_dir) == ("periscope-joiner", "127.0.0.1", 9403, "")
     assert (s.window, s.window_keep, s.idle_window, s.idle_threshold) == (60.0, 3600.0, 600.0, 5.0)
-    assert (s.lateness, s.state_persist_interval) == (1.0, 5.0)
+    assert (s.lateness, s.state_persist_interval, s.fetch_max_wait) == (1.0, 5.0, 0.1)
     assert s.engine_config() == EngineConfig()
+
+
+async def test_the_worker_consumer_waits_at_most_fetch_max_wait() -> None:
+    # Faust itself would build its consumer with a 1.5 s fetch wait, which the embedded broker sits out.
+    app = create_app(JoinerSettings(fetch_max_wait="40ms", kafka_bootstrap="127.0.0.1:1"),
+                     announce=lambda _line: None)
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)
+    try:
+        assert consumer._fetch_max_wait_ms == 40
+    finally:
+        await consumer.stop()
 
 
 def test_environment_durations_become_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -48,7 +60,7 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(("field", "value"), [
     ("window", "0s"), ("window", "soon"), ("idle_threshold", 101), ("web_port", 70000),
     ("lateness", -1), ("state_persist_interval", "0"), ("session_timeout", "100ms"), ("app_id", "a b"),
-    ("window_keep", "10s"),
+    ("window_keep", "10s"), ("fetch_max_wait", "0"), ("fetch_max_wait", "1m"),
 ])
 def test_invalid_values_are_refused(field: str, value: Any) -> None:
     with pytest.raises(ValidationError):
