@@ -3,11 +3,13 @@
 Prints a table and writes bench/results.json: every figure as a top-level number, and under "figures"
 its unit, goal, the repeats its median came from, its setup and what limits it. Sections:
 
-  replay     offline replay through the pure core (and the core at an hour of window history)
-  probe      probe CPU per tick, 8 GPUs x 64 processes on the fake NVML
-  api        GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
-  joiner     one Faust worker's sustained rate vs a bare consumer on the same topic; memory per row
-  freshness  probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
+  replay       offline replay through the pure core (and the core at an hour of window history)
+  replay_hour  `periscope replay` end to end: an hour of 50 nodes x 8 GPUs published to the embedded
+               broker, then rebuilt by the CLI in its own process (JSON to a file)
+  probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML
+  api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
+  joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; memory per row
+  freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
 
 Options: --quick (small sizes, one repeat), --only SECTION[,SECTION], --profile (also profile the joiner
 with py-spy and the core with cProfile into bench/profile.json), --markdown (print the README table of
@@ -38,13 +40,15 @@ sys.path[:] = [str(HERE.parent), *(p for p in sys.path if Path(p or ".").resolve
 from bench.common import Figure, machine, rounded  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
-SECTIONS = ("replay", "probe", "api", "joiner", "freshness")
+SECTIONS = ("replay", "replay_hour", "probe", "api", "joiner", "freshness")
 
 
 @dataclass(frozen=True)
 class Plan:
     replay_nodes: int
     replay_ticks: int
+    hour_nodes: int  # replay_hour: nodes x 8 GPUs x hour_s of 1 s ticks
+    hour_s: int
     steady_nodes: int
     steady_min: int
     steady_measure_min: int
@@ -66,12 +70,14 @@ class Plan:
     repeats: int
 
 
-FULL = Plan(replay_nodes=32, replay_ticks=300, steady_nodes=2, steady_min=60, steady_measure_min=5,
+FULL = Plan(replay_nodes=32, replay_ticks=300, hour_nodes=50, hour_s=3600, steady_nodes=2, steady_min=60,
+            steady_measure_min=5,
             probe_ticks=100, probe_tick_s=0.5, probe_span_s=12, api_sizes=(10_000, 100_000),
             api_history_min=60, api_requests=100, api_full_lists=3, joiner_nodes=50, joiner_ticks=250,
             live_nodes=100, markers=10, real_probes=5,
             fresh_warm_s=10, fresh_span_s=60, hop_n=30, repeats=3)
-QUICK = Plan(replay_nodes=8, replay_ticks=120, steady_nodes=1, steady_min=10, steady_measure_min=2,
+QUICK = Plan(replay_nodes=8, replay_ticks=120, hour_nodes=4, hour_s=300, steady_nodes=1, steady_min=10,
+             steady_measure_min=2,
              probe_ticks=20, probe_tick_s=0.25, probe_span_s=2.5, api_sizes=(10_000,), api_history_min=10,
              api_requests=20, api_full_lists=1, joiner_nodes=10, joiner_ticks=60, live_nodes=20, markers=5,
              real_probes=2,
@@ -95,6 +101,17 @@ class Bench:
         p = self.plan
         self.add(replay.run(p.replay_nodes, p.replay_ticks, p.repeats))
         self.add(list(replay.steady_state(p.steady_nodes, p.steady_min, p.steady_measure_min)))
+
+    def replay_hour(self) -> None:
+        from bench import replay_hour
+        from periscope.replay.synthetic import ClusterSpec
+
+        p = self.plan
+        spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000)
+        figures, details = replay_hour.run(spec, self.tmp / "replay-hour",
+                                           baseline=self.figures.get("replay_device_samples_per_s"))
+        self.add(figures)
+        self.details["replay_hour"] = _round_tree(details)
 
     def probe(self) -> None:
         from bench import probe

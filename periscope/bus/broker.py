@@ -5,7 +5,10 @@ need no JVM and no container. The child gets its own process group (a Ctrl-C in 
 the owner, which then stops services before the broker) and, on Linux, PR_SET_PDEATHSIG so that an
 owner killed with SIGKILL takes the broker along. Known limits of this broker (ARCHITECTURE.md): no
 idempotent producer or transactions, wrong `offsets_for_times`, no compaction, and it auto-creates
-unknown topics with one partition on produce.
+unknown topics with one partition on produce. Its end offset (ListOffsets latest) is the base offset
+of a partition's last batch + 1: records after the first of a multi-record last batch are past the
+end to whoever reads "up to the end" (replay, the API's readiness). The services send one record per
+batch, which it reports right.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ T (JSON: {"at", "items"}). Warnings, the speed summary and the progress bar go t
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import sys
 import time
@@ -27,6 +26,7 @@ from periscope.replay.owners import owners_with_stats
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
     ProgressBar,
+    json_chunks,
     output_json,
     owners_table,
     parse_time_ms,
@@ -102,11 +102,13 @@ def _check_bootstrap(value: str) -> str:
 
 def timeline_document(from_ms: int, to_ms: int, result: ReplayResult, stats: ReadStats,
                       filters: dict[str, str | None]) -> Json:
+    """The range's document. Its items are rendered lazily (an iterator: emit the document once), so
+    the JSON of millions of records is never built all at once."""
     # Ordered by event time; within an instant, the core's own (deterministic) emission order.
     outputs = sorted(result.outputs, key=output_time)
     return {
         "from": rfc3339(from_ms), "to": rfc3339(to_ms), "filters": filters,
-        "items": [output_json(o) for o in outputs],
+        "items": map(output_json, outputs),
         "stats": {"events": result.events, "samples": result.samples, "device_samples": result.device_samples,
                   "bad_records": stats.bad, "failed_events": result.failed},
     }
@@ -114,7 +116,10 @@ def timeline_document(from_ms: int, to_ms: int, result: ReplayResult, stats: Rea
 
 def _emit(doc: Json, fmt: str, table: Any) -> None:
     if fmt == "json":
-        click.echo(json.dumps(doc, indent=2))
+        for chunk in json_chunks(doc):
+            sys.stdout.write(chunk)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
     else:
         stdout_console(sys.stdout).print(table(doc))
 

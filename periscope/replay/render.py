@@ -1,11 +1,15 @@
 """Replay results -> JSON documents and rich tables; RFC 3339 times; the stderr progress bar.
 
 Times are Unix ms inside and RFC 3339 UTC with milliseconds outside (0 means unknown: null).
+A document's "items" may be any iterable: `json_chunks` writes them one at a time, so the JSON of a
+long range (an hour of a large cluster is gigabytes of it) is never held in memory all at once.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
@@ -91,6 +95,22 @@ def output_json(o: PodAttribution | GpuState | Finding) -> Json:
             "device_id": o.device_id or None, "xid_code": o.xid_code or None,
             "owners": [_owner(x) for x in o.owners], "message": o.message, "since": _time(o.since_ms),
             "avg_util_pct": _num(o.avg_util_pct), "wasted_gpu_hours": o.wasted_gpu_hours}
+
+
+def json_chunks(doc: Json, stream: str = "items") -> Iterator[str]:
+    """`json.dumps(doc, indent=2)` in pieces, the same text: `doc[stream]` (any iterable of JSON values,
+    consumed once) is rendered one item per piece."""
+    text = json.dumps({**doc, stream: []}, indent=2)
+    marker = f"\n  {json.dumps(stream)}: ["  # top level: deeper keys are indented further
+    head, found, tail = text.partition(marker + "]")
+    assert found, "dumps writes every top-level key on its own line"
+    yield head + marker
+    empty = True
+    for item in doc[stream]:
+        # JSON strings never hold a raw newline, so every newline here is layout: indent it two levels.
+        yield ("\n    " if empty else ",\n    ") + json.dumps(item, indent=2).replace("\n", "\n    ")
+        empty = False
+    yield ("]" if empty else "\n  ]") + tail
 
 
 # ---------------------------------------------------------------- tables

@@ -12,11 +12,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import api, common, freshness, hotspots, probe, replay, report, run
+from bench import api, common, freshness, hotspots, probe, replay, replay_hour, report, run
 from bench.workload import NodeShape, cluster_events, gpu_uuid, pod_uid
 from periscope.bus import topics
+from periscope.bus.broker import BrokerError, resolve_binary
 from periscope.core import engine
 from periscope.core.model import GpuState, NodeTelemetry, PodAttribution
+from periscope.replay.synthetic import ClusterSpec
 from services.api.view import View
 
 
@@ -49,6 +51,48 @@ def test_replay_figures() -> None:
     speed, mem = replay.steady_state(nodes=1, minutes=2, measure_min=1)
     assert speed.value and speed.value > 0
     assert mem.key == "joiner_bytes_per_row" and mem.setup["rows"] == 8 and mem.value and mem.value > 1000
+
+
+def test_replay_hour_replays_every_published_sample_through_the_cli(tmp_path: Path) -> None:
+    try:
+        resolve_binary()
+    except BrokerError as e:
+        pytest.skip(f"no embedded broker: {e}")
+    spec = ClusterSpec(nodes=2, gpus_per_node=4, duration_ms=60_000, pod_lifetime_ms=30_000, gap_ms=5000)
+    figs, details = replay_hour.run(spec, tmp_path)
+    by_key = {f.key: f for f in figs}
+    speed = by_key["replay_hour_device_samples_per_s"]
+    assert speed.value and speed.value > 0 and by_key["replay_hour_speedup_vs_realtime"].value
+    setup = speed.setup
+    assert setup["device_samples_replayed"] == spec.device_samples == 2 * 4 * 60
+    assert setup["events_published"] == setup["events_replayed"] == details["publish"]["stored"]
+    assert setup["output_by_kind"]["gpu"] == spec.device_samples and setup["gpus_with_owner"] == 8
+    # Pods were replaced (same names, new UIDs); one created in the last seconds may have no sample yet.
+    assert 8 < setup["pods_attributed"] <= setup["pods_published"]
+    assert setup["output_bytes"] > 0 and not any(tmp_path.glob("*.json"))
+
+
+def test_timeline_scan_agrees_with_the_parsed_document(tmp_path: Path) -> None:
+    from periscope.replay.render import json_chunks, output_json
+    from periscope.replay.runner import replay_events
+    from periscope.replay.synthetic import generate
+
+    spec = ClusterSpec(nodes=1, gpus_per_node=2, duration_ms=20_000, xid_every_ms=5000)
+    outputs = replay_events(generate(spec)).outputs
+    items = [output_json(o) for o in outputs]
+    doc = {"from": "a", "to": "b", "filters": {"pod": None}, "items": items,
+           "stats": {"device_samples": spec.device_samples}}
+    path = tmp_path / "t.json"
+    path.write_text("".join(json_chunks(doc)))
+    scan = replay_hour.scan_timeline(path)
+    assert scan["items"] == len(items) and scan["stats"] == doc["stats"]
+    assert scan["by_kind"] == dict(Counter(i["kind"] for i in items))
+    assert scan["findings"] == dict(Counter(i["finding"] for i in items if i["kind"] == "finding"))
+    assert scan["pods"] == len({i["pod_uid"] for i in items if i["kind"] == "attribution"}) > 0
+    owned = {i["key"] for i in items if i["kind"] == "gpu" and i["owners"]}
+    assert scan["gpus_with_owner"] == len(owned) == 2
+    path.write_text("".join(json_chunks({**doc, "items": []})))
+    assert replay_hour.scan_timeline(path)["items"] == 0
 
 
 def test_api_view_copies_are_independent_nodes() -> None:

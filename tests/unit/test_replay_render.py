@@ -11,6 +11,7 @@ from periscope.core.model import Finding, GpuState, MigRef, PodAttribution
 from periscope.replay.owners import owner_items, owners_document
 from periscope.replay.render import (
     ProgressBar,
+    json_chunks,
     mig_json,
     output_json,
     owners_table,
@@ -79,6 +80,17 @@ def test_gpu_and_finding_items() -> None:
     xid = output_json(next(o for o in outs if isinstance(o, Finding) and o.kind == "xid-owner"))
     assert (xid["kind"], xid["finding"], xid["key"], xid["xid_code"]) == ("finding", "xid-owner", gpu(0), 79)
     assert [o["pod_uid"] for o in xid["owners"]] == [uid(1)]
+
+
+def test_json_is_written_item_by_item_as_one_document_would_be() -> None:
+    items = [output_json(o) for o in _outputs()]
+    stats = {"events": 3, "nested": {"items": [], "more": [1, {"items": [2]}]}}
+    for some in (items, items[:1], []):
+        doc = {"from": rfc3339(0), "to": rfc3339(T), "filters": {"pod": None, "note": "a\n  \"items\": []"},
+               "items": some, "stats": stats}
+        pieces = list(json_chunks({**doc, "items": iter(some)}))  # consumed once, lazily
+        assert "".join(pieces) == json.dumps(doc, indent=2)
+        assert len(pieces) == len(some) + 2
 
 
 def test_tables_render_every_item() -> None:
