@@ -496,8 +496,11 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
             print(line, flush=True)
 
     out = emit or say
-    # SIGTERM (a supervisor, `timeout`, `kill`) stops everything as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (a supervisor, `timeout`, `kill`) stops everything as Ctrl-C does. SIGINT is set too:
+    # a parent that started us with it ignored (a background job of a script) would otherwise leave
+    # Ctrl-C without effect, as Python installs its own handler only when SIGINT was not ignored.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     stack = Stack(opts, model, out)
     started = time.monotonic()
     try:

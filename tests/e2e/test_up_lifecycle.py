@@ -25,9 +25,11 @@ pytestmark = pytest.mark.slow
 class Up:
     """A running `periscope up` in its own process group, as a terminal would start it."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, sigint_ignored: bool = False) -> None:
         self.token = uuid.uuid4().hex
         self.started = time.monotonic()
+        # A non-interactive shell starts background jobs with SIGINT ignored, and that is inherited.
+        ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None
         self.proc = subprocess.Popen(
             periscope("up", "--api-port", "0", "--broker-port", "0", *args),
             env=marked_env(self.token),
@@ -35,6 +37,7 @@ class Up:
             stderr=subprocess.STDOUT,
             text=True,
             process_group=0,
+            preexec_fn=ignore,
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -101,6 +104,19 @@ def test_ready_answers_curl_and_ctrl_c_leaves_nothing() -> None:
         assert wait_gone(up.token, 5) == []
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"{api}/healthz", timeout=2)
+    finally:
+        up.cleanup()
+
+
+def test_ctrl_c_stops_up_even_when_it_was_started_with_sigint_ignored() -> None:
+    # Python raises KeyboardInterrupt only if SIGINT was not ignored when it started; up must not
+    # depend on how its parent (a CI script, `make` in the background) left the signal.
+    up = Up("--speed", "2", sigint_ignored=True)
+    try:
+        up.wait_for(r"^api: http://", 60)
+        os.killpg(up.proc.pid, signal.SIGINT)
+        assert up.proc.wait(45) == 0
+        assert wait_gone(up.token, 5) == []
     finally:
         up.cleanup()
 
