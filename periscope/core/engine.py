@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
 from periscope.core.devices import DeviceMap
-from periscope.core.findings import FindingBook
+from periscope.core.findings import FindingBook, health_findings
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -26,6 +26,7 @@ from periscope.core.model import (
     Output,
     PodAttribution,
     PodEvent,
+    SourceHealth,
     XidEvent,
     XidRef,
 )
@@ -226,6 +227,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
+    findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
     by_pod = rows_by_pod(state)
     for uid in sorted(touched):
@@ -237,6 +239,12 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
     return _emit(state, outs)
+
+
+def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
+    """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
+    snap = snapshot_at(state, t_ms)
+    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
 
 
 def _emit(state: NodeState, outs: list[Output]) -> list[Output]:

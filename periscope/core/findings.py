@@ -1,4 +1,4 @@
-"""Findings that hold while a condition lasts (idle, unattributed usage, ambiguous joins).
+"""Findings that hold while a condition lasts (idle, unattributed usage, ambiguous joins, source health).
 
 The book remembers which are active, emits a finding when it appears or materially changes, and emits
 it once more with active=False when the condition clears. XID findings are one-shot and not kept here.
@@ -6,9 +6,27 @@ it once more with active=False when the condition clears. XID findings are one-s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from periscope.core.model import Finding
+from periscope.core.model import Finding, SourceHealth
+
+# States that leave part of the truth missing. "disabled" is a choice (a feature gate, an operand
+# turned off on purpose), not a fault, so it is not reported.
+UNHEALTHY = frozenset({"absent", "corrupt", "unavailable", "error"})
+
+
+def health_findings(node: str, t_ms: int, health: Iterable[SourceHealth]) -> list[Finding]:
+    """One finding per probe source that is not healthy (first report of a source wins)."""
+    out: dict[str, Finding] = {}
+    for h in health:
+        if h.state in UNHEALTHY and h.source not in out:
+            detail = f": {h.detail}" if h.detail else ""
+            out[h.source] = Finding(
+                kind="source-health", key=node, node=node, at_ms=t_ms, id=f"source-health/{node}/{h.source}",
+                message=f"{h.source} {h.state}{detail}",
+            )
+    return [out[k] for k in sorted(out)]
 
 
 def _material(f: Finding) -> Finding:

@@ -344,9 +344,12 @@ class GpuState:
     as_of_ms: int = 0
 
 
+FINDING_KINDS = ("idle", "xid-owner", "unattributed-usage", "ambiguous-join", "source-health")
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
-    kind: str  # idle | xid-owner | unattributed-usage | ambiguous-join | source-health
+    kind: str  # one of FINDING_KINDS
     key: str  # pod UID or GPU UUID
     node: str
     at_ms: int

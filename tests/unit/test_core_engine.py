@@ -232,6 +232,23 @@ def test_checkpoint_alone_when_podresources_is_down_and_stale_entries_are_droppe
     assert not [o for o in outs if isinstance(o, PodAttribution) and o.pod_uid == uid(3)]
 
 
+def test_an_unhealthy_source_is_a_finding_while_it_lasts_and_a_disabled_one_is_not() -> None:
+    g0 = gpu(0)
+    _, outs = run([
+        inventory(), pod(1, "a", 0),
+        alloc(S, ck(uid(1), (g0,)), pr_state="unavailable"),
+        tel(2 * S, dev(g0, 60.0)),
+        tel(3 * S, dev(g0, 60.0)),
+        alloc(4 * S, pr("ml", "a", (g0,)), ck(uid(1), (g0,)), pr_state="disabled"),
+        tel(5 * S, dev(g0, 60.0)),
+    ])
+    health = [o for o in outs if isinstance(o, Finding) and o.kind == "source-health"]
+    # Raised once (not again on the next tick), cleared once the kubelet answers again.
+    fid = f"source-health/{NODE}/podresources"
+    assert [(f.active, f.at_ms, f.id) for f in health] == [(True, 2 * S, fid), (False, 5 * S, fid)]
+    assert health[0].message == "podresources unavailable" and health[0].key == NODE
+
+
 def test_sample_is_joined_against_allocation_as_of_its_own_time_despite_arrival_order() -> None:
     g = gpu(0)
     ordered: list[NodeInput] = [
