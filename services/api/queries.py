@@ -7,11 +7,12 @@ response never sees a half-applied record.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, get_args
 
 from fastapi import APIRouter, Depends, Query, Request
 
 from periscope.core.duration import format_duration_ms, parse_duration_ms
+from periscope.core.model import FINDING_KINDS
 from services.api import idle, schemas
 from services.api.paging import BadToken, decode_token, encode_token, page
 from services.api.render import (
@@ -26,6 +27,9 @@ from services.api.render import (
     xid_row,
 )
 from services.api.view import GpuKey, RowKey, View, XidKey
+
+FindingKind = Literal["idle", "xid-owner", "unattributed-usage", "ambiguous-join", "source-health"]
+assert get_args(FindingKind) == FINDING_KINDS  # an unknown kind is a 400, so the two must agree
 
 MAX_LIMIT = 100_000
 _ROW_SHAPE = (str, str, str, str, str, int)
@@ -274,7 +278,7 @@ def router(view: View) -> APIRouter:
         dependencies=[Depends(only("kind", "active", "node", "namespace", *_PAGED))],
     )
     async def list_findings(
-        kind: str | None = Query(None, description="idle | xid-owner | unattributed-usage | ambiguous-join"),
+        kind: FindingKind | None = Query(None, description=" | ".join(FINDING_KINDS)),
         active: bool | None = Query(None, description="only open (true) or cleared (false) findings"),
         node: str | None = _NODE,
         namespace: str | None = _NS,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from periscope.core.model import FINDING_KINDS
+
 
 class Error(BaseModel):
     error: str
@@ -129,7 +131,7 @@ class XidRow(BaseModel):
 
 class FindingRow(BaseModel):
     id: str
-    kind: str = Field(description="idle | xid-owner | unattributed-usage | ambiguous-join | source-health")
+    kind: str = Field(description=" | ".join(FINDING_KINDS))
     key: str
     node: str
     at: str | None
@@ -198,6 +200,11 @@ class Component(BaseModel):
 class Policy(BaseModel):
     cluster_policy: ClusterPolicy | None
     components: list[Component]
+    crd: str | None = Field(None, description="ClusterPolicy CRD: installed | not-installed | error; "
+                                              "null before the watcher reported")
+    namespace: str = Field("", description="namespace of the GPU Operator's operands")
+    dra_available: bool = Field(False, description="the cluster serves DRA ResourceClaims")
+    detail: str = Field("", description="why the policy could not be read, when it could not")
     as_of: str | None = Field(None, description="event time of the policy state shown")
 
 
@@ -210,3 +217,5 @@ class Ready(BaseModel):
     group_id: str | None
     lag: int | None
     error: str | None
+    pending_partitions: int | None = Field(None, description="partitions not yet read up to their "
+                                                             "end offset seen at start")

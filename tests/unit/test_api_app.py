@@ -157,6 +157,7 @@ async def test_bad_and_foreign_continue_tokens_are_400(api: httpx.AsyncClient) -
         "/v1/xid?since=yesterday",
         "/v1/policy?x=1",
         "/v1/findings?active=2",
+        "/v1/findings?kind=bogus",
     ],
 )
 async def test_bad_query_values_are_400_with_an_error(api: httpx.AsyncClient, url: str) -> None:
