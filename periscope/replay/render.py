@@ -98,8 +98,9 @@ def output_json(o: PodAttribution | GpuState | Finding) -> Json:
 
 
 def json_chunks(doc: Json, stream: str = "items") -> Iterator[str]:
-    """`json.dumps(doc, indent=2)` in pieces, the same text: `doc[stream]` (any iterable of JSON values,
-    consumed once) is rendered one item per piece."""
+    """`doc` as indented JSON in pieces, except that each item of `doc[stream]` (any iterable of JSON
+    values, consumed once) is one compact line: an hour of a cluster is millions of items, and the
+    indenting encoder is pure Python (several times slower than the C one, most of a replay's time)."""
     text = json.dumps({**doc, stream: []}, indent=2)
     marker = f"\n  {json.dumps(stream)}: ["  # top level: deeper keys are indented further
     head, found, tail = text.partition(marker + "]")
@@ -107,8 +108,7 @@ def json_chunks(doc: Json, stream: str = "items") -> Iterator[str]:
     yield head + marker
     empty = True
     for item in doc[stream]:
-        # JSON strings never hold a raw newline, so every newline here is layout: indent it two levels.
-        yield ("\n    " if empty else ",\n    ") + json.dumps(item, indent=2).replace("\n", "\n    ")
+        yield ("\n    " if empty else ",\n    ") + json.dumps(item, separators=(", ", ": "))
         empty = False
     yield ("]" if empty else "\n  ]") + tail
 

@@ -89,8 +89,13 @@ def test_json_is_written_item_by_item_as_one_document_would_be() -> None:
         doc = {"from": rfc3339(0), "to": rfc3339(T), "filters": {"pod": None, "note": "a\n  \"items\": []"},
                "items": some, "stats": stats}
         pieces = list(json_chunks({**doc, "items": iter(some)}))  # consumed once, lazily
-        assert "".join(pieces) == json.dumps(doc, indent=2)
+        text = "".join(pieces)
+        assert json.loads(text) == json.loads(json.dumps(doc))
         assert len(pieces) == len(some) + 2
+        # One item per line (greppable), everything else laid out as json.dumps(indent=2) would.
+        lines = text.splitlines()
+        assert [json.loads(line.strip().rstrip(",")) for line in lines if line.startswith("    {")] == some
+        assert text.startswith(json.dumps(doc, indent=2).split('"items"')[0])
 
 
 def test_tables_render_every_item() -> None:
