@@ -95,15 +95,15 @@ def encode_cost(spec: ClusterSpec, events: int = 20_000) -> tuple[float, float]:
 
 
 def scan_timeline(path: Path) -> dict[str, Any]:
-    """What a `--format json` timeline holds, read a line at a time (the document's layout is
-    json.dumps(indent=2): an item's own fields are the lines indented by six spaces)."""
+    """What a `--format json` timeline holds, read a line at a time (each item is one line of the
+    `"items"` array; the rest of the document is laid out as json.dumps(indent=2) would)."""
     kinds: Counter[str] = Counter()
     findings: Counter[str] = Counter()
     pods: set[str] = set()
     gpus: set[str] = set()
     owned: set[str] = set()
     skeleton: list[str] = []
-    in_items, kind, key = False, "", ""
+    in_items = False
     with open(path, encoding="utf-8") as f:
         for line in f:
             if not in_items:
@@ -114,21 +114,18 @@ def scan_timeline(path: Path) -> dict[str, Any]:
                 continue
             if line.startswith("  ]"):
                 in_items = False
-            elif line.startswith('      "'):
-                name, _, raw = line.strip().partition(": ")
-                if name == '"kind"':
-                    kind = json.loads(raw.rstrip(","))
-                    kinds[kind] += 1
-                elif name == '"key"':
-                    key = json.loads(raw.rstrip(","))
-                    if kind == "attribution":
-                        pods.add(key)
-                    elif kind == "gpu":
-                        gpus.add(key)
-                elif name == '"owners"' and kind == "gpu" and raw.rstrip(",") != "[]":
+                continue
+            item = json.loads(line.strip().rstrip(","))
+            kind, key = item["kind"], item["key"]
+            kinds[kind] += 1
+            if kind == "attribution":
+                pods.add(key)
+            elif kind == "gpu":
+                gpus.add(key)
+                if item["owners"]:
                     owned.add(key)
-                elif name == '"finding"':
-                    findings[json.loads(raw.rstrip(","))] += 1
+            elif kind == "finding":
+                findings[item["finding"]] += 1
     doc = json.loads("".join(skeleton))
     return {"items": sum(kinds.values()), "by_kind": dict(kinds), "findings": dict(findings),
             "pods": len(pods), "gpus": len(gpus), "gpus_with_owner": len(owned), "stats": doc["stats"],
