@@ -6,7 +6,23 @@ for the embedded mode. No other module reads os.environ.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from periscope.core.duration import parse_duration_ms
+
+
+def seconds(value: Any) -> Any:
+    """A duration setting: '90s', '10m', '500ms' or plain seconds ('1.5') -> float seconds. Anything
+    else is left for pydantic to judge. Used as a `mode="before"` field validator."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return float(text)
+        except ValueError:
+            return parse_duration_ms(text) / 1000.0
+    return value
 
 
 class ServiceSettings(BaseSettings):

@@ -12,24 +12,12 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from periscope.config import ServiceSettings
-from periscope.core.duration import parse_duration_ms
+from periscope.config import ServiceSettings, seconds
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 
 _DURATIONS = ("replay_lookback", "replay_window_lookback", "replay_late_slack", "window", "window_keep",
               "idle_window", "lateness")
-
-
-def seconds(value: Any) -> Any:
-    """'90s', '10m', '1.5' (seconds) -> float seconds; anything else is left to pydantic."""
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            return parse_duration_ms(text) / 1000.0
-    return value
 
 
 class ReplaySettings(ServiceSettings):

@@ -10,20 +10,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from periscope.config import ServiceSettings
-from periscope.core.duration import parse_duration_ms
+from periscope.config import ServiceSettings, seconds
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
-
-
-def _seconds(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            return parse_duration_ms(text) / 1000.0
-    return value
 
 
 def _ms(seconds: float) -> int:
@@ -54,7 +43,7 @@ class JoinerSettings(ServiceSettings):
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
-        return _seconds(value)
+        return seconds(value)
 
     @field_validator("window", "window_keep", "idle_window", "state_persist_interval")
     @classmethod

@@ -9,18 +9,7 @@ from typing import Any
 
 from pydantic import field_validator
 
-from periscope.config import ServiceSettings
-from periscope.core.duration import parse_duration_ms
-
-
-def _seconds(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            return parse_duration_ms(text) / 1000.0
-    return value
+from periscope.config import ServiceSettings, seconds
 
 
 class WatcherSettings(ServiceSettings):
@@ -41,7 +30,7 @@ class WatcherSettings(ServiceSettings):
     @field_validator("lease_duration", "lease_renew", "watch_timeout", "unavailable_retry", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
-        return _seconds(value)
+        return seconds(value)
 
     @field_validator("lease_duration", "lease_renew", "watch_timeout", "unavailable_retry")
     @classmethod

@@ -14,18 +14,7 @@ from typing import Any
 from pydantic import field_validator, model_validator
 
 from periscope.clock import clock_from_setting
-from periscope.config import ServiceSettings
-from periscope.core.duration import parse_duration_ms
-
-
-def _seconds(value: Any) -> Any:
-    if isinstance(value, str):
-        text = value.strip()
-        try:
-            return float(text)
-        except ValueError:
-            return parse_duration_ms(text) / 1000.0
-    return value
+from periscope.config import ServiceSettings, seconds
 
 
 class ProbeSettings(ServiceSettings):
@@ -48,7 +37,7 @@ class ProbeSettings(ServiceSettings):
     @field_validator("tick", "allocation_interval", "send_timeout", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
-        return _seconds(value)
+        return seconds(value)
 
     @field_validator("tick", "allocation_interval", "send_timeout")
     @classmethod
