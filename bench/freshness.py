@@ -35,7 +35,7 @@ from bench.common import Figure, Goal, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
-from services.api.render import parse_time_ms
+from periscope.wirejson import parse_time_ms
 
 GOAL = Goal("<", 2.0, "p99 < 2 s")
 MARKER_NS = "bench-fresh"

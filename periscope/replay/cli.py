@@ -29,8 +29,6 @@ from periscope.replay.render import (
     json_chunks,
     output_json,
     owners_table,
-    parse_time_ms,
-    rfc3339,
     stdout_console,
     timeline_table,
 )
@@ -43,6 +41,7 @@ from periscope.replay.runner import (
     replay_events,
 )
 from periscope.replay.settings import ReplaySettings
+from periscope.wirejson import parse_time_ms, rfc3339
 
 Json = dict[str, Any]
 _WARNINGS_SHOWN = 10

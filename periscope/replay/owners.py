@@ -14,9 +14,9 @@ from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
 from periscope.core.model import NodeInput
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
-from periscope.replay.render import mig_json, rfc3339
 from periscope.replay.runner import ReadPlan, ReplayConfig, replay_events
 from periscope.replay.settings import ReplaySettings
+from periscope.wirejson import mig_json, rfc3339
 
 Json = dict[str, Any]
 

@@ -8,50 +8,23 @@ long range (an hour of a large cluster is gigabytes of it) is never held in memo
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from periscope.core.model import AttributionRow, Finding, GpuState, MigRef, Owner, PodAttribution
+from periscope.core.model import AttributionRow, Finding, GpuState, Owner, PodAttribution
 from periscope.replay.runner import output_time
+from periscope.wirejson import mig_json, rfc3339
+from periscope.wirejson import num as _num
 
 Json = dict[str, Any]
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def rfc3339(ms: int) -> str:
-    """Unix ms -> '2026-11-22T04:05:06.789Z' (integer arithmetic: no float rounding)."""
-    t = _EPOCH + timedelta(milliseconds=ms)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
 def _time(ms: int) -> str | None:
     return rfc3339(ms) if ms else None
-
-
-def parse_time_ms(text: str) -> int:
-    """RFC 3339 ('Z' or an offset; no zone means UTC) -> Unix ms; ValueError when it is not one."""
-    try:
-        t = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"not an RFC 3339 time: {text!r} (use e.g. 2026-11-22T04:05:06Z)") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    d = t - _EPOCH
-    return d.days * 86_400_000 + d.seconds * 1000 + d.microseconds // 1000
-
-
-def _num(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def mig_json(mig: MigRef | None) -> Json | None:
-    return None if mig is None else {"uuid": mig.uuid, "profile": mig.profile, "gi": mig.gi, "ci": mig.ci}
 
 
 def _owner(o: Owner) -> Json:

@@ -16,16 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
 from periscope.sim.cluster import ClusterModel, Holding, operands
 from periscope.sim.scenario import FaultSpec, XidSpec
-
-
-def rfc3339(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+from periscope.wirejson import rfc3339
 
 
 def idle_truth(

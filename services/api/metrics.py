@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from periscope.core.model import AttributionRow, PodAttribution
-from services.api.render import num
+from periscope.wirejson import num
 from services.api.status import ConsumerStatus
 from services.api.view import XID_KIND, RowKey, View
 

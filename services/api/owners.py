@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from periscope.replay.owners import owners_at
 from periscope.replay.reader import ReadError
+from periscope.wirejson import parse_time_ms
 from services.api import schemas
 from services.api.queries import ApiError, only
-from services.api.render import parse_time_ms
 
 _CONCURRENT = 2
 

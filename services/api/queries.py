@@ -13,14 +13,13 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from periscope.core.duration import format_duration_ms, parse_duration_ms
 from periscope.core.model import FINDING_KINDS
+from periscope.wirejson import num, parse_time_ms
 from services.api import idle, schemas
 from services.api.paging import BadToken, decode_token, encode_token, page
 from services.api.render import (
     Json,
     finding_json,
     gpu_row,
-    num,
-    parse_time_ms,
     pod_detail,
     rfc3339,
     window_json,

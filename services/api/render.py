@@ -6,68 +6,31 @@ milliseconds on the wire; 0 means "unknown" and renders as null.
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
+from periscope import wirejson
 from periscope.core.model import (
     AttributionRow,
     Finding,
     GpuState,
-    MigRef,
     MigState,
     Owner,
     PodAttribution,
     WindowStat,
 )
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+from periscope.wirejson import mig_json, num
 
 Json = dict[str, Any]
 
 
-@lru_cache(maxsize=16384)
-def _second(s: int) -> str:
-    return (_EPOCH + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
-
-
 def rfc3339(ms: int) -> str | None:
-    """Unix ms -> '2026-11-22T04:05:06.789Z'. Integer arithmetic (no float drift); the formatted second
-    is cached because a listing repeats the same few sample times across thousands of rows."""
+    """Unix ms -> RFC 3339; 0 (unknown) and times past year 9999 -> null."""
     if not ms:
         return None
-    sec, milli = divmod(ms, 1000)
     try:
-        return f"{_second(sec)}.{milli:03d}Z"
+        return wirejson.rfc3339(ms)
     except OverflowError:
         return None
-
-
-def parse_time_ms(text: str) -> int:
-    """RFC 3339 (a 'Z' or an offset; naive means UTC) -> Unix ms; ValueError when it is not one."""
-    s = text.strip()
-    try:
-        t = datetime.fromisoformat(s)
-    except ValueError:
-        raise ValueError(f"not an RFC 3339 time: {text!r} (use e.g. 2026-11-22T04:05:06Z)") from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=UTC)
-    delta = t - _EPOCH
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
-
-
-def num(x: float | None) -> float | None:
-    """JSON has no NaN/Infinity: a non-finite reading is as good as no reading."""
-    if x is None or not math.isfinite(x):
-        return None
-    return x
-
-
-def mig_json(mig: MigRef | None) -> Json | None:
-    if mig is None:
-        return None
-    return {"uuid": mig.uuid, "profile": mig.profile, "gi": mig.gi, "ci": mig.ci}
 
 
 def pod_row(pod: PodAttribution, row: AttributionRow) -> Json:

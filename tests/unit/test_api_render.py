@@ -7,8 +7,9 @@ import math
 import pytest
 
 from periscope.core.model import WindowStat
+from periscope.wirejson import num, parse_time_ms
 from services.api import idle
-from services.api.render import num, parse_time_ms, rfc3339
+from services.api.render import rfc3339
 from tests.unit.test_api_samples import MIN, T0, T0_TEXT, idle_windows, pod, row
 
 

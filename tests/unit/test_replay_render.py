@@ -15,12 +15,12 @@ from periscope.replay.render import (
     mig_json,
     output_json,
     owners_table,
-    parse_time_ms,
     rfc3339,
     stdout_console,
     timeline_table,
 )
 from periscope.replay.runner import replay_events
+from periscope.wirejson import parse_time_ms
 from tests.unit.core_builders import gpu, uid
 from tests.unit.test_replay_owners import reuse_scenario
 

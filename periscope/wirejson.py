@@ -1,0 +1,49 @@
+"""Pieces of the JSON that users read, shared by the HTTP API and replay so the two agree to the byte.
+
+Times are Unix ms inside and RFC 3339 UTC with milliseconds outside; JSON has no NaN or Infinity, so a
+non-finite reading is written as null (as good as no reading).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from periscope.core.model import MigRef
+
+Json = dict[str, Any]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@lru_cache(maxsize=16384)
+def _second(s: int) -> str:
+    return (_EPOCH + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def rfc3339(ms: int) -> str:
+    """Unix ms -> '2026-11-22T04:05:06.789Z'. Integer arithmetic (no float drift); the formatted second
+    is cached because a listing repeats the same few sample times across thousands of rows."""
+    sec, milli = divmod(ms, 1000)
+    return f"{_second(sec)}.{milli:03d}Z"
+
+
+def parse_time_ms(text: str) -> int:
+    """RFC 3339 (a 'Z' or an offset; naive means UTC) -> Unix ms; ValueError when it is not one."""
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"not an RFC 3339 time: {text!r} (use e.g. 2026-11-22T04:05:06Z)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    delta = t - _EPOCH
+    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+
+
+def num(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def mig_json(mig: MigRef | None) -> Json | None:
+    return None if mig is None else {"uuid": mig.uuid, "profile": mig.profile, "gi": mig.gi, "ci": mig.ci}
