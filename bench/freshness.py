@@ -265,8 +265,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
     limit = ("the joiner's lateness: a sample is joined once a later event of its node is at least 1 s "
              f"newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next tick come sooner "
              "and waited for the one after); then the mark write is acked before publishing. "
-             f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP with its ~40 ms "
-             "Nagle delay) adds the rest")
+             f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP) adds the rest")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",
            "incumbent_p50_s": inc50, "incumbent_p99_s": inc99}
     brief = (f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks ({nodes * shape.gpus} device-samples/s) "
