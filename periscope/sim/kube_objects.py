@@ -1,0 +1,208 @@
+"""The Kubernetes objects the simulated cluster's apiserver serves, built from the cluster model.
+
+Pods (owner references, QoS resources, container statuses with the node's CRI scheme, deletion
+timestamps), GPU nodes with the labels GPU Feature Discovery and the GPU operator set (product,
+sharing, MIG counts, deploy labels) and their device capacity, the operator's ClusterPolicy and its
+operand DaemonSets with their scheduling status. Every object is a plain dict shaped as the real
+apiserver returns it, so the watcher's mappers read them unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from periscope.sim.cluster import (
+    ClusterModel,
+    PodModel,
+    deploy_nodes,
+    gen_uuid,
+    mig_capable,
+    model_profile,
+    operands,
+)
+from periscope.sim.truth import rfc3339
+
+OPERATOR_NAMESPACE = "gpu-operator"
+
+
+def _ts(ms: int) -> str:
+    return rfc3339(ms)
+
+
+_CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
+
+
+def pod_object(
+    p: PodModel, created_ms: int, deleted_ms: int | None = None, runtime: str = "containerd"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": p.name,
+        "namespace": p.namespace,
+        "uid": p.uid,
+        "creationTimestamp": _ts(created_ms),
+        "labels": dict(p.spec.labels),
+    }
+    if p.spec.owner_kind:
+        api = "batch/v1" if p.spec.owner_kind in ("Job", "CronJob") else "apps/v1"
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": api,
+                "kind": p.spec.owner_kind,
+                "name": p.spec.owner_name,
+                "controller": True,
+                "blockOwnerDeletion": True,
+                "uid": gen_uuid(0, "owner", p.namespace, p.spec.owner_kind, p.spec.owner_name),
+            }
+        ]
+    if deleted_ms is not None:
+        meta["deletionTimestamp"] = _ts(deleted_ms)
+        meta["deletionGracePeriodSeconds"] = 0
+    containers, statuses = [], []
+    for c in p.containers:
+        qty = str(c.spec.count)
+        res: dict[str, Any] = {"limits": {c.spec.resource: qty}, "requests": {c.spec.resource: qty}}
+        if p.spec.qos != "besteffort":
+            res["requests"].update({"cpu": "2", "memory": "8Gi"})
+            if p.spec.qos == "guaranteed":
+                res["limits"].update({"cpu": "2", "memory": "8Gi"})
+        containers.append(
+            {"name": c.name, "image": f"registry.example/{p.namespace}/{c.name}:1", "resources": res}
+        )
+        statuses.append(
+            {
+                "name": c.name,
+                "containerID": f"{_CRI_SCHEME[runtime]}://{c.container_id}",
+                "ready": deleted_ms is None,
+                "restartCount": 0,
+                "image": f"registry.example/{p.namespace}/{c.name}:1",
+                "state": {"running": {"startedAt": _ts(created_ms)}},
+            }
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"nodeName": p.node, "containers": containers, "restartPolicy": "Always"},
+        "status": {
+            "phase": "Running",
+            "qosClass": p.spec.qos.capitalize().replace("Besteffort", "BestEffort"),
+            "startTime": _ts(created_ms),
+            "containerStatuses": statuses,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "False" if deleted_ms else "True",
+                    "lastTransitionTime": _ts(deleted_ms or created_ms),
+                }
+            ],
+        },
+    }
+
+
+def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
+    spec = model.scenario.node(node)
+    gpus = model.gpus[node]
+    first = gpus[0]
+    _, _, family = model_profile(first.model)
+    shared = spec.sharing.strategy != "none"
+    product = first.model.replace(" ", "-") + ("-SHARED" if shared and not spec.sharing.rename else "")
+    labels = {
+        "kubernetes.io/hostname": node,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": str(first.memory_mib),
+        "nvidia.com/gpu.count": str(len(gpus)),
+        "nvidia.com/gpu.family": family,
+        "nvidia.com/gpu.replicas": str(spec.sharing.replicas if shared else 1),
+        "nvidia.com/gpu.sharing-strategy": spec.sharing.strategy,
+        "nvidia.com/mig.strategy": "mixed",
+        "nvidia.com/mig.capable": str(any(mig_capable(g.model) for g in gpus)).lower(),
+        "nvidia.com/mps.capable": str(spec.sharing.strategy == "mps").lower(),
+        "nvidia.com/cuda.driver-version.full": "550.54.15",
+        "nvidia.com/gpu.deploy.operands": "true",
+        "nvidia.com/gpu.workload.config": "container",
+    }
+    for profile, count in _mig_counts(model, node).items():
+        labels[f"nvidia.com/mig-{profile}.count"] = str(count)
+    if model.scenario.policy is not None:
+        for op in operands(model.scenario):
+            if node in deploy_nodes(model.scenario, op.component):
+                labels[f"nvidia.com/gpu.deploy.{op.deploy_label}"] = "true"
+    capacity = {"cpu": "64", "memory": "515920Mi", "pods": "110"}
+    for resource, ids in model.registered(node).items():
+        capacity[resource] = str(len(ids))
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node, "labels": labels},
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+        },
+    }
+
+
+def _mig_counts(model: ClusterModel, node: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for g in model.gpus[node]:
+        for m in g.mig:
+            out[m.profile] = out.get(m.profile, 0) + 1
+    return out
+
+
+def cluster_policy_object(model: ClusterModel) -> dict[str, Any] | None:
+    policy = model.scenario.policy
+    if policy is None:
+        return None
+    spec: dict[str, Any] = {"operator": {"defaultRuntime": "containerd"}, "mig": {"strategy": "mixed"}}
+    for comp, c in policy.components:
+        if c.enabled is not None:
+            spec[comp] = {"enabled": c.enabled}
+    return {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": policy.name},
+        "spec": spec,
+        "status": {"state": policy.state, "namespace": OPERATOR_NAMESPACE},
+    }
+
+
+def daemonset_objects(model: ClusterModel) -> list[dict[str, Any]]:
+    out = []
+    for op in operands(model.scenario):
+        if not op.present:
+            continue
+        labels = {"app": op.daemonset}
+        out.append(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": {"name": op.daemonset, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+                "spec": {
+                    "selector": {"matchLabels": labels},
+                    "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {
+                            "nodeSelector": {f"nvidia.com/gpu.deploy.{op.deploy_label}": "true"},
+                            "containers": [
+                                {"name": op.component.lower(), "image": f"nvcr.io/nvidia/{op.daemonset}"}
+                            ],
+                        },
+                    },
+                },
+                "status": {
+                    "desiredNumberScheduled": op.desired,
+                    "currentNumberScheduled": op.desired,
+                    "updatedNumberScheduled": op.desired,
+                    "numberReady": op.ready,
+                    "numberAvailable": op.ready,
+                    "numberMisscheduled": 0,
+                    "observedGeneration": 1,
+                },
+            }
+        )
+    return out

@@ -1,0 +1,229 @@
+"""One simulated node as its consumers see it on disk and on its socket.
+
+A NodeSim owns the node's FakeKubelet (PodResources gRPC on its own unix socket), the device-manager
+checkpoint file (v2, v1 or none, including the torn writes of a checkpoint-corrupt fault), the /proc
+tree with one process per container PID, and the fake NVML state file with memory, utilisation, MIG
+instances and XIDs. `apply(t)` brings all of them to scenario time t from the cluster model; NodePaths
+names where each lives under the simulator's work directory, so the orchestrator can point each
+node's probe at them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from periscope.core.cgroup import Driver, Qos, Runtime
+from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
+from periscope.sim.cluster import ClusterModel, PodModel, mig_capable
+from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
+from periscope.sim.nvml import add_xid, write_nvml_state
+from periscope.sim.procfs import FakeProcfs
+
+_RUNTIMES: tuple[Runtime, ...] = ("containerd", "crio", "containerd")
+
+
+@dataclass(frozen=True, slots=True)
+class NodePaths:
+    kubelet_root: Path
+    socket: Path
+    checkpoint: Path
+    proc_root: Path
+    nvml_state: Path
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            k: str(getattr(self, k))
+            for k in ("kubelet_root", "socket", "checkpoint", "proc_root", "nvml_state")
+        }
+
+
+def node_paths(workdir: Path, node: str) -> NodePaths:
+    root = workdir / "nodes" / node
+    kubelet = root / "kubelet"
+    return NodePaths(
+        kubelet_root=kubelet,
+        socket=kubelet / "pod-resources" / "kubelet.sock",
+        checkpoint=kubelet / "device-plugins" / "kubelet_internal_checkpoint",
+        proc_root=root / "proc",
+        nvml_state=root / "nvml.json",
+    )
+
+
+class NodeSim:
+    """One simulated node's kubelet, checkpoint, /proc and NVML state."""
+
+    def __init__(self, model: ClusterModel, node: str, index: int, paths: NodePaths) -> None:
+        self.model, self.node, self.paths = model, node, paths
+        self.spec = model.scenario.node(node)
+        self.kubelet = FakeKubelet(paths.socket)
+        self.procfs = FakeProcfs(paths.proc_root)
+        # Nodes differ the way real fleets do: runtime, cgroup driver and version vary.
+        self.runtime: Runtime = _RUNTIMES[index % len(_RUNTIMES)]
+        self.driver: Driver = "cgroupfs" if index % 2 else "systemd"
+        self.cgroup_version: Literal[1, 2] = 1 if self.spec.checkpoint == "v1" else 2
+        self.alive: dict[str, PodModel] = {}
+        self.entries: dict[tuple[str, str], CheckpointEntry] = {}
+        self.corrupt_until: int | None = None
+        self._format = cast(Literal["v2", "v1"], self.spec.checkpoint)
+        self.xids: dict[str, Any] = {"xids": []}
+        paths.checkpoint.parent.mkdir(parents=True, exist_ok=True)
+
+    async def start(self) -> None:
+        self.kubelet.set_allocatable(
+            FakeDevices(d.resource, (d.id,), (d.gpu.index // 4,)) for d in self.model.node_devices[self.node]
+        )
+        await self.kubelet.start()
+        self.procfs.add_host_process(self._host_pid(), comm="nvidia-persistenced")
+
+    def _host_pid(self) -> int:
+        return 600 + sum(map(ord, self.node)) % 300
+
+    def apply(self, t_ms: int) -> tuple[list[PodModel], list[PodModel]]:
+        """Bring the node to scenario time t; returns (started, stopped) pods."""
+        now = {p.uid: p for p in self.model.alive(t_ms, self.node)}
+        started = [p for uid, p in now.items() if uid not in self.alive]
+        stopped = [p for uid, p in self.alive.items() if uid not in now]
+        for p in stopped:
+            for c in p.containers:
+                for pid in c.pids:
+                    self.procfs.remove(pid)
+        for p in started:
+            for c in p.containers:
+                for pid in c.pids:
+                    self.procfs.add_pod_process(
+                        pid,
+                        pod_uid=p.uid,
+                        container_id=c.container_id,
+                        qos=cast(Qos, p.spec.qos),
+                        runtime=self.runtime,
+                        driver=self.driver,
+                        cgroup_version=self.cgroup_version,
+                    )
+        self.alive = now
+        if started or stopped:
+            self.kubelet.set_pods(
+                _fake_pod(p, self.model) for p in sorted(now.values(), key=lambda p: p.index)
+            )
+        if started:
+            # The device manager rewrites its checkpoint on admission, and only then drops the entries of
+            # pods that ended since: between admissions the file still lists terminated pods.
+            self.entries = {k: e for k, e in self.entries.items() if e.pod_uid in now}
+            for p in started:
+                for c in p.containers:
+                    self.entries[(p.uid, c.name)] = _entry(
+                        p, c.name, c.spec.resource, c.device_ids, self.model
+                    )
+            self.write_checkpoint(t_ms)
+        elif self.corrupt_until is not None and t_ms >= self.corrupt_until:
+            self.write_checkpoint(t_ms)  # the kubelet's next write replaces the torn file
+        self._write_nvml(t_ms)
+        return started, stopped
+
+    def write_checkpoint(self, t_ms: int) -> None:
+        if self.spec.checkpoint == "none" or (self.corrupt_until is not None and t_ms < self.corrupt_until):
+            return
+        self.corrupt_until = None
+        data = render_checkpoint(self.entries.values(), self.model.registered(self.node), self._format)
+        atomic_write(self.paths.checkpoint, data)
+
+    def corrupt_checkpoint(self, t_ms: int, duration_ms: int) -> None:
+        """A torn write: the file ends mid-JSON until the kubelet writes it again."""
+        data = render_checkpoint(self.entries.values(), self.model.registered(self.node), self._format)
+        atomic_write(self.paths.checkpoint, data[: max(1, len(data) // 2)])
+        self.corrupt_until = t_ms + duration_ms
+
+    def add_xid(self, gpu: int, code: int, mig: int | None) -> None:
+        g = self.model.gpus[self.node][gpu]
+        inst = g.mig[mig] if mig is not None else None
+        add_xid(self.xids, g.uuid, code, inst.gi if inst else None, inst.ci if inst else None)
+
+    def _write_nvml(self, t_ms: int) -> None:
+        gpus = []
+        for u in self.model.usage(self.node, t_ms):
+            g = u.gpu
+            doc: dict[str, Any] = {
+                "uuid": g.uuid,
+                "name": g.model,
+                "minor": g.minor,
+                "pci_bus_id": g.pci_bus_id,
+                "memory_total_mib": g.memory_mib,
+                "memory_used_mib": u.fb_used_mib,
+                "power_w": u.power_w,
+                "temp_c": u.temp_c,
+                "mig_capable": bool(g.mig) or mig_capable(g.model),
+            }
+            if g.mig:
+                doc["mig"] = [
+                    {
+                        "uuid": m.instance.uuid,
+                        "profile": m.instance.profile,
+                        "gi": m.instance.gi,
+                        "ci": m.instance.ci,
+                        "profile_id": m.instance.profile_id,
+                        "placement_start": m.instance.placement_start,
+                        "placement_size": m.instance.slices,
+                        "memory_total_mib": m.instance.memory_mib,
+                        "memory_used_mib": m.fb_used_mib,
+                        "processes": [{"pid": p.pid, "used_mib": p.used_mib} for p in m.processes],
+                    }
+                    for m in u.mig
+                ]
+            else:
+                doc["util_pct"] = round(u.util_pct or 0.0)
+                doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
+                doc["processes"] = [
+                    {
+                        "pid": p.pid,
+                        "used_mib": p.used_mib,
+                        "sm_util": round(p.sm_util or 0.0, 3),
+                        "mem_util": round((p.sm_util or 0.0) * 0.4),
+                    }
+                    for p in u.processes
+                ]
+            gpus.append(doc)
+        write_nvml_state(
+            self.paths.nvml_state,
+            {
+                "driver_version": "550.54.15",
+                "cuda_driver_version": 12040,
+                "gpus": gpus,
+                "xids": self.xids["xids"],
+            },
+        )
+
+
+def _fake_pod(p: PodModel, model: ClusterModel) -> FakePod:
+    return FakePod(
+        p.namespace,
+        p.name,
+        tuple(
+            FakeContainer(c.name, (FakeDevices(c.spec.resource, c.device_ids, _numa(c.device_ids, model)),))
+            for c in p.containers
+        ),
+    )
+
+
+def _numa(ids: tuple[str, ...], model: ClusterModel) -> tuple[int, ...]:
+    return tuple(sorted({model.devices[i].gpu.index // 4 for i in ids}))
+
+
+def _entry(
+    p: PodModel, container: str, resource: str, ids: tuple[str, ...], model: ClusterModel
+) -> CheckpointEntry:
+    numa: dict[str, tuple[str, ...]] = {}
+    for i in ids:
+        numa.setdefault(str(model.devices[i].gpu.index // 4), ())
+        numa[str(model.devices[i].gpu.index // 4)] += (i,)
+    visible = ",".join(dict.fromkeys(i.split("::")[0] for i in ids))
+    return CheckpointEntry(
+        p.uid, container, resource, ids, numa, {"envs": {"NVIDIA_VISIBLE_DEVICES": visible}}
+    )
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

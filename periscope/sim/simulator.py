@@ -1,0 +1,185 @@
+"""The simulated cluster: every node and the apiserver, driven along the scenario's clock.
+
+A Simulator builds the cluster model from its config, serves one NodeSim per node and a FakeApiServer
+with the nodes, ClusterPolicy, operand DaemonSets and pods, and writes `ready.json` once all of them
+serve. The cluster stays frozen at scenario time 0 until `begin` is called; then each tick applies
+the model at that tick (pod admissions and deletions, checkpoint, /proc, NVML), fires the XIDs and
+the node faults due (kubelet-restart, checkpoint-corrupt) and writes the ground truth. `stop` ends
+it at any point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from periscope.clock import ScaledClock, WallClock, clock_from_setting
+from periscope.sim.apiserver import FakeApiServer
+from periscope.sim.cluster import ClusterModel, PodModel
+from periscope.sim.kube_objects import cluster_policy_object, daemonset_objects, node_object, pod_object
+from periscope.sim.node_sim import NodeSim, atomic_write, node_paths
+from periscope.sim.scenario import load_scenario
+from periscope.sim.truth import TruthWriter
+
+log = logging.getLogger("periscope.sim")
+
+
+class Simulator:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.model = ClusterModel(load_scenario(config["scenario"]))
+        self.scenario = self.model.scenario
+        self.clock: WallClock | ScaledClock = clock_from_setting(config.get("clock", "wall"))
+        self.workdir = Path(config["workdir"])
+        self.truth_path = config.get("truth")
+        self.idle_window_ms = int(config.get("idle_window_ms", 600_000))
+        self.idle_threshold = float(config.get("idle_threshold", 5.0))
+        self.truth_meta: dict[str, Any] = dict(config.get("truth_meta") or {})
+        self.nodes = {
+            n.name: NodeSim(self.model, n.name, i, node_paths(self.workdir, n.name))
+            for i, n in enumerate(self.scenario.nodes)
+        }
+        self.api = FakeApiServer("127.0.0.1", 0)
+        self.created: dict[str, int] = {}
+        self.start_ms: int | None = None
+        self.prepared_ms = 0  # when the time-0 state was first served
+        self._begin = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ control
+
+    def begin(self, start_ms: int) -> None:
+        if self.start_ms is None:
+            self.start_ms = start_ms
+            self._begin.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._begin.set()
+
+    # ------------------------------------------------------------------ state
+
+    def apply(self, t_ms: int, stamp_ms: int) -> None:
+        gone: list[PodModel] = []
+        new: list[PodModel] = []
+        for node in self.nodes.values():
+            started, stopped = node.apply(t_ms)
+            new += started
+            gone += stopped
+        for p in gone:  # deletions first: a recreated pod may reuse the name
+            runtime = self.nodes[p.node].runtime
+            self.api.upsert("pods", pod_object(p, self.created.get(p.uid, stamp_ms), stamp_ms, runtime))
+            self.api.delete("pods", p.namespace, p.name)
+        for p in sorted(new, key=lambda p: p.index):
+            self.created[p.uid] = stamp_ms
+            self.api.upsert("pods", pod_object(p, stamp_ms, runtime=self.nodes[p.node].runtime))
+
+    def _fire_events(self, lo_ms: int, hi_ms: int) -> None:
+        """XIDs and node faults with lo < at <= hi (scenario time); `lo` < 0 includes time 0."""
+        for x in self.scenario.xids:
+            if lo_ms < x.at_ms <= hi_ms:
+                log.info(
+                    "xid %d on %s GPU %d%s", x.code, x.node, x.gpu, "" if x.mig is None else f" MIG {x.mig}"
+                )
+                self.nodes[x.node].add_xid(x.gpu, x.code, x.mig)
+        for f in self.scenario.faults:
+            if not lo_ms < f.at_ms <= hi_ms or f.node is None:
+                continue
+            node = self.nodes[f.node]
+            if f.fault == "kubelet-restart":
+                log.info("fault: kubelet on %s restarts (socket gone for %d ms)", f.node, f.duration_ms)
+                task = asyncio.create_task(
+                    node.kubelet.restart(down_s=f.duration_ms / 1000 / self.clock.speed)
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            elif f.fault == "checkpoint-corrupt":
+                log.info("fault: checkpoint on %s corrupt for %d ms", f.node, f.duration_ms)
+                node.corrupt_checkpoint(f.at_ms, f.duration_ms)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(self) -> None:
+        self.api.start()
+        kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig")
+        for node in self.nodes.values():
+            await node.start()
+        for name in self.nodes:
+            self.api.upsert("nodes", node_object(self.model, name))
+        policy = cluster_policy_object(self.model)
+        if policy is None:
+            self.api.set_crd_installed(False)
+        else:
+            self.api.upsert("clusterpolicies", policy)
+            for ds in daemonset_objects(self.model):
+                self.api.upsert("daemonsets", ds)
+        self._fire_events(-1, 0)
+        self.prepared_ms = self.clock.now_ms()
+        self.apply(0, self.prepared_ms)
+        ready = {
+            "apiserver": self.api.url,
+            "kubeconfig": str(kubeconfig),
+            "pid": os.getpid(),
+            "nodes": {n: s.paths.to_json() for n, s in self.nodes.items()},
+        }
+        atomic_write(self.workdir / "ready.json", json.dumps(ready).encode())
+        log.info("simulated cluster %s ready (frozen at 0s until started)", self.scenario.name)
+        await self._begin.wait()
+        if not self._stop.is_set() and self.start_ms is not None:
+            await self._ticks(self.start_ms)
+        await self._stop.wait()
+
+    async def _ticks(self, start_ms: int) -> None:
+        tick = self.scenario.tick_ms
+        truth = None
+        if self.truth_path:
+            truth = TruthWriter(
+                self.truth_path,
+                self.model,
+                start_ms,
+                self.clock.speed,
+                self.idle_window_ms,
+                self.idle_threshold,
+                prestart_ms=max(0, start_ms - self.prepared_ms),
+                extra_meta=self.truth_meta,
+            )
+        log.info(
+            "scenario %s started (%d ticks of %d ms at speed %g)",
+            self.scenario.name,
+            len(self.model.tick_times()),
+            tick,
+            self.clock.speed,
+        )
+        try:
+            prev = 0
+            for k, t in enumerate(self.model.tick_times()):
+                delay = (start_ms + t - self.clock.now_ms()) / 1000 / self.clock.speed
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                if self._stop.is_set():
+                    return
+                if k:
+                    self._fire_events(prev, t)
+                    self.apply(t, start_ms + t)
+                else:
+                    self.apply(0, start_ms)  # the frozen start state: only the NVML sample is rewritten
+                if truth is not None:
+                    truth.write_tick(k)
+                prev = t
+            log.info("scenario %s ended; holding the last state", self.scenario.name)
+        finally:
+            if truth is not None:
+                truth.close()
+
+    async def shutdown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for node in self.nodes.values():
+            await node.kubelet.stop()
+        self.api.stop()
