@@ -1,0 +1,103 @@
+"""Ground-truth snapshots of what the API said during a `periscope up --truth` run.
+
+A report written after the run cannot see the past, so the `Sampler` thread asks the API for the
+active pods and the GPUs at every scenario tick (on the shared scaled clock, skipping ticks it fell
+behind on) and appends each answer as a `snapshot` row, following pagination; when told to finish it
+writes one `final` row with the XID, policy, idle and full pod listings. The rows go, one JSON
+object a line, to `snapshots_path(truth)`: `t.api.jsonl` beside the simulator's `t.jsonl`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from periscope.clock import ScaledClock
+from periscope.sim.truth import rfc3339
+
+
+def snapshots_path(truth: Path) -> Path:
+    """Where `up --truth t.jsonl` records the API as the run goes: `t.api.jsonl` beside it."""
+    return truth.with_name(truth.name.removesuffix(".jsonl") + ".api.jsonl")
+
+
+class Sampler(threading.Thread):
+    """Records what the API says at every tick (a report after the run cannot see the past)."""
+
+    def __init__(self, api: str, path: Path, clock: ScaledClock, tick_ms: int, start_ms: int) -> None:
+        super().__init__(daemon=True, name="api-sampler")
+        self.api, self.clock, self.tick_ms, self.start_ms = api, clock, tick_ms, start_ms
+        self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
+        self.stopping = threading.Event()
+        self.samples = 0
+        self.as_of: str | None = None  # the API's "newest event time in the view" of the last listing
+
+    def _get(self, client: httpx.Client, path: str) -> Any:
+        items: list[Any] = []
+        url = path
+        while True:
+            r = client.get(url)
+            r.raise_for_status()
+            doc = r.json()
+            if "items" not in doc:
+                return doc
+            if url == path:
+                self.as_of = doc.get("as_of")
+            items += doc["items"]
+            token = doc.get("continue")
+            if not token:
+                return items
+            url = f"{path}{'&' if '?' in path else '?'}continue={token}"
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.api, timeout=5.0) as client:
+            k = 0
+            while not self.stopping.is_set():
+                due = self.start_ms + k * self.tick_ms
+                wait_s = (due - self.clock.now_ms()) / 1000 / self.clock.speed
+                if wait_s > 0 and self.stopping.wait(wait_s):
+                    break
+                at = self.clock.now_ms()
+                k = max(k + 1, (at - self.start_ms) // self.tick_ms + 1)  # skip ticks we fell behind on
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    pods = self._get(client, "/v1/pods?active=true")
+                    as_of = self.as_of
+                    gpus = self._get(client, "/v1/gpus")
+                    self._write(
+                        {
+                            "kind": "snapshot",
+                            "at_ms": at,
+                            "at": rfc3339(at),
+                            "as_of": as_of,
+                            "pods": pods,
+                            "gpus": gpus,
+                        }
+                    )
+                    self.samples += 1
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                at = self.clock.now_ms()
+                self._write(
+                    {
+                        "kind": "final",
+                        "at_ms": at,
+                        "at": rfc3339(at),
+                        "xid": self._get(client, "/v1/xid"),
+                        "policy": self._get(client, "/v1/policy"),
+                        "idle": self._get(client, "/v1/idle"),
+                        "pods": self._get(client, "/v1/pods"),
+                    }
+                )
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self.out.write(json.dumps(row, separators=(",", ":")) + "\n")
+        self.out.flush()
+
+    def finish(self) -> None:
+        self.stopping.set()
+        self.join(15)
+        self.out.close()

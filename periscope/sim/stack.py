@@ -1,0 +1,292 @@
+"""Everything one `periscope up` runs, as a whole: the `Stack` and the options it is started with.
+
+The stack starts the embedded broker and creates the topics, then the simulator (it serves the
+cluster frozen at scenario time 0), one probe per simulated node, the watcher, the joiner and the
+API, each a `Child` sharing one simulated clock (`PERISCOPE_CLOCK=sim:<origin>:<speed>`) so event
+times agree at any `--speed`. It waits until the API shows every simulated GPU, starts the scenario
+clock (and the `Sampler` when a truth file is asked for), then supervises: the fault schedule's
+probe/joiner/watcher restarts are executed with SIGTERM and a fresh start, and a child that dies on
+its own is restarted and counted. Stopping takes the services down together, then the simulator,
+then the broker. `UpError` says which part could not be started or kept running, and `banner` is
+what the user reads once it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from periscope.bus.admin import ensure_topics
+from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.clock import ScaledClock
+from periscope.core.duration import format_duration_ms
+from periscope.sim.child import Child, Emit
+from periscope.sim.cluster import ClusterModel
+from periscope.sim.sampler import Sampler, snapshots_path
+from periscope.sim.scenario import describe
+
+_MAX_CRASHES = 5
+_GRACE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    scenario: str = "demo"
+    api_port: int = 8080
+    broker_port: int = 9092
+    speed: float = 1.0
+    idle_window_ms: int = 600_000
+    idle_threshold: float = 5.0
+    truth: Path | None = None
+    exit_at_end: bool = False
+    log_level: str = "WARNING"
+    ready_timeout_s: float = 120.0
+
+
+class UpError(RuntimeError):
+    """The stack could not be started or kept running; the message says which part and why."""
+
+
+def _py(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def _seconds(ms: float) -> str:
+    return f"{ms / 1000:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+class Stack:
+    """Starts, supervises and stops everything one `periscope up` runs."""
+
+    def __init__(self, opts: UpOptions, model: ClusterModel, emit: Emit) -> None:
+        self.opts, self.model, self.emit = opts, model, emit
+        self.scenario = model.scenario
+        self.workdir = Path(tempfile.mkdtemp(prefix="periscope-up-"))
+        self.clock = ScaledClock(time.time_ns() // 1_000_000, opts.speed)
+        self.broker: EmbeddedBroker | None = None
+        self.children: dict[str, Child] = {}
+        self.order: list[str] = []
+        self.api_url = ""
+        self.start_ms: int | None = None
+        self.sampler: Sampler | None = None
+        self.crashed: list[str] = []
+        # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
+        self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
+
+    # ------------------------------------------------------------------ children
+
+    def _env(self, **settings: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+        env.update(
+            PYTHONUNBUFFERED="1",
+            PERISCOPE_CLOCK=self.clock.setting(),
+            PERISCOPE_LOG_LEVEL=self.opts.log_level,
+        )
+        if self.broker is not None:
+            env["PERISCOPE_KAFKA_BOOTSTRAP"] = self.broker.bootstrap
+        env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
+        return env
+
+    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> Child:
+        child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
+        self.children[name] = child
+        self.order.append(name)
+        child.start()
+        return child
+
+    def start(self) -> None:
+        opts = self.opts
+        self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
+        bootstrap = self.broker.start()
+        asyncio.run(ensure_topics(bootstrap))
+        config = {
+            "scenario": self.scenario.source,
+            "workdir": str(self.workdir / "sim"),
+            "clock": self.clock.setting(),
+            "truth": str(opts.truth) if opts.truth else None,
+            "idle_window_ms": opts.idle_window_ms,
+            "idle_threshold": opts.idle_threshold,
+            "truth_meta": {"idle_bucket_ms": self.idle_bucket_ms},
+        }
+        (self.workdir / "sim").mkdir()
+        cfg = self.workdir / "sim" / "config.json"
+        cfg.write_text(json.dumps(config))
+        self._add("sim", _py("periscope.sim.runner", str(cfg)), self._env(), stdin=True)
+        ready = self._wait_file(self.workdir / "sim" / "ready.json", "sim", 30)
+        tick_s = _seconds(self.scenario.tick_ms / opts.speed)
+        for node, paths in ready["nodes"].items():
+            self._add(
+                f"probe/{node}",
+                _py("periscope.cli.main", "probe"),
+                self._env(
+                    node_name=node,
+                    kubelet_root=paths["kubelet_root"],
+                    podresources_socket=paths["socket"],
+                    checkpoint_path=paths["checkpoint"],
+                    proc_root=paths["proc_root"],
+                    nvml_backend=f"fake:{paths['nvml_state']}",
+                    tick=tick_s,
+                    allocation_interval=_seconds(5 * self.scenario.tick_ms / opts.speed),
+                    health_port=str(free_port()),
+                ),
+            )
+        self._add(
+            "watcher",
+            _py("periscope.cli.main", "watch"),
+            self._env(kubeconfig=ready["kubeconfig"], health_port=str(free_port())),
+        )
+        # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
+        # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
+        # worker: there is no one to rebalance with).
+        self._add(
+            "joiner",
+            _py("periscope.cli.main", "join"),
+            self._env(
+                app_id="periscope-up",
+                web_host="127.0.0.1",
+                web_port=str(free_port()),
+                data_dir=str(self.workdir / "run" / "joiner" / "data"),
+                window=_seconds(self.idle_bucket_ms),
+                lateness=_seconds(max(1000.0, 500 * opts.speed)),
+                session_timeout="3",
+                idle_window=format_duration_ms(opts.idle_window_ms),
+                idle_threshold=f"{opts.idle_threshold:g}",
+            ),
+        )
+        api_port = opts.api_port or free_port()
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        self._add(
+            "api", _py("periscope.cli.main", "api"), self._env(api_host="127.0.0.1", api_port=str(api_port))
+        )
+
+    def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_startup(owner)
+            if path.exists():
+                data: dict[str, Any] = json.loads(path.read_text())
+                return data
+            time.sleep(0.05)
+        raise UpError(f"{owner} did not come up within {timeout_s:g}s")
+
+    def _check_startup(self, *names: str) -> None:
+        for name in names or tuple(self.children):
+            rc = self.children[name].exited()
+            if rc is not None:
+                raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
+
+    def wait_ready(self) -> None:
+        """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
+        want = {g.uuid for gpus in self.model.gpus.values() for g in gpus}
+        deadline = time.monotonic() + self.opts.ready_timeout_s
+        with httpx.Client(base_url=self.api_url, timeout=2.0) as client:
+            while time.monotonic() < deadline:
+                self._check_startup()
+                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+                    if client.get("/readyz").status_code == 200:
+                        seen = {g["gpu_uuid"] for g in client.get("/v1/gpus").json()["items"]}
+                        if want <= seen:
+                            return
+                time.sleep(0.2)
+        raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
+
+    def begin(self) -> int:
+        self.start_ms = start = self.clock.now_ms()
+        self.children["sim"].send(f"start {start}")
+        if self.opts.truth is not None:
+            self.sampler = Sampler(
+                self.api_url, snapshots_path(self.opts.truth), self.clock, self.scenario.tick_ms, start
+            )
+            self.sampler.start()
+        return start
+
+    # ------------------------------------------------------------------ supervision
+
+    def supervise(self) -> None:
+        """Until Ctrl-C (or the scenario's end with --exit-at-end): run faults, restart crashed children."""
+        assert self.start_ms is not None
+        pending = sorted(
+            (
+                f
+                for f in self.scenario.faults
+                if f.fault in ("probe-restart", "joiner-restart", "watcher-restart")
+            ),
+            key=lambda f: f.at_ms,
+        )
+        end = self.start_ms + self.scenario.duration_ms
+        while True:
+            now = self.clock.now_ms()
+            while pending and self.start_ms + pending[0].at_ms <= now:
+                f = pending.pop(0)
+                name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
+                old = self.children[name].pid
+                self.restart(name)
+                self.emit(
+                    f"[up] fault at {format_duration_ms(f.at_ms)}: restarted {name} (pid {old} -> "
+                    f"{self.children[name].pid})"
+                )
+            for name in self.order:
+                child = self.children[name]
+                rc = child.exited()
+                if rc is not None and not child.expected_exit:
+                    child.crashes += 1
+                    self.crashed.append(name)
+                    if name == "sim" or child.crashes > _MAX_CRASHES:
+                        raise UpError(f"{name} exited with status {rc} and cannot be kept running")
+                    self.emit(f"[up] {name} exited with status {rc}; restarting it")
+                    child.start()
+            if self.opts.exit_at_end and now >= end:
+                self.emit(f"[up] scenario {self.scenario.name} ended")
+                return
+            time.sleep(0.05)
+
+    def restart(self, name: str) -> None:
+        child = self.children[name]
+        child.stop()
+        child.start()
+
+    def stop(self) -> None:
+        if self.sampler is not None:
+            self.sampler.finish()
+        # Services stop together (each may take a few seconds to leave its group or flush), then the
+        # simulator, then the broker they all talk to.
+        services = [self.children[n] for n in reversed(self.order) if n != "sim"]
+        for child in services:
+            child.terminate()
+        deadline = time.monotonic() + _GRACE_S
+        for child in services:
+            child.finish(deadline)
+        if "sim" in self.children:
+            self.children["sim"].stop(_GRACE_S)
+        if self.broker is not None:
+            self.broker.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def banner(stack: Stack) -> list[str]:
+    api = stack.api_url
+    assert stack.broker is not None
+    return [
+        f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
+        f"api: {api}",
+        f"broker: {stack.broker.bootstrap}",
+        "try:",
+        f"  curl -s {api}/v1/pods",
+        f"  curl -s {api}/v1/gpus",
+        f"  curl -s '{api}/v1/idle?window=30s'",
+        f"  curl -s {api}/v1/xid",
+        f"  curl -s {api}/v1/policy",
+        f"  curl -s {api}/metrics",
+        "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
+    ]
