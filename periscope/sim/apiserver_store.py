@@ -1,0 +1,198 @@
+"""The fake apiserver's object store: objects, one revision counter, history and watch fan-out.
+
+Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace, name) and
+stamps each change with the next value of a single revision counter shared by all kinds; it records
+the change in a bounded history and posts it to every open `Watch` of that kind and namespace. Versions
+below the compaction floor (raised by `compact`, `clear` or the history limit) are expired, so a watch
+resuming from one must get 410. It also remembers which optional kinds are served (the GPU Operator CRD,
+DRA). Every method is thread-safe under one re-entrant lock; watch queues are fed only through the
+serving event loop's FIFO, so each watch sees its items in revision order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from periscope.sim.apiserver_kinds import BY_NAME, KINDS, Kind, Obj
+
+
+def rfc3339(ms: int) -> str:
+    """Unix ms as a metav1.Time string (whole seconds, UTC), as the apiserver writes them."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(slots=True, eq=False)  # identity-hashed: lives in a set
+class Watch:
+    kind: Kind
+    namespace: str | None
+    queue: asyncio.Queue[tuple[str, Any]]
+
+
+class ObjectStore:
+    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`, `bookmark`.
+
+    Items for open watches are ("event", {"type", "object"}), ("bookmark", revision), ("gone", None)
+    (the watch's version expired) or ("close", None) (the stream ends).
+    """
+
+    def __init__(self, *, history_limit: int = 10_000, crd_installed: bool = True, dra_installed: bool = True,
+                 clock: Callable[[], int] = wall_ms) -> None:
+        self.clock = clock  # Unix ms for default creationTimestamps (a simulated clock in `periscope up`)
+        self.history_limit = history_limit
+        self._lock = threading.RLock()
+        self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._history: list[tuple[int, Kind, str, Obj]] = []
+        self._rv = 1
+        self._floor = 0  # watches from a version below this get 410
+        self._served = {"clusterpolicies": crd_installed, "resourceclaims": dra_installed}
+        self._watches: set[Watch] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop the watch queues live on
+        self._uids = itertools.count(1)
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def kind(self, name: str) -> Kind:
+        try:
+            return BY_NAME[name.lower()]
+        except KeyError:
+            raise ValueError(f"unknown kind {name!r}; known: {', '.join(k.plural for k in KINDS)}") from None
+
+    def served(self, kind: Kind) -> bool:
+        return self._served.get(kind.plural, True)
+
+    def upsert(self, kind: str, obj: Obj) -> Obj:
+        """Create or replace an object; a different metadata.uid under the same name is a recreate
+        (DELETED for the old object, then ADDED), as a StatefulSet pod replaced by the controller."""
+        k = self.kind(kind)
+        if not self.served(k):
+            raise ValueError(f"{k.plural}.{k.group} is not served (CRD or API group not installed)")
+        new = copy.deepcopy(obj)
+        meta = new.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise ValueError("metadata.name is required")
+        if k.namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        key = (k.plural, meta.get("namespace", ""), meta["name"])
+        with self._lock:
+            old = self._objects.get(key)
+            if old is not None and meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
+                self._remove(key)
+                old = None
+            prev = old["metadata"] if old is not None else {}
+            meta["uid"] = meta.get("uid") or prev.get("uid") or self._new_uid()
+            meta["creationTimestamp"] = meta.get("creationTimestamp") or prev.get("creationTimestamp") \
+                or rfc3339(self.clock())
+            new.setdefault("apiVersion", k.api_version)
+            new.setdefault("kind", k.kind)
+            self._rv += 1
+            meta["resourceVersion"] = str(self._rv)
+            self._objects[key] = new
+            self._record(k, "ADDED" if old is None else "MODIFIED", new)
+            return copy.deepcopy(new)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        k = self.kind(kind)
+        with self._lock:
+            return self._remove((k.plural, (namespace or "default") if k.namespaced else "", name))
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        k = self.kind(kind)
+        with self._lock:
+            obj = self._objects.get((k.plural, (namespace or "default") if k.namespaced else "", name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def objects(self, kind: str, namespace: str | None = None) -> list[Obj]:
+        k = self.kind(kind)
+        with self._lock:
+            return [copy.deepcopy(o) for key, o in sorted(self._objects.items())
+                    if key[0] == k.plural and namespace in (None, key[1])]
+
+    def set_crd_installed(self, installed: bool) -> None:
+        """Install or remove the ClusterPolicy CRD; removing it deletes every ClusterPolicy."""
+        self._set_served("clusterpolicies", installed)
+
+    def set_dra_installed(self, installed: bool) -> None:
+        """Serve or stop serving resource.k8s.io/v1 (a cluster without DRA)."""
+        self._set_served("resourceclaims", installed)
+
+    def compact(self) -> None:
+        """Expire all versions handed out so far: open watches get ERROR 410, resumes fail."""
+        with self._lock:
+            self._rv += 1
+            self._floor = self._rv
+            self._history.clear()
+            self._tell_watches(None, ("gone", None))
+
+    def clear(self) -> None:
+        """Drop every object without events (a wiped store); old versions become expired."""
+        with self._lock:
+            self._objects.clear()
+            self._rv += 1
+            self._floor = self._rv
+            self._history.clear()
+
+    def bookmark(self) -> None:
+        """Send a BOOKMARK now on every watch that asked for them."""
+        with self._lock:
+            self._tell_watches(None, ("bookmark", self._rv))
+
+    def watchers(self, kind: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for w in self._watches if kind is None or w.kind is self.kind(kind))
+
+    def _new_uid(self) -> str:
+        # Deterministic (counter-based) so simulator runs are reproducible.
+        return str(uuid.UUID(int=(0x5E << 120) | next(self._uids)))
+
+    def _set_served(self, plural: str, served: bool) -> None:
+        with self._lock:
+            if not served:
+                for key in [key for key in self._objects if key[0] == plural]:
+                    self._remove(key)
+                self._tell_watches(plural, ("close", None))
+            self._served[plural] = served
+
+    def _remove(self, key: tuple[str, str, str]) -> bool:
+        obj = self._objects.pop(key, None)
+        if obj is None:
+            return False
+        self._rv += 1
+        obj["metadata"]["resourceVersion"] = str(self._rv)
+        self._record(BY_NAME[key[0]], "DELETED", obj)
+        return True
+
+    def _record(self, kind: Kind, typ: str, obj: Obj) -> None:
+        snap = copy.deepcopy(obj)
+        self._history.append((self._rv, kind, typ, snap))
+        if len(self._history) > self.history_limit:
+            dropped = self._history.pop(0)
+            self._floor = dropped[0] + 1
+        for w in self._watches:
+            if w.kind is kind and w.namespace in (None, snap["metadata"].get("namespace")):
+                self._post(w, ("event", {"type": typ, "object": snap}))
+
+    def _tell_watches(self, plural: str | None, item: tuple[str, Any]) -> None:
+        for w in self._watches:
+            if plural is None or w.kind.plural == plural:
+                self._post(w, item)
+
+    def _post(self, w: Watch, item: tuple[str, Any]) -> None:
+        # Always through the loop's FIFO (even from the loop thread) so items keep revision order.
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(w.queue.put_nowait, item)
