@@ -9,6 +9,7 @@ Each sample is joined against the allocation snapshot and pod registry *as of th
 
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
@@ -60,13 +61,18 @@ class Counters:
 
 
 Pending = NodeTelemetry | XidEvent
+AllocKey = tuple[int, int, int]  # (time_ms, epoch, seq) of an allocation snapshot; one probe per node
 
 
 @dataclass(slots=True)
 class NodeState:
     node: str
     pods: PodRegistry = field(default_factory=PodRegistry)
-    allocs: list[AllocationSnapshot] = field(default_factory=list)  # sorted by event time
+    # Allocation history as runs of equal content: `allocs` holds each run's first snapshot, sorted by
+    # event time, and `alloc_repeats` the (time, epoch, seq) of the run's later snapshots. Keeping the
+    # repeats' times is what lets a late snapshot of other content split a run exactly where it should.
+    allocs: list[AllocationSnapshot] = field(default_factory=list)
+    alloc_repeats: dict[AllocKey, list[AllocKey]] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
     node_event: NodeEvent | None = None
     pending: list[Pending] = field(default_factory=list)
@@ -149,20 +155,40 @@ def _advance_watermark(state: NodeState, t_ms: int) -> None:
         state.watermark_ms = t_ms
 
 
+def _alloc_key(snap: AllocationSnapshot) -> AllocKey:
+    return (snap.meta.time_ms, snap.meta.epoch, snap.meta.seq)
+
+
 def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
-    key = _meta_key(snap)
-    if any(_meta_key(s) == key for s in state.allocs):
+    """Insert into the run-length history so that any arrival order gives the same runs."""
+    key = _alloc_key(snap)
+    keys = [_alloc_key(s) for s in state.allocs]
+    i = bisect_right(keys, key)  # state.allocs[:i] start at or before the new snapshot
+    run = state.alloc_repeats.get(keys[i - 1], []) if i else []
+    if (i and keys[i - 1] == key) or key in run:
         state.counters.duplicates += 1
         return
-    # Probes republish unchanged snapshots every few seconds; history only needs the changes.
-    prev = snapshot_at(state, snap.meta.time_ms)
+    prev = state.allocs[i - 1] if i else None
     if prev is not None and _same_content(prev, snap):
+        insort(state.alloc_repeats.setdefault(keys[i - 1], []), key)
         return
-    state.allocs.append(snap)
-    state.allocs.sort(key=lambda s: (s.meta.time_ms, s.meta.epoch, s.meta.seq))
-    i = state.allocs.index(snap)
+    if prev is not None:
+        # New content inside prev's run: the run's members after it resume prev's content after it.
+        j = bisect_right(run, key)
+        after = run[j:]
+        if after:
+            del run[j:]
+            if not run:
+                del state.alloc_repeats[keys[i - 1]]
+            t, epoch, seq = after[0]
+            state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
+            if after[1:]:
+                state.alloc_repeats[after[0]] = after[1:]
+    state.allocs.insert(i, snap)
     if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
-        del state.allocs[i + 1]  # a reordered arrival: the later copy is now redundant
+        # The next run has the new snapshot's content: it is now part of the new snapshot's run.
+        nxt = _alloc_key(state.allocs.pop(i + 1))
+        state.alloc_repeats[key] = [nxt, *state.alloc_repeats.pop(nxt, [])]
 
 
 def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
@@ -291,6 +317,8 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
     for i, s in enumerate(state.allocs):
         if s.meta.time_ms <= cutoff:
             keep_from = i  # keep the last snapshot before the cutoff: it is "as of" the cutoff
+    for s in state.allocs[:keep_from]:
+        state.alloc_repeats.pop(_alloc_key(s), None)
     del state.allocs[:keep_from]
 
 

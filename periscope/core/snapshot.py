@@ -59,6 +59,10 @@ def _pending_from(d: dict[str, Any]) -> NodeTelemetry | XidEvent:
     return ev
 
 
+def _alloc_key(v: list[int]) -> tuple[int, int, int]:
+    return (int(v[0]), int(v[1]), int(v[2]))
+
+
 def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """(node part, {pod_uid: [row dicts]})."""
     node: dict[str, Any] = {
@@ -70,6 +74,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str,
             for _, r in sorted(state.pods.pods.items())
         ],
         "allocs": [to_jsonable(s) for s in state.allocs],
+        "alloc_repeats": [[list(k), [list(x) for x in v]] for k, v in sorted(state.alloc_repeats.items())],
         "inventory": to_jsonable(state.inventory),
         "node_event": to_jsonable(state.node_event),
         "pending": [_pending_to(p) for p in state.pending],
@@ -100,6 +105,8 @@ def from_parts(node: dict[str, Any], pods: dict[str, list[dict[str, Any]]]) -> N
         node=node["node"],
         pods=reg,
         allocs=[from_jsonable(AllocationSnapshot, s) for s in node["allocs"]],
+        # absent in records written before runs kept their repeats: those runs simply have none
+        alloc_repeats={_alloc_key(k): [_alloc_key(x) for x in v] for k, v in node.get("alloc_repeats", [])},
         inventory=inventory,
         node_event=from_jsonable(NodeEvent | None, node["node_event"]),
         pending=[_pending_from(p) for p in node["pending"]],

@@ -61,6 +61,16 @@ def test_state_events_converge_under_any_order_and_duplicates(
     shuffled = list(events) + [events[i % len(events)] for i in dup_idx]
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
     assert holdings_timeline(shuffled) == holdings_timeline(events)
+    assert allocation_runs(shuffled) == allocation_runs(events)  # the same history is kept, too
+
+
+def allocation_runs(events: list[NodeInput]) -> list[tuple[object, ...]]:
+    state = new_state(NODE)
+    for e in events:
+        state, _ = step(state, e)
+    return [(a.meta.time_ms, a.entries, tuple(state.alloc_repeats.get((a.meta.time_ms, a.meta.epoch,
+                                                                       a.meta.seq), ())))
+            for a in state.allocs]
 
 
 def with_samples(events: list[NodeInput]) -> list[NodeInput]:
@@ -127,6 +137,7 @@ def test_state_survives_a_round_trip_through_its_persisted_form(events: list[Nod
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     assert current_view(restored) == current_view(state)
+    assert (restored.allocs, restored.alloc_repeats) == (state.allocs, state.alloc_repeats)
     a_out: list[Output] = []
     b_out: list[Output] = []
     for e in tail:
