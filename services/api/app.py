@@ -113,16 +113,20 @@ def create_app(
         responses={200: {"model": schemas.Ready}, 503: {"model": schemas.Ready}},
     )
     async def readyz() -> JSONResponse:
-        """200 once the view has caught up with the topics' end offsets seen at start, 503 before."""
+        """200 once the view has caught up with the topics' end offsets seen at start and while it is fresh
+        (a new attribution within API_STALE_AFTER, the broker reachable); 503 otherwise."""
         if status is None:
             return JSONResponse({"ready": True, "group_id": None, "lag": None, "error": None})
+        serving = status.serving()
         body = {
-            "ready": status.ready,
+            "ready": serving,
             "group_id": status.group_id,
             "lag": status.total_lag(),
             "error": status.error or None,
             "pending_partitions": len(status.pending),
+            "data_age_s": round(status.data_age_s(), 3),
+            "stale": status.is_stale(),
         }
-        return JSONResponse(body, status_code=200 if status.ready else 503)
+        return JSONResponse(body, status_code=200 if serving else 503)
 
     return app

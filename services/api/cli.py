@@ -10,6 +10,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from periscope import logs
 from periscope.cli.errors import InputError
 from services.api.settings import ApiSettings
 
@@ -72,6 +73,7 @@ def command(host: str | None, port: int | None, bootstrap: str | None, group_pre
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
     server = ApiServer(settings)
     try:
         server.bind()

@@ -21,6 +21,8 @@ from aiokafka.errors import KafkaError
 
 from periscope.bus import topics as t
 from periscope.bus.codec import DecodeError, decode
+from periscope.bus.recovery import CALL_TIMEOUT_S, stop_within
+from periscope.logs import Trouble
 from services.api.status import ConsumerStatus
 from services.api.view import View
 
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 
 SERVICE = "api"
 TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES)
+FRESH_TOPICS = (t.ATTRIBUTION, t.GPUS)  # the joiner's steady outputs: new ones mean data moves
 _LAG_EVERY_S = 1.0
 _EVICT_EVERY_S = 60.0
 _TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
@@ -51,11 +54,12 @@ class ViewConsumer:
         dead_letters: bool = True,
         retry_s: float = 1.0,
         retention_ms: int = 24 * 3_600_000,
+        stale_after_s: float = 30.0,
     ) -> None:
         self.view = view
         self.bootstrap = bootstrap
         self.topics = tuple(topics)
-        self.status = ConsumerStatus(group_id=group_id(group_prefix))
+        self.status = ConsumerStatus(group_id=group_id(group_prefix), stale_after_s=stale_after_s)
         self._dead_letters = dead_letters
         self._retry_s = retry_s
         self._targets: dict[TopicPartition, int] | None = None  # end offsets seen at start
@@ -64,6 +68,7 @@ class ViewConsumer:
         self._lag_at = 0.0
         self._retention_ms = retention_ms
         self._evicted_at = time.monotonic()
+        self._trouble = Trouble(log, "api consumer: broker unreachable")
 
     async def run(self, stop: asyncio.Event) -> None:
         """Consume until `stop` is set; broker trouble is reported in the status and retried."""
@@ -71,10 +76,10 @@ class ViewConsumer:
             while not stop.is_set():
                 try:
                     await self._session(stop)
-                except (KafkaError, OSError) as e:
+                except (KafkaError, OSError, TimeoutError) as e:
                     self.status.connected = False
                     self.status.error = f"{type(e).__name__}: {e}"
-                    log.warning("api consumer: %s; retrying in %.1fs", self.status.error, self._retry_s)
+                    self._trouble.failed(f"{self.status.error}; retrying every {self._retry_s:.1f}s")
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self._retry_s)
         finally:
@@ -91,19 +96,23 @@ class ViewConsumer:
             # the view within ~0.1 s of the joiner instead of aiokafka's default 0.5 s.
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
         )
-        await consumer.start()
         try:
+            await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
             if self._targets is None:
-                self._targets = await self._end_offsets(consumer)
+                self._targets = await asyncio.wait_for(self._end_offsets(consumer), CALL_TIMEOUT_S)
                 self.status.pending = {(tp.topic, tp.partition): n for tp, n in self._targets.items() if n}
                 self._check_ready()
             self.status.connected, self.status.error = True, ""
+            self._trouble.cleared()
             assigned: set[TopicPartition] = set()
             checked = 0.0
             while not stop.is_set():
                 if time.monotonic() - checked >= _TOPICS_EVERY_S:
-                    assigned = await self._assign(consumer, assigned)
+                    # Bounded: a paused broker answers nothing, and this is how a stall is noticed.
+                    assigned = await asyncio.wait_for(self._assign(consumer, assigned), CALL_TIMEOUT_S)
                     checked = time.monotonic()
+                    self.status.connected, self.status.error = True, ""
+                    self._trouble.cleared()
                 if not assigned:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), _TOPICS_EVERY_S)
@@ -117,7 +126,7 @@ class ViewConsumer:
                 await self._progress(consumer, assigned)
                 await asyncio.sleep(0)  # let HTTP requests in between batches
         finally:
-            await consumer.stop()
+            await stop_within(consumer, CALL_TIMEOUT_S)
 
     async def _partitions(self, consumer: AIOKafkaConsumer) -> set[TopicPartition]:
         # One metadata request for all topics: it sees topics created since start (the consumer's own
@@ -168,6 +177,8 @@ class ViewConsumer:
             return
         if changed:
             s.applied += 1
+            if topic in FRESH_TOPICS:
+                s.newest_at = time.monotonic()
         else:
             s.stale += 1
 

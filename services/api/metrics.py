@@ -166,11 +166,14 @@ class ViewCollector(Collector):
         size.add_metric(["finding"], len(v.findings))
         yield size
         s = self.status
-        ready = _g("periscope_api_ready", "1 once the view caught up with the topics", [])
-        ready.add_metric([], 1.0 if s is None or s.ready else 0.0)
+        ready = _g("periscope_api_ready", "1 while the view is caught up and fresh (as /readyz)", [])
+        ready.add_metric([], 1.0 if s is None or s.serving() else 0.0)
         yield ready
         if s is None:
             return
+        age = _g("periscope_api_data_age_seconds", "Seconds since the view last took a new attribution", [])
+        age.add_metric([], s.data_age_s())
+        yield age
         consumed = CounterMetricFamily("periscope_api_records_consumed", "Records read", labels=["topic"])
         for topic, n in sorted(s.consumed.items()):
             consumed.add_metric([topic], n)

@@ -219,3 +219,6 @@ class Ready(BaseModel):
     error: str | None
     pending_partitions: int | None = Field(None, description="partitions not yet read up to their "
                                                              "end offset seen at start")
+    data_age_s: float | None = Field(None, description="seconds since the view last took a new attribution")
+    stale: bool | None = Field(None, description="no new attribution within API_STALE_AFTER, or the broker "
+                                                 "unreachable")

@@ -58,6 +58,7 @@ class ApiServer:
                 settings.kafka_bootstrap,
                 settings.api_group_prefix,
                 retention_ms=settings.retention_ms,
+                stale_after_s=settings.api_stale_after,
             )
             if consume
             else None

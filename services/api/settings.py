@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
-from periscope.config import ServiceSettings
+from periscope.config import ServiceSettings, seconds
 from periscope.core.duration import parse_duration_ms
 
 
@@ -17,6 +17,21 @@ class ApiSettings(ServiceSettings):
     # How long the view keeps what is over (released pods, cleared findings, XIDs, vanished GPUs),
     # in event time. Replay answers older questions from the input topics.
     api_retention: str = "24h"
+    # /readyz turns 503 when no new attribution reached the view for longer than this (or the broker
+    # is unreachable): a stale view is not ready, even though it keeps answering.
+    api_stale_after: float = 30.0
+
+    @field_validator("api_stale_after", mode="before")
+    @classmethod
+    def _stale_after(cls, v: object) -> object:
+        return seconds(v)
+
+    @field_validator("api_stale_after")
+    @classmethod
+    def _positive(cls, v: float) -> float:
+        if v <= 0:
+            raise ValueError("must be a positive duration")
+        return v
 
     @field_validator("api_retention")
     @classmethod

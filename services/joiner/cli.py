@@ -86,6 +86,12 @@ def run(settings: JoinerSettings) -> None:
             # spin once per message: CPU spent on nothing, and escape codes in piped output.
             self.spinner = None
 
+        def on_setup_root_logger(self, logger: Any, level: int) -> None:
+            super().on_setup_root_logger(logger, level)
+            from periscope import logs
+
+            logs.install()  # on the handlers Faust just set up: bounds Faust's and aiokafka's repeats
+
         def _schedule_shutdown(self, signal: Any) -> None:
             if not self._signal_stop_time:
                 _watchdog(STOP_GRACE_S)

@@ -13,6 +13,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
+from periscope import logs
 from services.kube_watcher.settings import WatcherSettings
 
 try:
@@ -137,6 +138,7 @@ def command(**flags: Any) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # retries are logged by us
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(settings, clock))

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from periscope import logs
 from periscope.cli.errors import InputError
 from services.probe.settings import ProbeSettings
 
@@ -135,4 +136,5 @@ def command(**flags: Any) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
     asyncio.run(_serve(settings))
