@@ -160,6 +160,11 @@ class EmbeddedBroker:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def exit_status(self) -> int | None:
+        """The broker's exit status once it has exited on its own (negative: killed by that signal)."""
+        return None if self._proc is None else self._proc.poll()
+
     def start(self, timeout_s: float = 30) -> str:
         if self._proc is not None:
             return self.bootstrap

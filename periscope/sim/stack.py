@@ -31,13 +31,13 @@ from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker, free_port
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
+from periscope.sim.broker_guard import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, broker_lost
 from periscope.sim.child import Child, Emit
 from periscope.sim.cluster import ClusterModel
 from periscope.sim.sampler import Sampler, snapshots_path
 from periscope.sim.scenario import describe
 
 _MAX_CRASHES = 5
-_GRACE_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +83,8 @@ class Stack:
         self.crashed: list[str] = []
         # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
         self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
+        # Outputs follow every tick, so ten ticks without one (at least 5 s of real time) means stale.
+        self.stale_after = _seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed))
 
     # ------------------------------------------------------------------ children
 
@@ -139,6 +141,7 @@ class Stack:
                     tick=tick_s,
                     allocation_interval=_seconds(5 * self.scenario.tick_ms / opts.speed),
                     health_port=str(free_port()),
+                    stale_after=self.stale_after,
                 ),
             )
         self._add(
@@ -160,6 +163,7 @@ class Stack:
                 window=_seconds(self.idle_bucket_ms),
                 lateness=_seconds(max(1000.0, 500 * opts.speed)),
                 session_timeout="3",
+                stale_after=self.stale_after,
                 idle_window=format_duration_ms(opts.idle_window_ms),
                 idle_threshold=f"{opts.idle_threshold:g}",
             ),
@@ -167,7 +171,9 @@ class Stack:
         api_port = opts.api_port or free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"
         self._add(
-            "api", _py("periscope.cli.main", "api"), self._env(api_host="127.0.0.1", api_port=str(api_port))
+            "api",
+            _py("periscope.cli.main", "api"),
+            self._env(api_host="127.0.0.1", api_port=str(api_port), api_stale_after=self.stale_after),
         )
 
     def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
@@ -226,6 +232,9 @@ class Stack:
         )
         end = self.start_ms + self.scenario.duration_ms
         while True:
+            lost = broker_lost(self.broker)
+            if lost is not None:
+                raise UpError(lost)
             now = self.clock.now_ms()
             while pending and self.start_ms + pending[0].at_ms <= now:
                 f = pending.pop(0)
@@ -264,13 +273,13 @@ class Stack:
         services = [self.children[n] for n in reversed(self.order) if n != "sim"]
         for child in services:
             child.terminate()
-        deadline = time.monotonic() + _GRACE_S
+        deadline = time.monotonic() + SERVICES_GRACE_S
         for child in services:
             child.finish(deadline)
         if "sim" in self.children:
-            self.children["sim"].stop(_GRACE_S)
+            self.children["sim"].stop(SIM_GRACE_S)
         if self.broker is not None:
-            self.broker.stop()
+            self.broker.stop(BROKER_GRACE_S)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

@@ -10,7 +10,6 @@ durable copy a restarted or rebalanced worker recovers from. Faust's stream join
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import tempfile
 import time
@@ -22,6 +21,7 @@ import faust
 from periscope.bus.deadletter import dead_letter
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import NODE_INPUTS, TELEMETRY
+from periscope.freshness import Freshness
 from services.joiner.agents import Joiner
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
@@ -144,6 +144,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         dead_letter=send_dead_letter, rebalancing=lambda: bool(app.rebalancing), on_error=app.crash,
     )
     app.joiner = joiner
+    freshness = Freshness(settings.stale_after)  # from the last input record handled
 
     source = app.topic(*(t.name for t in NODE_INPUTS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw")
@@ -152,6 +153,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         manual = stream.noack()
         joiner.ack = manual.ack
         async for event in manual.events():
+            freshness.touch()
             await joiner.handle(event)
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
@@ -197,5 +199,6 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app.on_rebalance_complete.connect(cast(Any, on_rebalance_complete))
     metrics.watch_lag(watch.lag)
     app.web_server(JoinerWeb(settings.web_host, settings.web_port, metrics,
-                             ready=functools.partial(ready, app), announce=announce))
+                             ready=lambda: ready(app) and not freshness.stale(), announce=announce,
+                             data_age=freshness.age_s))
     return app

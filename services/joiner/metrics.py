@@ -81,7 +81,11 @@ class JoinerMetrics:
         )
         self.nodes = Gauge("periscope_joiner_nodes", "Nodes whose state this worker holds", registry=r)
         self.ready = Gauge(
-            "periscope_joiner_ready", "1 when the worker has partitions and is not rebalancing", registry=r
+            "periscope_joiner_ready", "1 when the worker has partitions, is not rebalancing and is fresh",
+            registry=r,
+        )
+        self.data_age = Gauge(
+            "periscope_joiner_data_age_seconds", "Seconds since the last input record was handled", registry=r
         )
 
     def watch_lag(self, source: LagSource) -> None:

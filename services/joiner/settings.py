@@ -36,10 +36,12 @@ class JoinerSettings(ServiceSettings):
     standby_replicas: int = Field(default=0, ge=0)  # Faust table standbys on other workers
     # Longest a consumer fetch waits for records; shorter means fresher outputs, more idle fetches.
     fetch_max_wait: float = Field(default=0.1, gt=0.0, le=10.0)
+    # /readyz is 503 when no input record was handled for longer than this (probes tick every second).
+    stale_after: float = Field(default=30.0, gt=0.0)
 
     @field_validator(
         "window", "window_keep", "idle_window", "lateness", "state_persist_interval", "session_timeout",
-        "fetch_max_wait", mode="before",
+        "fetch_max_wait", "stale_after", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:

@@ -17,13 +17,15 @@ from services.joiner.metrics import JoinerMetrics
 
 class JoinerWeb(Service):
     def __init__(self, host: str, port: int, metrics: JoinerMetrics, ready: Callable[[], bool],
-                 announce: Callable[[str], None] = print) -> None:
+                 announce: Callable[[str], None] = print,
+                 data_age: Callable[[], float] = lambda: 0.0) -> None:
         super().__init__()
         self.host = host
         self.port = port
         self.metrics = metrics
         self.ready = ready
         self.announce = announce
+        self.data_age = data_age  # seconds since the last input record was handled
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -47,6 +49,7 @@ class JoinerWeb(Service):
 
     async def _metrics(self, request: web.Request) -> web.Response:
         self.metrics.ready.set(1 if self.ready() else 0)
+        self.metrics.data_age.set(self.data_age())
         body = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -55,4 +58,5 @@ class JoinerWeb(Service):
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ok = self.ready()
-        return web.json_response({"ready": ok}, status=200 if ok else 503)
+        body = {"ready": ok, "data_age_s": round(self.data_age(), 3)}
+        return web.json_response(body, status=200 if ok else 503)

@@ -50,6 +50,12 @@ class ProbeMetrics:
         self.broker_up = Gauge(
             "periscope_probe_broker_connected", "1 while the publisher is connected", ["node"], registry=r
         )
+        self.data_age = Gauge(
+            "periscope_probe_data_age_seconds",
+            "Seconds buffered events have waited without a publish (0 when none wait)",
+            ["node"],
+            registry=r,
+        )
         self.kubelet_connects = Counter(
             "periscope_probe_kubelet_connects_total",
             "New PodResources channels (first connect and after kubelet restarts)",

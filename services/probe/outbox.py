@@ -14,6 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from periscope.bus.recovery import stop_within
+from periscope.freshness import Freshness
+from periscope.logs import Trouble
 from services.probe.buffer import OutBuffer, Outgoing
 from services.probe.metrics import ProbeMetrics
 
@@ -35,6 +38,7 @@ class Outbox:
         *,
         send_timeout: float = 5.0,
         backoff: tuple[float, float] = (0.2, 5.0),
+        stale_after: float = 30.0,
     ) -> None:
         self.buffer = buffer
         self.factory = publisher_factory
@@ -47,6 +51,12 @@ class Outbox:
         self._publisher: PublisherLike | None = None
         self._wake = asyncio.Event()
         self._enqueued: dict[int, float] = {}
+        self.freshness = Freshness(stale_after)  # from the last publish
+        self.trouble = Trouble(log, "broker unreachable, buffering")
+
+    def data_age_s(self) -> float:
+        """How long what waits in the buffer has gone without a publish (0 when nothing waits)."""
+        return self.freshness.age_s() if len(self.buffer) else 0.0
 
     def put(self, msg: Outgoing) -> None:
         self._enqueued[id(msg)] = time.monotonic()
@@ -63,6 +73,7 @@ class Outbox:
             await asyncio.wait_for(pub.start(), self.send_timeout)
         except Exception as e:  # broker down: any failure to start means "not connected"
             self.last_error = f"connect: {e!r}"
+            self.trouble.failed(f"{self.last_error}; {len(self.buffer)} events buffered")
             await self._close(pub)
             return False
         self._publisher = pub
@@ -72,8 +83,8 @@ class Outbox:
 
     async def _close(self, pub: PublisherLike | None) -> None:
         if pub is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(pub.stop(), 2.0)
+            # A stalled broker can keep stop() waiting for good; the publisher is abandoned then.
+            await stop_within(pub, 2.0)
 
     async def _disconnect(self) -> None:
         pub, self._publisher = self._publisher, None
@@ -94,6 +105,8 @@ class Outbox:
             self.last_error = f"send: {e!r}"
             return False
         self.buffer.discard(msg)
+        self.freshness.touch()
+        self.trouble.cleared()
         started = self._enqueued.pop(id(msg), None)
         if started is not None:
             self.metrics.publish_latency.labels(self.metrics.node, msg.topic.name).observe(
@@ -124,7 +137,7 @@ class Outbox:
                     stopper.cancel()
                     continue
                 if not await self._send_one(msg):
-                    log.warning("broker unreachable (%s); buffering", self.last_error)
+                    self.trouble.failed(f"{self.last_error}; {len(self.buffer)} events buffered")
                     await self._disconnect()
         finally:
             if self._publisher is not None:  # a clean stop sends what is still buffered, briefly

@@ -84,13 +84,14 @@ class Probe:
         self.metrics = ProbeMetrics(s.node_name)
         self.buffer = OutBuffer(s.buffer_limit)
         self.outbox = Outbox(
-            self.buffer, publisher_factory or default_publisher(s), self.metrics, send_timeout=s.send_timeout
+            self.buffer, publisher_factory or default_publisher(s), self.metrics, send_timeout=s.send_timeout,
+            stale_after=s.stale_after,
         )
         self.nvml = NvmlBackend(nvml if nvml is not None else load_nvml(s.nvml_backend))
         self.procs = ProcMapper(s.proc_root)
         self.allocations = AllocationReader(s.podresources_socket, s.checkpoint_path, s.node_name)
         self.health_server = HealthServer(
-            s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self.metrics.render
+            s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
         )
         self.xids = XidWatcher(self.nvml.nvml, self._xid_from_thread)
         self.nvml_health = SourceHealth("nvml", "unavailable", "not initialised")
@@ -257,13 +258,22 @@ class Probe:
         alive = self._started and all(not t.done() for t in self._tasks)
         return alive, {"ok": alive}
 
+    def _metrics(self) -> bytes:
+        self.metrics.data_age.labels(self.node).set(self.outbox.data_age_s())
+        return self.metrics.render()
+
     def _ready(self) -> tuple[bool, dict[str, Any]]:
         health = {h.source: {"state": h.state, "detail": h.detail} for h in self.health()}
         allocation_ok = any(health[s]["state"] == "ok" for s in ("podresources", "checkpoint"))
         nvml_ok = health["nvml"]["state"] != "unavailable"  # "error": some GPUs fail, the others report
-        ready = self._live()[0] and self.outbox.connected and allocation_ok and nvml_ok
+        age = self.outbox.data_age_s()
+        fresh = age <= self.settings.stale_after
+        self.metrics.data_age.labels(self.node).set(age)
+        ready = self._live()[0] and self.outbox.connected and fresh and allocation_ok and nvml_ok
         return ready, {
             "ready": ready,
+            "data_age_s": round(age, 3),
+            "stale": not fresh,
             "sources": health,
             "broker": "connected" if self.outbox.connected else "disconnected",
             "buffered": len(self.buffer),

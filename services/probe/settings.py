@@ -31,15 +31,17 @@ class ProbeSettings(ServiceSettings):
     health_port: int = 9401
     # How long one publish may take before the broker counts as unreachable.
     send_timeout: float = 5.0
+    # /readyz is 503 while buffered events have waited longer than this for the broker.
+    stale_after: float = 30.0
     # Event-time source: "wall", or "sim:<origin_ms>:<speed>" when a simulated cluster runs faster.
     clock: str = "wall"
 
-    @field_validator("tick", "allocation_interval", "send_timeout", mode="before")
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return seconds(value)
 
-    @field_validator("tick", "allocation_interval", "send_timeout")
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
