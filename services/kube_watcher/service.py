@@ -20,6 +20,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from periscope.bus.topics import Topic
+from periscope.logs import Trouble
 from services.kube_watcher.settings import WatcherSettings
 from services.kube_watcher.state import KINDS, ClusterState, Outgoing
 from services.kube_watcher.watch import Notification, ResourceWatch
@@ -67,6 +68,7 @@ class KubeWatcher:
         self.publish_failures = 0
         self.handle_errors = 0
         self.publishing_ok = True
+        self._trouble = Trouble(log, "broker unreachable")
 
     def _build(self, notify: Callable[[Notification], None]) -> list[ResourceWatch]:
         core, apps = k8s.CoreV1Api(self.client), k8s.AppsV1Api(self.client)
@@ -151,13 +153,16 @@ class KubeWatcher:
                 await self.sink.send(out.topic, out.key, out.value)
                 self.published += 1
                 self.publishing_ok = True
+                self._trouble.cleared()
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 self.publish_failures += 1
                 self.publishing_ok = False
-                log.warning("publishing to %s failed (%s); retrying in %.1fs", out.topic.name, exc, delay)
+                self._trouble.failed(
+                    f"publishing to {out.topic.name} failed ({exc}); retrying the same event in {delay:.1f}s"
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
