@@ -24,10 +24,12 @@ import subprocess
 import threading
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from aiokafka.errors import KafkaError
 
 from bench import probe as probes
 from bench import processes
@@ -73,8 +75,12 @@ async def _load(sims: list[SyntheticNode], pub: Publisher, stop: asyncio.Event,
             for s in group:
                 for topic, ev in s.tick(t_ms, n):
                     by_topic.setdefault(topic, []).append((s.name, ev))
-            for topic, items in by_topic.items():
-                await pub.send_many(topic, items)
+            try:
+                for topic, items in by_topic.items():
+                    await pub.send_many(topic, items)
+            except KafkaError:  # the broker is paused (the outage run): this tick is skipped, as a probe's
+                stats["ticks_failed"] = stats.get("ticks_failed", 0) + 1  # oldest samples would be
+                continue
             stats["max_send_s"] = max(stats.get("max_send_s", 0.0), time.time() - t_ms / 1000)
         stats["ticks"] = n = n + 1
         next_at += 1.0
@@ -167,8 +173,11 @@ def _quantiles(xs: list[float]) -> dict[str, Any]:
 
 
 async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: int, warm_s: float,
-              span_s: float, poll_s: float = 0.05, shape: NodeShape = NodeShape()
+              span_s: float, poll_s: float = 0.05, shape: NodeShape = NodeShape(),
+              outage: Callable[[str, str], Awaitable[tuple[Figure, dict[str, Any]]]] | None = None
               ) -> tuple[list[Figure], dict[str, Any]]:
+    """With `outage`, it is awaited (API url, marker namespace) once the span was measured, and its
+    figure is added; the freshness figures come from the span alone."""
     worker = processes.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
     api = processes.api(bootstrap, tmp)
     ages: dict[tuple[str, int], float] = {}
@@ -220,6 +229,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                 span = time.monotonic() - t0
                 util = {"worker_cpu_util": rounded((worker.cpu_s() - c_worker) / span),
                         "api_cpu_util": rounded((api.cpu_s() - c_api) / span)}
+                measured, measured_out = dict(ages), list(out_ages)
+                outage_figure = await outage(url, MARKER_NS) if outage is not None else None
                 stop.set()
                 stop_watch.set()
                 watch.join(15)
@@ -231,6 +242,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                 probes.stop_probe(p)
             worker.stop()
             api.stop()
+    ages, out_ages = measured, measured_out
     by_kind = {"real": [a for (n, _), a in ages.items() if n in real],
                "synthetic": [a for (n, _), a in ages.items() if n in synthetic]}
     headline = by_kind["real"] if real else by_kind["synthetic"]
@@ -286,6 +298,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                {"what": "incumbent_staleness_p99_s / freshness_p99_s (how many times fresher)"}, "", None,
                [inc99 / p99], "incumbent p99 / our p99"),
     ]
+    if outage_figure is not None:
+        figures.append(outage_figure[0])
     return figures, {"ages_s": {k: sorted(round(a, 3) for a in v) for k, v in by_kind.items()}}
 
 

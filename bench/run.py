@@ -67,6 +67,7 @@ class Plan:
     fresh_warm_s: float
     fresh_span_s: float
     hop_n: int
+    outage_s: float  # broker pause in the freshness run (0: none); catch-up time from resume to fresh
     repeats: int
 
 
@@ -75,13 +76,13 @@ FULL = Plan(replay_nodes=32, replay_ticks=300, hour_nodes=50, hour_s=3600, stead
             probe_ticks=100, probe_tick_s=0.5, probe_span_s=12, api_sizes=(10_000, 100_000),
             api_history_min=60, api_requests=100, api_full_lists=3, joiner_nodes=50, joiner_ticks=250,
             live_nodes=100, markers=10, real_probes=5,
-            fresh_warm_s=10, fresh_span_s=60, hop_n=30, repeats=3)
+            fresh_warm_s=10, fresh_span_s=60, hop_n=30, outage_s=60, repeats=3)
 QUICK = Plan(replay_nodes=8, replay_ticks=120, hour_nodes=4, hour_s=300, steady_nodes=1, steady_min=10,
              steady_measure_min=2,
              probe_ticks=20, probe_tick_s=0.25, probe_span_s=2.5, api_sizes=(10_000,), api_history_min=10,
              api_requests=20, api_full_lists=1, joiner_nodes=10, joiner_ticks=60, live_nodes=20, markers=5,
              real_probes=2,
-             fresh_warm_s=4, fresh_span_s=8, hop_n=8, repeats=1)
+             fresh_warm_s=4, fresh_span_s=8, hop_n=8, outage_s=0, repeats=1)
 
 
 class Bench:
@@ -155,6 +156,7 @@ class Bench:
 
     def freshness(self) -> None:
         from bench import freshness
+        from bench.outage import catch_up
         from periscope.bus.admin import ensure_topics
         from periscope.bus.broker import EmbeddedBroker
 
@@ -165,8 +167,16 @@ class Bench:
             nodes = max(p.markers, min(p.live_nodes, int(0.5 * rate.value / 8)))  # at most half of capacity
         with EmbeddedBroker() as broker:
             asyncio.run(ensure_topics(broker.bootstrap))
+            outage = None
+            if p.outage_s and broker.pid is not None:
+                pid = broker.pid
+
+                def outage(url: str, namespace: str) -> Any:
+                    return catch_up(pid, url, namespace, p.outage_s)
+
             figures, details = asyncio.run(freshness.run(broker.bootstrap, self.tmp, nodes, p.markers,
-                                                         p.real_probes, p.fresh_warm_s, p.fresh_span_s))
+                                                         p.real_probes, p.fresh_warm_s, p.fresh_span_s,
+                                                         outage=outage))
             hops = {f"fetch_max_wait_ms={w}":
                     rounded(asyncio.run(freshness.hop_latency(broker.bootstrap, w, p.hop_n)))
                     for w in (500, 20)}
