@@ -2,7 +2,8 @@
 stopped moving for longer than its `stale_after` is not ready, even though it is alive.
 
 The probe counts from its last publish while it has something waiting (an idle outbox is fresh), the
-joiner from the last input record it handled, the API from the last new attribution its view took.
+joiner from the last input record it handled (or its last partition assignment), the API from the last
+new attribution its view took.
 Monotonic time: a wall-clock step must not make a service stale or fresh.
 """
 

@@ -144,7 +144,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         dead_letter=send_dead_letter, rebalancing=lambda: bool(app.rebalancing), on_error=app.crash,
     )
     app.joiner = joiner
-    freshness = Freshness(settings.stale_after)  # from the last input record handled
+    freshness = Freshness(settings.stale_after)  # from the last input record handled or assignment
 
     source = app.topic(*(t.name for t in NODE_INPUTS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw")
@@ -179,6 +179,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         await joiner.on_revoked(timeout_s=settings.session_timeout / 2)
 
     async def on_assigned(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        freshness.touch()  # a worker that just got its partitions has had no time to read them yet
         joiner.on_rebalance()
 
     app.on_partitions_revoked.connect(cast(Any, on_revoked))

@@ -36,7 +36,8 @@ class JoinerSettings(ServiceSettings):
     standby_replicas: int = Field(default=0, ge=0)  # Faust table standbys on other workers
     # Longest a consumer fetch waits for records; shorter means fresher outputs, more idle fetches.
     fetch_max_wait: float = Field(default=0.1, gt=0.0, le=10.0)
-    # /readyz is 503 when no input record was handled for longer than this (probes tick every second).
+    # /readyz is 503 when no input record was handled for longer than this since the last partition
+    # assignment (probes tick every second, so a working pipeline never goes that long).
     stale_after: float = Field(default=30.0, gt=0.0)
 
     @field_validator(
