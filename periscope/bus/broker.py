@@ -162,7 +162,7 @@ class EmbeddedBroker:
 
     @property
     def exit_status(self) -> int | None:
-        """The broker's exit status once it has exited on its own (negative: killed by that signal)."""
+        """The broker's exit status once it has exited (negative: killed by that signal), else None."""
         return None if self._proc is None else self._proc.poll()
 
     def start(self, timeout_s: float = 30) -> str:
