@@ -68,7 +68,7 @@ class RepeatFilter(logging.Filter):
             if seen.held:
                 record.msg = (f"{_text(record)} [{seen.held} more like this in the last "
                               f"{now - seen.written_at:.0f}s]")
-                record.args = None
+                record.args = ()  # a tuple: some formatters (mode's) rewrite the arguments
             seen.written_at, seen.held = now, 0
             return True
 

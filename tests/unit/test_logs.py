@@ -25,6 +25,7 @@ class Lines(logging.Handler):
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        assert isinstance(record.args, tuple | dict)  # Faust's formatter maps over them
         self.lines.append(f"{record.name} {record.levelname} {record.getMessage()}")
 
 
