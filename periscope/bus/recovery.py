@@ -24,14 +24,25 @@ class Stoppable(Protocol):
 
 
 async def stop_within(client: Stoppable, timeout_s: float = CALL_TIMEOUT_S) -> bool:
-    """Stop an aiokafka client, giving up after `timeout_s` (True when it stopped in time)."""
-    try:
-        await asyncio.wait_for(client.stop(), timeout_s)
-    except asyncio.CancelledError:
-        raise
-    except TimeoutError:
+    """Stop an aiokafka client, giving up after `timeout_s` (True when it stopped in time).
+
+    The stop runs as a task of its own and is left running when it takes too long: `wait_for` would
+    cancel it and then wait for the cancellation, which a client stuck on a dead broker may never finish.
+    """
+    task = asyncio.ensure_future(client.stop())
+    task.add_done_callback(_retrieve)
+    done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    if not done:
         log.warning("a Kafka client did not stop within %.0fs after a broker stall; abandoned", timeout_s)
+        _abandoned.add(task)  # keep a reference until it ends, so it is not collected mid-way
+        task.add_done_callback(_abandoned.discard)
         return False
-    except Exception as e:  # stopping a client of a dead broker may fail in many ways; it is gone either way
-        log.debug("stopping a Kafka client failed: %r", e)
     return True
+
+
+_abandoned: set[asyncio.Future[Any]] = set()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:  # a client of a dead broker may fail to stop
+        log.debug("stopping a Kafka client failed: %r", task.exception())
