@@ -23,6 +23,7 @@ _NO_INSTANCE = 0xFFFFFFFF
 _PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z]+)?)", re.IGNORECASE)
 # The MPS control server: listed by the driver as a compute process of every GPU it serves.
 MPS_SERVER = "nvidia-cuda-mps-server"
+_COMM_LEN = 15  # TASK_COMM_LEN - 1
 # Process lists read on every GPU; each tried as `_v3`, `_v2`, then unversioned.
 _PROCESS_LISTS = (
     "nvmlDeviceGetComputeRunningProcesses",
@@ -377,7 +378,9 @@ class NvmlBackend:
         if name is None:
             name = self._process_name(pid)
             self._names[pid] = name
-        return name.rsplit("/", 1)[-1] == MPS_SERVER
+        base = name.rsplit("/", 1)[-1]
+        # NVML names the executable; /proc/<pid>/comm keeps only its first 15 characters.
+        return base == MPS_SERVER or base == MPS_SERVER[:_COMM_LEN]
 
     def _process_name(self, pid: int) -> str:
         """The command of `pid`: from NVML, else from /proc (the probe's `proc_name`), else ""."""
