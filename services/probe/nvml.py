@@ -5,6 +5,11 @@ so the same code runs against real GPUs and the simulator. Rules from the NVML d
 a metric that answers NotSupported (utilization on MIG, per-process utilization with MIG) becomes
 None; GpuIsLost marks the device lost; any other error is recorded on that device only and the
 other devices are still sampled. Calls block, so the service runs them in a worker thread.
+
+Processes come from the compute, MPS-compute and graphics lists (newest versioned call first), one
+per PID. On an MPS GPU the driver lists the clients only in the MPS list and the MPS control server
+(`nvidia-cuda-mps-server`) in the compute list; the server, named by NVML or by /proc, is left out:
+it runs the clients' work, it is not a consumer of its own.
 """
 
 from __future__ import annotations
