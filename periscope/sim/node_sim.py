@@ -78,6 +78,11 @@ class NodeSim:
             FakeDevices(d.resource, (d.id,), (d.gpu.index // 4,)) for d in self.model.node_devices[self.node]
         )
         await self.kubelet.start()
+        self.write_host_processes()
+
+    def write_host_processes(self) -> None:
+        """The node's processes that belong to no scenario pod: nvidia-persistenced and, on an MPS
+        node, the MPS server in the device plugin's daemon pod."""
         self.procfs.add_host_process(self._host_pid(), comm="nvidia-persistenced")
         if self.mps is not None:
             self.procfs.add_pod_process(
