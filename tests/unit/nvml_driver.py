@@ -16,6 +16,7 @@ import ctypes
 import importlib.util
 import itertools
 import sys
+import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from typing import Any
 
 import pynvml
 
-SUCCESS, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, INSUFFICIENT_SIZE, GPU_IS_LOST = 0, 3, 4, 6, 7, 15
+SUCCESS, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, INSUFFICIENT_SIZE, TIMEOUT, GPU_IS_LOST = 0, 3, 4, 6, 7, 10, 15
+XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 _copies = itertools.count()
 
@@ -71,6 +73,9 @@ class Driver:
         self._structs: dict[int, tuple[Dev, Any]] = {}  # address of the opaque handle struct -> device
         self._handles: dict[int, Any] = {}
         self.module: Any = None
+        self.xids: list[tuple[Dev, int, int, int]] = []  # (device, code, gi, ci) not yet delivered
+        self._registered: set[int] = set()
+        self._event_set: Any = None
 
     # ------------------------------------------------------------------ plumbing
 
@@ -274,6 +279,39 @@ class Driver:
         assert mig is not None
         ref._obj.id, ref._obj.profileId = mig.gi, mig.profile_id
         ref._obj.placement.start, ref._obj.placement.size = mig.placement
+        return SUCCESS
+
+
+    # ------------------------------------------------------------------ events
+
+    def nvmlEventSetCreate(self, out: Any) -> int:
+        self._event_set = self.module.struct_c_nvmlEventSet_t()
+        out._obj.contents = self._event_set
+        return SUCCESS
+
+    def nvmlDeviceGetSupportedEventTypes(self, h: Any, ref: Any) -> int:
+        return self._set(ref, 0x1 | 0x2 | 0x4 | XID_EVENT | 0x10)
+
+    def nvmlDeviceRegisterEvents(self, h: Any, types_: Any, event_set: Any) -> int:
+        d = self._dev(h)
+        assert d is not None and ctypes.addressof(event_set.contents) == ctypes.addressof(self._event_set)
+        if types_.value & XID_EVENT:
+            self._registered.add(id(d))
+        return SUCCESS
+
+    def nvmlEventSetWait_v2(self, event_set: Any, ref: Any, timeout_ms: Any) -> int:
+        for i, (d, code, gi, ci) in enumerate(self.xids):
+            if id(d) in self._registered:
+                del self.xids[i]
+                ref._obj.device = ctypes.pointer(self._handles[id(d)])
+                ref._obj.eventType, ref._obj.eventData = XID_EVENT, code
+                ref._obj.gpuInstanceId, ref._obj.computeInstanceId = gi, ci
+                return SUCCESS
+        time.sleep(min(timeout_ms.value, 20) / 1000)
+        return TIMEOUT
+
+    def nvmlEventSetFree(self, event_set: Any) -> int:
+        self._event_set = None
         return SUCCESS
 
 

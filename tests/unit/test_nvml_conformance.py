@@ -16,6 +16,7 @@ import ast
 import ctypes
 import inspect
 import re
+import time
 import types
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from periscope.core.model import DeviceSample
 from periscope.sim.nvml import FakePynvml, add_xid, fake_pynvml, write_nvml_state
 from services.probe.nvml import NvmlBackend
 from services.probe.procfs import ProcMapper
+from services.probe.xid import RawXid, XidWatcher
 from tests.unit.core_builders import alloc, gpu, inventory, node_labels, pod, pr, tel, uid
 from tests.unit.nvml_driver import (
     GPU_IS_LOST,
@@ -377,6 +379,26 @@ def test_an_older_driver_without_v3_lists_is_read_through_v2() -> None:
     _, devices = sample(driver)
     assert {p.pid for p in devices["GPU-mps"].processes} == {30, 31, 32}
     assert "nvmlDeviceGetMPSComputeRunningProcesses_v2" in driver.calls
+
+
+def test_xids_arrive_through_the_real_event_data_struct() -> None:
+    mig = Dev("MIG-1", gi=3, ci=0)
+    gpus = [Dev("GPU-a"), Dev("GPU-b", minor=1, mig_mode=1, migs=[mig])]
+    driver = Driver(gpus)
+    backend, _ = sample(driver)
+    got: list[RawXid] = []
+    watcher = XidWatcher(backend.nvml, got.append, wait_ms=50)
+    watcher.start(backend.handles())
+    try:
+        assert watcher.registered == ("GPU-a", "GPU-b")
+        driver.xids += [(gpus[0], 79, 0xFFFFFFFF, 0xFFFFFFFF), (gpus[1], 31, 3, 0)]
+        deadline = time.monotonic() + 5
+        while len(got) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        watcher.stop()
+    assert got == [RawXid("GPU-a", 79, None, None), RawXid("GPU-b", 31, 3, 0)]
+    assert watcher.error == "" and "nvmlEventSetWait_v2" in driver.calls
 
 
 @pytest.mark.parametrize("code", [NO_PERMISSION, GPU_IS_LOST])
