@@ -24,7 +24,9 @@ from typing import Any
 
 import pynvml
 
-SUCCESS, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, INSUFFICIENT_SIZE, TIMEOUT, GPU_IS_LOST = 0, 3, 4, 6, 7, 10, 15
+# nvmlReturn_t codes (nvml.h)
+SUCCESS, NOT_SUPPORTED, NO_PERMISSION, NOT_FOUND, INSUFFICIENT_SIZE = 0, 3, 4, 6, 7
+TIMEOUT, GPU_IS_LOST = 10, 15
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 _copies = itertools.count()
