@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
+from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.usage import split_instance
 
@@ -32,8 +33,9 @@ def attribute_sample(
     findings that hold at this instant."""
     t = tel.meta.time_ms
     strategy, replicas = _sharing_config(state)
-    samples = {d.uuid: d for d in tel.devices}
-    mig_parents = {d.parent_uuid for d in tel.devices if d.parent_uuid}
+    devices = without_mps_daemons(tel.devices, state.pods)
+    samples = {d.uuid: d for d in devices}
+    mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
     by_instance: dict[str, list[Holding]] = {}
     findings: list[Finding] = []
     for h in holdings:
@@ -68,7 +70,7 @@ def attribute_sample(
                 findings.append(_idle(state.node, t, row))
         if sample is not None:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
-    for d in tel.devices:
+    for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
         if d.uuid not in by_instance and d.uuid not in mig_parents and d.processes:
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))

@@ -273,7 +273,7 @@ class AttributionRow:
     device_id: str
     gpu_uuid: str
     sharing: str  # exclusive | time-slicing | mps | mig
-    share_basis: str  # exclusive | process | equal-split | none
+    share_basis: str  # exclusive | process | memory-weighted | equal-split | none
     mig: MigRef | None = None
     util_pct: float | None = None
     fb_used_mib: float | None = None

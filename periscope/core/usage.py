@@ -2,8 +2,11 @@
 
 Exclusive: the holder gets the device's numbers. Time-slicing/MPS: per-process NVML samples, mapped to
 pods through /proc cgroups, give each holder its own SM util and memory (`process`); without per-process
-util every holder gets an equal share, flagged `equal-split`. MIG: per-instance memory, util only when
-the hardware reports it, power stays with the parent GPU (it is a whole-GPU value).
+util every holder gets an equal share, flagged `equal-split`, except under MPS, where the device's util
+and power are split in proportion to each holder's processes' memory (`memory-weighted`): a driver may
+give no per-process utilization for MPS clients, and their memory is the only per-client measure.
+MIG: per-instance memory, util only when the hardware reports it, power stays with the parent GPU
+(it is a whole-GPU value).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ class Usage:
     fb_used_mib: float | None
     power_w: float | None
     sharing: str  # exclusive | time-slicing | mps | mig
-    share_basis: str  # exclusive | process | equal-split | none
+    share_basis: str  # exclusive | process | memory-weighted | equal-split | none
     gpu_fraction: float
     seen_processes: bool  # the holder's own processes were observed on the device
 
@@ -89,6 +92,8 @@ def split_instance(
     per_proc_util = any(p.sm_util_pct is not None for p in procs)
     per_proc_mem = any(p.used_mib is not None for p in procs)
     total_util = sum(p.sm_util_pct or 0.0 for p in procs)
+    total_mem = sum(p.used_mib or 0.0 for p in procs)
+    by_memory = sharing == "mps" and not per_proc_util and total_mem > 0
     for h in holders:
         assigned = mine[h.key]
         mem = sum((p.used_mib or 0.0) * w for p, w in assigned) if per_proc_mem else None
@@ -98,6 +103,11 @@ def split_instance(
             share = util / total_util if total_util > 0 else 1.0 / n
             pw = power * share if power is not None else None
             basis = "process"
+        elif by_memory:
+            share = (mem or 0.0) / total_mem
+            util = sample.util_pct * share if sample.util_pct is not None else None
+            pw = power * share if power is not None else None
+            basis = "memory-weighted"
         else:
             util = sample.util_pct / n if sample.util_pct is not None else None
             pw = power / n if power is not None else None

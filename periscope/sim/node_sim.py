@@ -19,6 +19,7 @@ from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.cluster import ClusterModel, PodModel, mig_capable
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
+from periscope.sim.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs
 
@@ -69,6 +70,7 @@ class NodeSim:
         self.corrupt_until: int | None = None
         self._format = cast(Literal["v2", "v1"], self.spec.checkpoint)
         self.xids: dict[str, Any] = {"xids": []}
+        self.mps = mps_daemon(model, node)
         paths.checkpoint.parent.mkdir(parents=True, exist_ok=True)
 
     async def start(self) -> None:
@@ -76,7 +78,23 @@ class NodeSim:
             FakeDevices(d.resource, (d.id,), (d.gpu.index // 4,)) for d in self.model.node_devices[self.node]
         )
         await self.kubelet.start()
+        self.write_host_processes()
+
+    def write_host_processes(self) -> None:
+        """The node's processes that belong to no scenario pod: nvidia-persistenced and, on an MPS
+        node, the MPS server in the device plugin's daemon pod."""
         self.procfs.add_host_process(self._host_pid(), comm="nvidia-persistenced")
+        if self.mps is not None:
+            self.procfs.add_pod_process(
+                self.mps.server_pid,
+                pod_uid=self.mps.uid,
+                container_id=self.mps.container_id,
+                qos="besteffort",
+                runtime=self.runtime,
+                driver=self.driver,
+                cgroup_version=self.cgroup_version,
+                comm=SERVER_COMM,
+            )
 
     def _host_pid(self) -> int:
         return 600 + sum(map(ord, self.node)) % 300
@@ -172,6 +190,8 @@ class NodeSim:
                     for m in u.mig
                 ]
             else:
+                if g.sharing == "mps" and self.mps is not None:
+                    doc["mps"] = nvml_mps_state(self.mps)
                 doc["util_pct"] = round(u.util_pct or 0.0)
                 doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
                 doc["processes"] = [

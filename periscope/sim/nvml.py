@@ -14,12 +14,20 @@ State (one file per simulated node; every key but `gpus[].uuid` optional):
                "util_pct": 40, "mem_util_pct": 10, "power_w": 210.5, "temp_c": 51,
                "lost": false,                      # true: metric calls raise NVMLError_GpuIsLost
                "fail": {"nvmlDeviceGetPowerUsage": "NotSupported"},   # injected errors by call
-               "processes": [{"pid": 4242, "used_mib": 500, "sm_util": 35, "mem_util": 8}],
+               "processes": [{"pid": 4242, "used_mib": 500, "sm_util": 35, "mem_util": 8,
+                              "name": "python3"}],     # name: what nvmlSystemGetProcessName answers
+               "graphics_processes": [],           # listed by nvmlDeviceGetGraphicsRunningProcesses
+               "mps": {"server_pid": 77, "server_used_mib": 30, "utilization": "clients"},
+                       # MPS on: `processes` are the clients, listed only by the MPS call; the compute
+                       # list holds the server alone; compute mode EXCLUSIVE_PROCESS. `utilization`:
+                       # clients (samples per client) | server (one sample, the server's PID) | none
+                       # (NotSupported)
                "mig_capable": true,                # MIG mode [0, 0]; without it: NotSupported
                "mig": [{"uuid": "MIG-...", "profile": "1g.10gb", "gi": 9, "ci": 0,
                         "profile_id": 19, "placement_start": 0, "placement_size": 1,
                         "memory_total_mib": 9856, "memory_used_mib": 100,
-                        "processes": [{"pid": 4343, "used_mib": 100}]}]}],   # "mig" set: enabled
+                        "processes": [{"pid": 4343, "used_mib": 100}]}],    # "mig" set: enabled
+               "mig_list_needs_privilege": false}],  # true: the whole-GPU list on MIG: NoPermission
      "xids": [{"seq": 1, "gpu": "GPU-...", "code": 79, "gi": null, "ci": null}]}
 
 XIDs: an event set delivers, once, each XID of a registered GPU whose `seq` is above the highest
@@ -51,6 +59,7 @@ _CODES = (
 )
 _ERRORS = {name: code for code, name in enumerate(_CODES.split(), start=1)} | {"Unknown": 999}
 _MIB = 1024 * 1024
+MPS_SERVER_PATH = "nvidia-cuda-mps-server"  # what nvmlSystemGetProcessName names the MPS server
 
 
 class NVMLError(Exception):
@@ -83,6 +92,10 @@ def _error_class(name: str, code: int) -> type[NVMLError]:
     cls = type(f"NVMLError_{name}", (NVMLError,), {"__new__": new})
     NVMLError._by_code[code] = cls
     return cls
+
+
+class NVMLLibraryMismatchError(Exception):
+    """Raised by pynvml's unversioned calls when the driver lacks the versioned symbol."""
 
 
 ERROR_CLASSES: dict[str, type[NVMLError]] = {n: _error_class(n, c) for n, c in _ERRORS.items()}
@@ -160,6 +173,10 @@ class FakePynvml(types.ModuleType):
     nvmlEventTypeNone = 0
     nvmlEventTypeXidCriticalError = 0x8
     nvmlMemory_v2 = 0x02000028
+    NVML_COMPUTEMODE_DEFAULT = 0
+    NVML_COMPUTEMODE_PROHIBITED = 2
+    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
+    NVMLLibraryMismatchError = NVMLLibraryMismatchError
     NVML_VALUE_NOT_AVAILABLE_ulonglong = ctypes.c_ulonglong(-1)
 
     def __init__(self, state_path: str | Path) -> None:
@@ -314,17 +331,25 @@ class FakePynvml(types.ModuleType):
             _raise("NotSupported")
         return int(gpu.get("temp_c", 0))
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
-        gpu, mig = self._find(handle, "nvmlDeviceGetComputeRunningProcesses")
-        sources = (
-            [(mig, mig.get("processes", []))]
-            if mig is not None
-            else (
-                [(m, m.get("processes", [])) for m in gpu["mig"]]
-                if gpu.get("mig") is not None
-                else [(None, gpu.get("processes", []))]
-            )
-        )
+    def _listed(self, handle: _Device, call: str, kind: str) -> list[_Obj]:
+        """One process list. `kind`: compute | mps | graphics. On an MPS GPU (state `mps`) the
+        driver lists the clients only as MPS processes and the MPS server as a compute process."""
+        gpu, mig = self._find(handle, call)
+        mps = gpu.get("mps") if mig is None else None
+        sources: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]
+        if kind == "graphics":
+            sources = [(None, gpu.get("graphics_processes", []) if mig is None else [])]
+        elif mig is not None:
+            sources = [(mig, mig.get("processes", []) if kind == "compute" else [])]
+        elif gpu.get("mig") is not None:
+            if gpu.get("mig_list_needs_privilege"):
+                _raise("NoPermission")  # the whole-GPU list on MIG needs root; the instances answer
+            sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in gpu["mig"]]
+        elif mps is not None:
+            server = {"pid": mps.get("server_pid", 0), "used_mib": mps.get("server_used_mib", 0)}
+            sources = [(None, [server] if kind == "compute" else gpu.get("processes", []))]
+        else:
+            sources = [(None, gpu.get("processes", []) if kind == "compute" else [])]
         out = []
         for inst, procs in sources:
             for p in procs:
@@ -339,11 +364,58 @@ class FakePynvml(types.ModuleType):
                 )
         return out
 
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
+
+    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
+
+    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
+
+    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
+        return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
+
+    def nvmlDeviceGetComputeMode(self, handle: _Device) -> int:
+        gpu, mig = self._find(handle, "nvmlDeviceGetComputeMode")
+        if mig is not None:
+            _raise("NotSupported")
+        # The MPS control daemon sets EXCLUSIVE_PROCESS so that only its server opens the GPU.
+        return self.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else self.NVML_COMPUTEMODE_DEFAULT
+
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        for gpu in self._ready().get("gpus", []):
+            mps = gpu.get("mps")
+            if mps is not None and int(mps.get("server_pid", 0)) == pid:
+                return MPS_SERVER_PATH
+            procs = list(gpu.get("processes", [])) + list(gpu.get("graphics_processes", []))
+            procs += [p for m in gpu.get("mig") or [] for p in m.get("processes", [])]
+            for p in procs:
+                if int(p["pid"]) == pid:
+                    return str(p.get("name", "python3"))
+        _raise("NotFound")
+        raise AssertionError
+
     def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
         gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
         if mig is not None or gpu.get("mig") is not None:
             _raise("NotSupported")
         sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
+        mps = gpu.get("mps")
+        by = "clients" if mps is None else str(mps.get("utilization", "clients"))
+        if by == "none":
+            _raise("NotSupported")
+        if mps is not None and by == "server" and sampled:
+            # Some drivers charge the clients' work to the server's PID.
+            sm = min(sum(float(p["sm_util"]) for p in sampled), 100.0)
+            mu = min(sum(float(p.get("mem_util", 0)) for p in sampled), 100.0)
+            sampled = [{"pid": mps["server_pid"], "sm_util": sm, "mem_util": mu}]
         if not sampled:
             _raise("NotFound")  # no sample newer than timeStamp
         ts = max(int(time.time() * 1_000_000), int(timeStamp) + 1)

@@ -1,4 +1,4 @@
-"""A /proc-shaped tree for simulated nodes: `<root>/<pid>/cgroup` and `<root>/<pid>/stat`.
+"""A /proc-shaped tree for simulated nodes: `<root>/<pid>/cgroup`, `stat` and `comm`.
 
 The simulator keeps one `FakeProcfs` per node and registers the host PIDs its simulated GPU
 processes have:
@@ -59,7 +59,8 @@ class FakeProcfs:
         d = self.root / str(pid)
         d.mkdir(parents=True, exist_ok=True)
         _write(d / "cgroup", cgroup_text)
-        _write(d / "stat", stat_line(pid, comm, started))
+        _write(d / "stat", stat_line(pid, comm[:15], started))  # the kernel keeps 15 characters
+        _write(d / "comm", comm[:15] + "\n")
         return started
 
     def add_pod_process(

@@ -22,6 +22,7 @@ from periscope.clock import ScaledClock, WallClock, clock_from_setting
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.cluster import ClusterModel, PodModel
 from periscope.sim.kube_objects import cluster_policy_object, daemonset_objects, node_object, pod_object
+from periscope.sim.mps_daemon import mps_daemon_pod_object
 from periscope.sim.node_sim import NodeSim, atomic_write, node_paths
 from periscope.sim.scenario import load_scenario
 from periscope.sim.truth import TruthWriter
@@ -109,8 +110,10 @@ class Simulator:
         kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig")
         for node in self.nodes.values():
             await node.start()
-        for name in self.nodes:
+        for name, node in self.nodes.items():
             self.api.upsert("nodes", node_object(self.model, name))
+            if node.mps is not None:  # the device plugin's MPS daemon runs before any client
+                self.api.upsert("pods", mps_daemon_pod_object(node.mps, self.clock.now_ms(), node.runtime))
         policy = cluster_policy_object(self.model)
         if policy is None:
             self.api.set_crd_installed(False)

@@ -88,7 +88,7 @@ class AttributionRow(_message.Message):
     sharing: _builtins.str
     """exclusive | time-slicing | mps | mig"""
     share_basis: _builtins.str
-    """exclusive | process | equal-split | none"""
+    """exclusive | process | memory-weighted | equal-split | none"""
     util_pct: _builtins.float
     fb_used_mib: _builtins.float
     power_w: _builtins.float

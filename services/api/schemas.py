@@ -32,7 +32,7 @@ class PodRow(BaseModel):
     gpu_uuid: str
     mig: Mig | None
     sharing: str = Field(description="exclusive | time-slicing | mps | mig")
-    share_basis: str = Field(description="exclusive | process | equal-split | none")
+    share_basis: str = Field(description="exclusive | process | memory-weighted | equal-split | none")
     util_pct: float | None = Field(description="attributed share of the latest sample; null when unknown")
     fb_used_mib: float | None
     power_w: float | None

@@ -5,6 +5,11 @@ so the same code runs against real GPUs and the simulator. Rules from the NVML d
 a metric that answers NotSupported (utilization on MIG, per-process utilization with MIG) becomes
 None; GpuIsLost marks the device lost; any other error is recorded on that device only and the
 other devices are still sampled. Calls block, so the service runs them in a worker thread.
+
+Processes come from the compute, MPS-compute and graphics lists (newest versioned call first), one
+per PID. On an MPS GPU the driver lists the clients only in the MPS list and the MPS control server
+(`nvidia-cuda-mps-server`) in the compute list; the server, named by NVML or by /proc, is left out:
+it runs the clients' work, it is not a consumer of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +26,15 @@ from periscope.core.model import DeviceSample, GpuInfo, MigDeviceInfo, MigRef, P
 _MIB = 1024.0 * 1024.0
 _NO_INSTANCE = 0xFFFFFFFF
 _PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z]+)?)", re.IGNORECASE)
+# The MPS control server: listed by the driver as a compute process of every GPU it serves.
+MPS_SERVER = "nvidia-cuda-mps-server"
+_COMM_LEN = 15  # TASK_COMM_LEN - 1
+# Process lists read on every GPU; each tried as `_v3`, `_v2`, then unversioned.
+_PROCESS_LISTS = (
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetMPSComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+)
 
 
 class NvmlUnavailable(Exception):
@@ -72,8 +87,11 @@ def _cuda_version(v: int) -> str:
 
 
 class NvmlBackend:
-    def __init__(self, nvml: Any) -> None:
+    def __init__(self, nvml: Any, proc_name: Callable[[int], str | None] | None = None) -> None:
         self.nvml = nvml
+        self.proc_name = proc_name  # PID -> command from /proc, where NVML cannot name a process
+        self._names: dict[int, str] = {}  # PID -> process name, for PIDs still on a GPU
+        self.mps_servers: dict[str, tuple[int, ...]] = {}  # device UUID -> MPS server PIDs seen
         self.opened = False
         self._lock = threading.Lock()
         self._gpus: list[_Gpu] = []
@@ -203,6 +221,10 @@ class NvmlBackend:
         out: list[DeviceSample] = []
         for gpu in gpus:
             out.extend(self._sample_gpu(gpu))
+        live = {p.pid for d in out for p in d.processes} | {
+            pid for pids in self.mps_servers.values() for pid in pids
+        }
+        self._names = {pid: n for pid, n in self._names.items() if pid in live}
         return tuple(out)
 
     def _metric(self, errors: list[str], fn: str, *args: Any) -> Any:
@@ -286,28 +308,94 @@ class NvmlBackend:
     def _processes(
         self, handle: Any, uuid: str, errors: list[str], utilization: bool = True
     ) -> tuple[ProcessSample, ...]:
-        running = self._metric(errors, "nvmlDeviceGetComputeRunningProcesses", handle) or []
+        running, servers = self._running(handle, uuid, errors)
         util = None
-        if utilization and running:
+        if utilization and (running or servers):
             try:
                 util = self._process_util(handle, uuid)
             except self.nvml.NVMLError as e:
                 if self._is(e, "GpuIsLost"):
                     raise
                 errors.append(f"nvmlDeviceGetProcessUtilization: {e}")
+        if util and set(util) & set(servers) and not set(util) & set(running):
+            # Under MPS some drivers charge the clients' work to the server's PID: the clients' own
+            # utilization is then unknown (None), not zero, so the core falls back to their memory.
+            util = None
         out = []
-        for p in running:
-            used = getattr(p, "usedGpuMemory", None)
-            sm, mu = (None, None) if util is None else util.get(int(p.pid), (0.0, 0.0))
+        for pid, used in running.items():
+            sm, mu = (None, None) if util is None else util.get(pid, (0.0, 0.0))
             out.append(
                 ProcessSample(
-                    pid=int(p.pid),
+                    pid=pid,
                     sm_util_pct=sm,
                     mem_util_pct=mu,
                     used_mib=used / _MIB if used is not None else None,
                 )
             )
         return tuple(out)
+
+    def _running(
+        self, handle: Any, uuid: str, errors: list[str]
+    ) -> tuple[dict[int, int | None], tuple[int, ...]]:
+        """GPU processes (PID -> used bytes or None) from the compute, MPS-compute and graphics lists,
+        one entry per PID, and the PIDs of MPS control servers, which are left out of the first.
+
+        On an MPS GPU the driver lists the clients only in the MPS list and the server in the compute
+        list; a PID can appear in more than one list."""
+        running: dict[int, int | None] = {}
+        for family in _PROCESS_LISTS:
+            for p in self._process_list(handle, family, errors):
+                pid, used = int(p.pid), getattr(p, "usedGpuMemory", None)
+                if pid not in running or running[pid] is None:
+                    running[pid] = None if used is None else int(used)
+        servers = tuple(pid for pid in running if self._is_mps_server(pid))
+        for pid in servers:
+            del running[pid]
+        self.mps_servers[uuid] = servers
+        return running, servers
+
+    def _process_list(self, handle: Any, family: str, errors: list[str]) -> list[Any]:
+        """One process list, through the newest versioned call the module and the driver both have."""
+        mismatch = getattr(self.nvml, "NVMLLibraryMismatchError", None)
+        for name in (f"{family}_v3", f"{family}_v2", family):
+            fn = getattr(self.nvml, name, None)
+            if fn is None:
+                continue
+            try:
+                return list(fn(handle) or [])
+            except self.nvml.NVMLError as e:
+                if self._is(e, "FunctionNotFound"):
+                    continue  # an older driver: try the previous version of the call
+                if self._is(e, "NotSupported"):
+                    return []
+                if self._is(e, "GpuIsLost"):
+                    raise
+                errors.append(f"{name}: {e}")
+                return []
+            except Exception as e:
+                if mismatch is not None and isinstance(e, mismatch):
+                    continue
+                raise
+        return []
+
+    def _is_mps_server(self, pid: int) -> bool:
+        name = self._names.get(pid)
+        if name is None:
+            name = self._process_name(pid)
+            self._names[pid] = name
+        base = name.rsplit("/", 1)[-1]
+        # NVML names the executable; /proc/<pid>/comm keeps only its first 15 characters.
+        return base == MPS_SERVER or base == MPS_SERVER[:_COMM_LEN]
+
+    def _process_name(self, pid: int) -> str:
+        """The command of `pid`: from NVML, else from /proc (the probe's `proc_name`), else ""."""
+        try:
+            name = _text(self.nvml.nvmlSystemGetProcessName(pid))
+        except self.nvml.NVMLError:
+            name = ""
+        if not name and self.proc_name is not None:
+            name = self.proc_name(pid) or ""
+        return name.strip()
 
     def _process_util(self, handle: Any, uuid: str) -> dict[int, tuple[float, float]] | None:
         """Average per-process utilization over the samples newer than the last ones seen.

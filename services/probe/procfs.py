@@ -78,6 +78,19 @@ class ProcMapper:
         self._cache[pid] = (started, ident)
         return ident
 
+    def comm(self, pid: int) -> str | None:
+        """The command name of `pid` (`comm`, else the name in `stat`), or None when unreadable."""
+        base = self.root / str(pid)
+        try:
+            return (base / "comm").read_text().strip()
+        except OSError:
+            pass
+        try:
+            stat = (base / "stat").read_text()
+            return stat[stat.index("(") + 1 : stat.rindex(")")]
+        except (OSError, ValueError):
+            return None
+
     def prune(self, live: Iterable[int]) -> None:
         """Forget PIDs that are no longer on any GPU."""
         keep = set(live)

@@ -87,8 +87,10 @@ class Probe:
             self.buffer, publisher_factory or default_publisher(s), self.metrics, send_timeout=s.send_timeout,
             stale_after=s.stale_after,
         )
-        self.nvml = NvmlBackend(nvml if nvml is not None else load_nvml(s.nvml_backend))
         self.procs = ProcMapper(s.proc_root)
+        self.nvml = NvmlBackend(
+            nvml if nvml is not None else load_nvml(s.nvml_backend), proc_name=self.procs.comm
+        )
         self.allocations = AllocationReader(s.podresources_socket, s.checkpoint_path, s.node_name)
         self.health_server = HealthServer(
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics

@@ -34,6 +34,8 @@ def test_real_nvml_readings_are_sane() -> None:
                 assert d.util_pct is None or 0 <= d.util_pct <= 100
             for p in d.processes:
                 assert p.pid > 0 and (p.used_mib is None or p.used_mib >= 0)
+            # An MPS server found on the device is never reported as one of its processes.
+            assert not set(backend.mps_servers.get(d.uuid, ())) & {p.pid for p in d.processes}
         # A second sample asks only for newer per-process samples and still works.
         assert len(backend.sample()) == len(samples)
         watcher = XidWatcher(pynvml, lambda raw: None, wait_ms=100)

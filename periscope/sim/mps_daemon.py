@@ -1,0 +1,98 @@
+"""The device plugin's MPS control daemon on a simulated MPS node: its pod and its server process.
+
+A real node shared with `sharing.mps` runs one pod of the `nvidia-device-plugin-mps-control-daemon`
+DaemonSet; inside it `nvidia-cuda-mps-control` starts `nvidia-cuda-mps-server`, which the driver then
+lists as the compute process of every GPU it serves (the clients appear only in the MPS list). The pod
+asks for no GPU resource. The simulator serves the pod from its apiserver, writes the server into the
+node's /proc (in the pod's cgroup, named by `comm`) and into the fake NVML state of each MPS GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from periscope.sim.cluster import ClusterModel, digest, gen_uuid
+from periscope.sim.truth import rfc3339
+
+DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
+NAMESPACE = "gpu-operator"
+CONTAINER = "mps-control-daemon-ctr"
+SERVER_COMM = "nvidia-cuda-mps-server"
+SERVER_USED_MIB = 30.0  # the server's own context on each GPU
+_CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
+
+
+@dataclass(frozen=True, slots=True)
+class MpsDaemon:
+    node: str
+    uid: str
+    name: str
+    container_id: str
+    server_pid: int
+
+
+def mps_daemon(model: ClusterModel, node: str) -> MpsDaemon | None:
+    """The node's MPS daemon, or None when none of its GPUs is shared with MPS."""
+    if not any(g.sharing == "mps" for g in model.gpus[node]):
+        return None
+    seed = model.scenario.seed
+    suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[b % 27] for b in digest(seed, "mps-pod", node)[:5])
+    return MpsDaemon(
+        node=node,
+        uid=gen_uuid(seed, "mps-daemon", node),
+        name=f"{DAEMONSET}-{suffix}",
+        container_id=digest(seed, "mps-container", node).hex(),
+        server_pid=400 + sum(map(ord, node)) % 100,  # below the pods' PIDs, apart from host daemons
+    )
+
+
+def nvml_mps_state(d: MpsDaemon) -> dict[str, Any]:
+    """The `mps` entry of an MPS GPU in the fake NVML state."""
+    return {"server_pid": d.server_pid, "server_used_mib": SERVER_USED_MIB, "utilization": "clients"}
+
+
+def mps_daemon_pod_object(d: MpsDaemon, created_ms: int, runtime: str) -> dict[str, Any]:
+    image = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": d.name,
+            "namespace": NAMESPACE,
+            "uid": d.uid,
+            "creationTimestamp": rfc3339(created_ms),
+            "labels": {"app.kubernetes.io/name": "nvidia-device-plugin-mps-control-daemon"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "DaemonSet",
+                    "name": DAEMONSET,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                    "uid": gen_uuid(0, "owner", NAMESPACE, "DaemonSet", DAEMONSET),
+                }
+            ],
+        },
+        "spec": {
+            "nodeName": d.node,
+            "containers": [{"name": CONTAINER, "image": image, "resources": {}}],
+            "restartPolicy": "Always",
+        },
+        "status": {
+            "phase": "Running",
+            "qosClass": "BestEffort",
+            "startTime": rfc3339(created_ms),
+            "containerStatuses": [
+                {
+                    "name": CONTAINER,
+                    "containerID": f"{_CRI_SCHEME[runtime]}://{d.container_id}",
+                    "ready": True,
+                    "restartCount": 0,
+                    "image": image,
+                    "state": {"running": {"startedAt": rfc3339(created_ms)}},
+                }
+            ],
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(created_ms)}],
+        },
+    }
