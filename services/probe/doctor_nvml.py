@@ -114,6 +114,11 @@ def _mig_check(inv: NvmlInventory) -> Check:
     return Check("nvml.mig", "ok", detail)
 
 
+def _is(nvml: Any, e: BaseException, name: str) -> bool:
+    cls = getattr(nvml, f"NVMLError_{name}", None)
+    return cls is not None and isinstance(e, cls)
+
+
 def _handle(nvml: Any, index: int) -> Any:
     return nvml.nvmlDeviceGetHandleByIndex(index)
 
@@ -160,10 +165,9 @@ def _process_util_check(nvml: Any, inv: NvmlInventory) -> Check:
             nvml.nvmlDeviceGetProcessUtilization(_handle(nvml, g.index), 0)
             supported.append(g.index)
         except nvml.NVMLError as e:
-            name = type(e).__name__
-            if name.endswith(("NotFound",)) or getattr(e, "value", None) == 0:
+            if _is(nvml, e, "NotFound") or getattr(e, "value", None) == 0:
                 supported.append(g.index)  # no sample yet: the call itself works
-            elif name.endswith(("NotSupported", "FunctionNotFound")):
+            elif _is(nvml, e, "NotSupported") or _is(nvml, e, "FunctionNotFound"):
                 unsupported.append(g.index)
             else:
                 failed.append(f"GPU {g.index}: {e}")

@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -25,16 +27,19 @@ NODE = "gpu-a"  # demo: time-sliced A100s, a v2 checkpoint
 
 
 @pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[NodeSim]:
+async def node() -> AsyncIterator[NodeSim]:
+    # A short directory: a unix socket path must fit in 107 bytes, pytest's tmp_path may not.
+    workdir = Path(tempfile.mkdtemp(prefix="doctor-"))
     model = ClusterModel(load_scenario("demo"))
     index = [n.name for n in model.scenario.nodes].index(NODE)
-    sim = NodeSim(model, NODE, index, node_paths(tmp_path, NODE))
+    sim = NodeSim(model, NODE, index, node_paths(workdir, NODE))
     await sim.start()
     sim.apply(10_000)
     try:
         yield sim
     finally:
         await sim.kubelet.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def root_of(sim: NodeSim) -> Path:
