@@ -97,8 +97,13 @@ async def podresources_checks(socket_path: str, timeout_s: float = 2.0) -> list[
             Check("podresources.list", "ok", f"List answered: {len(pods)} pods, {gpu_pods} with GPUs")
         )
         checks.append(await _allocatable_check(client))
-        mode = await client.get_mode()
-        checks.append(_get_check(mode))
+        try:
+            mode = await client.get_mode()
+        except PodResourcesUnavailable as e:  # the kubelet went away between the calls
+            mode = "unknown"
+            checks.append(Check("podresources.get", "warn", str(e), "run doctor again"))
+        else:
+            checks.append(_get_check(mode))
         checks.append(_dra_check(pods, mode))
     finally:
         await client.close()
