@@ -5,8 +5,11 @@ The kubelet names the pod level `pod<UID>` (cgroupfs) or `…-pod<UID with _ for
 under `kubepods[/burstable|/besteffort]` (Guaranteed pods sit directly under kubepods). The runtime
 adds a container leaf: containerd `cri-containerd-<id>.scope` or `<parent>/<id>`, CRI-O `crio-<id>`
 (`.scope` with systemd; crun adds a `container` child; conmon lives in `crio-conmon-<id>`), docker
-`docker-<id>.scope`. A reader in a private cgroup namespace sees `..` for every level above its root,
-so the parser matches path components, never a fixed prefix.
+`docker-<id>.scope`. Where runc's systemd driver could not place a v1 controller (a hybrid host whose
+controllers systemd does not delegate), that line keeps the raw cgroupsPath `<pod>.slice:<prefix>:<id>`
+as one component; it is read as `<pod>.slice/<prefix>-<id>.scope`. A reader in a private cgroup
+namespace sees `..` for every level above its root, so the parser matches path components, never a
+fixed prefix.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ _CONTAINER = re.compile(
     r"^(?:(?P<kind>cri-containerd|crio|docker)-)?(?P<id>[0-9a-f]{64})(?P<scope>\.scope)?$"
 )
 _CONMON = re.compile(r"^crio-conmon-[0-9a-f]{64}(?:\.scope)?$")
+# runc's systemd cgroupsPath "slice:prefix:name", left verbatim on controllers systemd does not manage.
+_SYSTEMD_SPEC = re.compile(r"^(?P<slice>[^:]+\.slice):(?P<prefix>[^:]+):(?P<name>[^:]+)$")
 _LINE = re.compile(r"^(?P<hid>[0-9]+):(?P<controllers>[^:]*):(?P<path>/.*)$")
 _RUNTIME: dict[str, Runtime] = {"cri-containerd": "containerd", "crio": "crio", "docker": "docker"}
 _QOS_LEVELS: dict[str, Qos] = {"burstable": "burstable", "besteffort": "besteffort", "kubepods": "guaranteed"}
@@ -94,8 +99,18 @@ def parse_cgroup(text: str) -> CgroupInfo:
     return CgroupInfo(info.pod_uid, info.container_id, info.qos, info.runtime, info.driver, version, path)
 
 
+def _components(path: str) -> list[str]:
+    parts: list[str] = []
+    for p in path.split("/"):
+        if p in ("", ".", ".."):
+            continue
+        m = _SYSTEMD_SPEC.match(p)
+        parts += [m.group("slice"), f"{m.group('prefix')}-{m.group('name')}.scope"] if m else [p]
+    return parts
+
+
 def _describe(path: str) -> _PathInfo:
-    parts = [p for p in path.split("/") if p not in ("", ".", "..")]
+    parts = _components(path)
     pod_at: int = -1
     pod_uid: str | None = None
     qos: Qos | None = None

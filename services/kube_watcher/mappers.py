@@ -28,6 +28,9 @@ from periscope.core.policy import DAEMONSET_COMPONENT, GPU_PRESENT_LABEL, OPERAN
 Obj = Mapping[str, Any]
 ClaimIndex = Mapping[tuple[str, str], Obj]  # (namespace, name) -> ResourceClaim
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+DRIVER_COMPONENT = "nvidia-driver"
+DRIVER_DAEMONSET = "nvidia-driver-daemonset"
 GPU_RESOURCE_PREFIX = "nvidia.com/"
 _QOS_RESOURCES = ("cpu", "memory")
 _SUFFIXES: dict[str, Fraction] = {
@@ -185,7 +188,9 @@ def pod_claim_names(pod: Obj) -> tuple[str, ...]:
     }
     names: list[str] = []
     for ref in (_dict(r) for r in _list(spec.get("resourceClaims"))):
-        names.append(_str(ref.get("resourceClaimName")) or generated.get(_str(ref.get("name")), ""))
+        # Kubernetes 1.26-1.30 nested the claim name under `source`; 1.31 flattened it.
+        direct = ref.get("resourceClaimName") or _dict(ref.get("source")).get("resourceClaimName")
+        names.append(_str(direct) or generated.get(_str(ref.get("name")), ""))
     names.append(_str(_dict(status.get("extendedResourceClaimStatus")).get("resourceClaimName")))
     return tuple(dict.fromkeys(n for n in names if n))
 
@@ -323,28 +328,51 @@ def pick_policy(policies: Iterable[Obj]) -> Obj | None:
     return min(policies, key=rank, default=None)
 
 
+def operand_name(ds: Obj) -> str:
+    """The operand a DaemonSet runs. The driver's DaemonSets carry the node pool in their name
+    (`nvidia-driver-daemonset-<kernel>-<os>` with precompiled drivers, `nvidia-gpu-driver-<os>-<hash>`
+    from an NVIDIADriver CR) and all are labelled app.kubernetes.io/component=nvidia-driver."""
+    md = _dict(ds.get("metadata"))
+    name = _str(md.get("name"))
+    component = _str(_dict(md.get("labels")).get(COMPONENT_LABEL))
+    if name.startswith(DRIVER_DAEMONSET + "-") or component == DRIVER_COMPONENT:
+        return DRIVER_DAEMONSET
+    return name
+
+
 def operand_statuses(daemonsets: Iterable[Obj]) -> tuple[OperandStatus, ...]:
-    """Every known operand (present or not), then any other DaemonSet in the operator namespace."""
-    by_name = {_str(_dict(d.get("metadata")).get("name")): d for d in daemonsets}
+    """Every known operand (present or not), then any other DaemonSet in the operator namespace.
+    An operand run as several DaemonSets (the driver, one per node pool) is reported as their sum."""
+    by_name: dict[str, list[Obj]] = {}
+    for d in daemonsets:
+        by_name.setdefault(operand_name(d), []).append(d)
     names = [
         *(o.daemonset for o in OPERANDS),
         *sorted(n for n in by_name if n not in {o.daemonset for o in OPERANDS}),
     ]
     out: list[OperandStatus] = []
     for name in names:
-        ds = by_name.get(name)
-        st = _dict(ds.get("status")) if ds is not None else {}
+        found = by_name.get(name, [])
+        sts = [_dict(d.get("status")) for d in found]
         out.append(
             OperandStatus(
                 name=name,
                 component=DAEMONSET_COMPONENT.get(name, ""),
-                present=ds is not None,
-                desired=int(st.get("desiredNumberScheduled") or 0),
-                ready=int(st.get("numberReady") or 0),
-                available=int(st.get("numberAvailable") or 0),
+                present=bool(found),
+                desired=sum(int(st.get("desiredNumberScheduled") or 0) for st in sts),
+                ready=sum(int(st.get("numberReady") or 0) for st in sts),
+                available=sum(int(st.get("numberAvailable") or 0) for st in sts),
             )
         )
     return tuple(out)
+
+
+def _error_condition(status: Obj) -> str:
+    """The operator's Error condition ("OperandNotReady: ... states not ready: [state-driver]")."""
+    for c in (_dict(x) for x in _list(status.get("conditions"))):
+        if c.get("type") == "Error" and c.get("status") == "True":
+            return ": ".join(t for t in (_str(c.get("reason")), _str(c.get("message"))) if t)
+    return ""
 
 
 def policy_event(
@@ -380,6 +408,8 @@ def policy_event(
     )
     if len(all_policies) > 1 and not detail:
         detail = f"{len(all_policies)} ClusterPolicies; {md.get('name')} is in force"
+    if not detail:
+        detail = _error_condition(status)
     return PolicyEvent(
         meta=meta,
         crd=crd,
