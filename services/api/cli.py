@@ -11,6 +11,7 @@ import click
 from pydantic import ValidationError
 
 from periscope.cli.errors import InputError
+from periscope.cli.kafka import check_kafka
 from services.api.settings import ApiSettings
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -72,6 +73,7 @@ def command(host: str | None, port: int | None, bootstrap: str | None, group_pre
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    check_kafka("api", settings)
     server = ApiServer(settings)
     try:
         server.bind()

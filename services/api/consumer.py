@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 
 from periscope.bus import topics as t
 from periscope.bus.codec import DecodeError, decode
+from periscope.bus.security import PLAINTEXT, KafkaSecurity
 from services.api.status import ConsumerStatus
 from services.api.view import View
 
@@ -51,9 +52,11 @@ class ViewConsumer:
         dead_letters: bool = True,
         retry_s: float = 1.0,
         retention_ms: int = 24 * 3_600_000,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.view = view
         self.bootstrap = bootstrap
+        self.security = security
         self.topics = tuple(topics)
         self.status = ConsumerStatus(group_id=group_id(group_prefix))
         self._dead_letters = dead_letters
@@ -90,6 +93,8 @@ class ViewConsumer:
             # The embedded broker does not end a waiting fetch when records arrive; a short wait keeps
             # the view within ~0.1 s of the joiner instead of aiokafka's default 0.5 s.
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            # Built per session, so a retry after a failure reads a rotated password file.
+            **self.security.aiokafka_kwargs(),
         )
         await consumer.start()
         try:
@@ -214,7 +219,8 @@ class ViewConsumer:
             from periscope.bus.producer import Publisher
 
             if self._publisher is None:
-                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq")
+                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq",
+                                security=self.security)
                 await pub.start()
                 self._publisher = pub
             await dead_letter(

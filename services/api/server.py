@@ -58,6 +58,7 @@ class ApiServer:
                 settings.kafka_bootstrap,
                 settings.api_group_prefix,
                 retention_ms=settings.retention_ms,
+                security=settings.kafka_security(),
             )
             if consume
             else None
@@ -65,7 +66,8 @@ class ApiServer:
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
-            extra_routers=[*extra_routers, owners_router(settings.kafka_bootstrap)],
+            extra_routers=[*extra_routers,
+                           owners_router(settings.kafka_bootstrap, settings.kafka_security())],
             lifespan=self._lifespan,
         )
         self._sock: socket.socket | None = None

@@ -13,6 +13,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
+from periscope.cli.kafka import check_kafka
 from services.kube_watcher.settings import WatcherSettings
 
 try:
@@ -75,7 +76,8 @@ async def serve(settings: WatcherSettings, clock: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    publisher = Publisher(settings.kafka_bootstrap, client_id="periscope-kube-watcher")
+    publisher = Publisher(settings.kafka_bootstrap, client_id="periscope-kube-watcher",
+                          security=settings.kafka_security())
     while not stop.is_set():  # the broker may come up after us
         try:
             await publisher.start()
@@ -139,4 +141,5 @@ def command(**flags: Any) -> None:
     )
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # retries are logged by us
     with contextlib.suppress(KeyboardInterrupt):
+        check_kafka("watch", settings)
         asyncio.run(serve(settings, clock))

@@ -12,6 +12,7 @@ import click
 from pydantic import ValidationError
 
 from periscope.cli.errors import InputError
+from periscope.cli.kafka import check_kafka
 from services.probe.settings import ProbeSettings
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -135,4 +136,5 @@ def command(**flags: Any) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    check_kafka("probe", settings)
     asyncio.run(_serve(settings))
