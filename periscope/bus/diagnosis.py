@@ -20,6 +20,7 @@ from aiokafka.conn import create_conn
 from periscope.bus.security import KafkaSecurity, KafkaSecurityError
 
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
+_HANDSHAKE_S = 8.0
 _API_VERSIONS = struct.pack(">hhih", 18, 0, 7, 9) + b"periscope"
 
 
@@ -53,33 +54,80 @@ async def check_connection(bootstrap: str, security: KafkaSecurity, timeout_s: f
 
 async def _diagnose(host: str, port: int, security: KafkaSecurity) -> str | None:
     where = f"{host}:{port}"
+    if not await _reachable(host, port):
+        return None  # not a security problem: the caller retries
     try:
         reader, writer = await asyncio.open_connection(
-            host, port, ssl=security.ssl_context(), server_hostname=host if security.tls else None)
+            host, port, ssl=security.ssl_context(), server_hostname=host if security.tls else None,
+            ssl_handshake_timeout=_HANDSHAKE_S if security.tls else None)
     except ssl.SSLCertVerificationError as e:
         return _certificate_problem(where, security, e)
     except ssl.SSLError as e:
         return _tls_problem(where, security, e)
-    except OSError:
-        return None  # not reachable: not a security problem
-    try:
-        writer.write(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
-        head = await asyncio.wait_for(reader.readexactly(8), 10)
-        answered = struct.unpack(">ii", head)[1] == 7
-    except ssl.SSLError as e:
-        return _tls_problem(where, security, e)
-    except (OSError, asyncio.IncompleteReadError, TimeoutError):
-        answered = False
-    finally:
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
+    except (OSError, TimeoutError):
+        # A plaintext Kafka listener reads a ClientHello as the length of a huge request and waits.
+        if security.tls and await _answers_kafka(host, port, None):
+            return _not_tls(where, security)
+        return None
+    answered = await _api_versions(reader, writer)
+    if isinstance(answered, ssl.SSLError):
+        return _tls_problem(where, security, answered)
     if not answered:
-        if not security.tls and await _speaks_tls(host, port):
+        if security.tls:
+            # With TLS 1.3 a broker checks the client certificate after the client's side of the
+            # handshake is done; a refusal then shows as a closed connection (often without an alert).
+            if not security.certfile:
+                return (f"the broker at {where} closed the TLS connection without answering: it requires a "
+                        "client certificate; set PERISCOPE_KAFKA_SSL_CERTFILE and "
+                        "PERISCOPE_KAFKA_SSL_KEYFILE")
+            return (f"the broker at {where} closed the TLS connection without answering: it did not accept "
+                    "the client certificate in PERISCOPE_KAFKA_SSL_CERTFILE (not signed by a CA it trusts?)")
+        if await _speaks_tls(host, port):
             return (f"the Kafka listener at {where} speaks TLS but PERISCOPE_KAFKA_SECURITY_PROTOCOL is "
                     f"{security.protocol}: use {'SASL_SSL' if security.sasl else 'SSL'}")
         return f"the Kafka listener at {where} did not answer a Kafka request over {security.protocol}"
     return await _sasl_problem(host, port, security) if security.sasl else None
+
+
+async def _reachable(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _HANDSHAKE_S)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
+    return True
+
+
+async def _api_versions(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool | ssl.SSLError:
+    """True when the listener answers an ApiVersions request (an SSLError raised on the way is returned)."""
+    try:
+        writer.write(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
+        head = await asyncio.wait_for(reader.readexactly(8), _HANDSHAKE_S)
+        return bool(struct.unpack(">ii", head)[1] == 7)
+    except ssl.SSLError as e:
+        return e
+    except (OSError, asyncio.IncompleteReadError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def _answers_kafka(host: str, port: int, context: ssl.SSLContext | None) -> bool:
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context),
+                                                _HANDSHAKE_S)
+    except (OSError, TimeoutError):
+        return False
+    return await _api_versions(reader, writer) is True
+
+
+def _not_tls(where: str, security: KafkaSecurity) -> str:
+    return (f"the Kafka listener at {where} does not speak TLS but PERISCOPE_KAFKA_SECURITY_PROTOCOL is "
+            f"{security.protocol}: use {'SASL_PLAINTEXT' if security.sasl else 'PLAINTEXT'}")
 
 
 async def _speaks_tls(host: str, port: int) -> bool:
@@ -108,8 +156,7 @@ def _certificate_problem(where: str, security: KafkaSecurity, e: ssl.SSLCertVeri
 def _tls_problem(where: str, security: KafkaSecurity, e: ssl.SSLError) -> str:
     reason = (e.reason or str(e)).upper()
     if "WRONG_VERSION_NUMBER" in reason or "RECORD_LAYER" in reason or "PACKET_LENGTH" in reason:
-        return (f"the Kafka listener at {where} does not speak TLS but PERISCOPE_KAFKA_SECURITY_PROTOCOL is "
-                f"{security.protocol}: use {'SASL_PLAINTEXT' if security.sasl else 'PLAINTEXT'}")
+        return _not_tls(where, security)
     if "CERTIFICATE_REQUIRED" in reason or ("HANDSHAKE_FAILURE" in reason and not security.certfile):
         return (f"the broker at {where} requires a client certificate: set PERISCOPE_KAFKA_SSL_CERTFILE "
                 "and PERISCOPE_KAFKA_SSL_KEYFILE")

@@ -10,6 +10,7 @@ SecretStr and never appears in a repr, a log line or an error message.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import threading
@@ -176,3 +177,20 @@ class KafkaSecuritySettings(BaseSettings):
 
 
 PLAINTEXT = KafkaSecurity()
+
+
+class SaslRedaction(logging.Filter):
+    """aiokafka logs every request at DEBUG, SASL ones with their bytes: PLAIN's carry the password
+    itself, SCRAM's the proof. Such lines are kept with the bytes cut out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is logging's business, not ours
+            return True
+        if "sasl_auth_bytes" in message:
+            record.msg, record.args = message.split("sasl_auth_bytes=")[0] + "sasl_auth_bytes=<redacted>)", ()
+        return True
+
+
+logging.getLogger("aiokafka.conn").addFilter(SaslRedaction())
