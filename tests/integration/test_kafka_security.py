@@ -11,6 +11,7 @@ here and successful SASL is covered by the settings tests in tests/unit/test_kaf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -275,3 +276,38 @@ def test_a_mechanism_the_broker_does_not_offer_is_one_line(sasl_broker: str) -> 
 
 def test_topics_can_be_created_from_python_over_mutual_tls(mtls: SecureBroker) -> None:
     asyncio.run(ensure_topics(mtls.proxy.address, security=mtls.security))
+
+
+def test_a_connected_client_rides_out_a_broker_outage_over_tls(mtls: SecureBroker, unique: str) -> None:
+    """The listener goes away after the consumer connected and comes back: the consumer reconnects
+    (TLS handshake and all) and sees what is published afterwards."""
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+        stop = asyncio.Event()
+        got_first, got_second = asyncio.Event(), asyncio.Event()
+
+        async def handler(topic: t.Topic, key: str | None, obj: object, record: object) -> None:
+            seen.append(key or "")
+            (got_second if key == f"after-{unique}" else got_first).set()
+
+        task = asyncio.create_task(consume(mtls.proxy.address, [t.PODS], None, handler, service="outage-test",
+                                           stop=stop, security=mtls.security, from_beginning=False))
+        try:
+            async with Publisher(mtls.proxy.address, "outage-test", security=mtls.security) as pub:
+                while not got_first.is_set():  # until the consumer is positioned and reading
+                    await pub.send(t.PODS, f"before-{unique}", pod(1, "p", 0))
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(got_first.wait(), 2)
+            await asyncio.to_thread(mtls.proxy.stop)
+            await asyncio.sleep(3)
+            await asyncio.to_thread(mtls.proxy.start)
+            async with Publisher(mtls.proxy.address, "outage-test", security=mtls.security) as pub:
+                await pub.send(t.PODS, f"after-{unique}", pod(2, "p", 0))
+            await asyncio.wait_for(got_second.wait(), 60)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        return seen
+
+    assert f"after-{unique}" in asyncio.run(scenario())
