@@ -22,6 +22,8 @@ from periscope.bus.security import KafkaSecurity, KafkaSecurityError
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 _HANDSHAKE_S = 8.0
 _API_VERSIONS = struct.pack(">hhih", 18, 0, 7, 9) + b"periscope"
+_METADATA = struct.pack(">hhih", 3, 0, 8, 9) + b"periscope" + struct.pack(">i", 0)  # v0, no topics
+_MAX_ANSWER = 64 * 1024 * 1024
 
 
 def bootstrap_servers(bootstrap: str) -> list[tuple[str, int]]:
@@ -69,9 +71,13 @@ async def _diagnose(host: str, port: int, security: KafkaSecurity) -> str | None
         if security.tls and await _answers_kafka(host, port, None):
             return _not_tls(where, security)
         return None
-    answered = await _api_versions(reader, writer)
+    answered = await _api_versions(reader, writer, metadata=not security.sasl)
     if isinstance(answered, ssl.SSLError):
         return _tls_problem(where, security, answered)
+    if answered == "sasl":
+        return (f"the Kafka listener at {where} answered ApiVersions but closed the connection on a "
+                f"Metadata request: it requires SASL; use {'SASL_SSL' if security.tls else 'SASL_PLAINTEXT'} "
+                "with PERISCOPE_KAFKA_SASL_MECHANISM, _USERNAME and _PASSWORD")
     if not answered:
         if security.tls:
             # With TLS 1.3 a broker checks the client certificate after the client's side of the
@@ -100,16 +106,33 @@ async def _reachable(host: str, port: int) -> bool:
     return True
 
 
-async def _api_versions(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool | ssl.SSLError:
-    """True when the listener answers an ApiVersions request (an SSLError raised on the way is returned)."""
+async def _request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes,
+                   correlation: int) -> bool:
+    writer.write(struct.pack(">i", len(request)) + request)
+    size, got = struct.unpack(">ii", await asyncio.wait_for(reader.readexactly(8), _HANDSHAKE_S))
+    if got != correlation or not 4 <= size <= _MAX_ANSWER:
+        return False
+    await asyncio.wait_for(reader.readexactly(size - 4), _HANDSHAKE_S)
+    return True
+
+
+async def _api_versions(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        metadata: bool = False) -> bool | str | ssl.SSLError:
+    """True when the listener answers an ApiVersions request (and, with `metadata`, a Metadata request:
+    "sasl" when only the first is answered, as by a listener that wants SASL first); an SSLError
+    raised on the way is returned."""
+    versions_answered = False
     try:
-        writer.write(struct.pack(">i", len(_API_VERSIONS)) + _API_VERSIONS)
-        head = await asyncio.wait_for(reader.readexactly(8), _HANDSHAKE_S)
-        return bool(struct.unpack(">ii", head)[1] == 7)
+        if not await _request(reader, writer, _API_VERSIONS, 7):
+            return False
+        versions_answered = True
+        if metadata and not await _request(reader, writer, _METADATA, 8):
+            return "sasl"
+        return True
     except ssl.SSLError as e:
         return e
-    except (OSError, asyncio.IncompleteReadError, TimeoutError):
-        return False
+    except (OSError, asyncio.IncompleteReadError, TimeoutError, struct.error):
+        return "sasl" if versions_answered else False
     finally:
         writer.close()
         with contextlib.suppress(Exception):

@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError
 
 from periscope.bus import topics as t
 from periscope.bus.codec import DecodeError, decode
-from periscope.bus.security import PLAINTEXT, KafkaSecurity
+from periscope.bus.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from services.api.status import ConsumerStatus
 from services.api.view import View
 
@@ -74,7 +74,7 @@ class ViewConsumer:
             while not stop.is_set():
                 try:
                     await self._session(stop)
-                except (KafkaError, OSError) as e:
+                except (KafkaError, OSError, KafkaSecurityError) as e:  # a rotated-away password file too
                     self.status.connected = False
                     self.status.error = f"{type(e).__name__}: {e}"
                     log.warning("api consumer: %s; retrying in %.1fs", self.status.error, self._retry_s)

@@ -311,3 +311,9 @@ def test_a_connected_client_rides_out_a_broker_outage_over_tls(mtls: SecureBroke
         return seen
 
     assert f"after-{unique}" in asyncio.run(scenario())
+
+
+def test_a_plaintext_client_at_a_sasl_listener_is_told_to_use_sasl(sasl_broker: str) -> None:
+    rc, _, err, took = admin(env_of(kafka_bootstrap=sasl_broker))
+    assert rc == 1 and took < 30
+    assert "it requires SASL; use SASL_PLAINTEXT" in one_line(err)
