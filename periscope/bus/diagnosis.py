@@ -22,8 +22,9 @@ from periscope.bus.security import KafkaSecurity, KafkaSecurityError
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 _HANDSHAKE_S = 8.0
 _API_VERSIONS = struct.pack(">hhih", 18, 0, 7, 9) + b"periscope"
-_METADATA = struct.pack(">hhih", 3, 0, 8, 9) + b"periscope" + struct.pack(">i", 0)  # v0, no topics
+_METADATA = struct.pack(">hhih", 3, 0, 8, 9) + b"periscope" + struct.pack(">i", 0)  # v0: [] = all topics
 _MAX_ANSWER = 64 * 1024 * 1024
+_UNREACHABLE = "unreachable"  # compared by identity: no problem message is this very object
 
 
 def bootstrap_servers(bootstrap: str) -> list[tuple[str, int]]:
@@ -39,25 +40,32 @@ async def check_connection(bootstrap: str, security: KafkaSecurity, timeout_s: f
     """Raise KafkaSecurityError when the bootstrap servers refuse this client's TLS or SASL settings.
 
     Returns quietly when one server accepts the client, or when none could be reached at all (a
-    broker not up yet is retried by the caller)."""
+    broker not up yet is retried by the caller). Takes at most about `timeout_s` in all."""
     security.check()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
     problems = []
     for host, port in bootstrap_servers(bootstrap):
         try:
-            problem = await asyncio.wait_for(_diagnose(host, port, security), timeout_s)
+            left = max(0.1, deadline - loop.time())
+            problem = await asyncio.wait_for(_diagnose(host, port, security), left)
         except TimeoutError:
-            problem = None
+            problem = _UNREACHABLE
         if problem is None:
             return
-        problems.append(problem)
+        if problem is not _UNREACHABLE:
+            problems.append(problem)
+        if loop.time() >= deadline:
+            break
     if problems:
         raise KafkaSecurityError(problems[0])
 
 
 async def _diagnose(host: str, port: int, security: KafkaSecurity) -> str | None:
+    """None when the server accepts the client, _UNREACHABLE, or the problem in one line."""
     where = f"{host}:{port}"
     if not await _reachable(host, port):
-        return None  # not a security problem: the caller retries
+        return _UNREACHABLE  # not a security problem: the caller retries
     try:
         reader, writer = await asyncio.open_connection(
             host, port, ssl=security.ssl_context(), server_hostname=host if security.tls else None,
@@ -70,7 +78,7 @@ async def _diagnose(host: str, port: int, security: KafkaSecurity) -> str | None
         # A plaintext Kafka listener reads a ClientHello as the length of a huge request and waits.
         if security.tls and await _answers_kafka(host, port, None):
             return _not_tls(where, security)
-        return None
+        return _UNREACHABLE
     answered = await _api_versions(reader, writer, metadata=not security.sasl)
     if isinstance(answered, ssl.SSLError):
         return _tls_problem(where, security, answered)

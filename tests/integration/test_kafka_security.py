@@ -317,3 +317,12 @@ def test_a_plaintext_client_at_a_sasl_listener_is_told_to_use_sasl(sasl_broker: 
     rc, _, err, took = admin(env_of(kafka_bootstrap=sasl_broker))
     assert rc == 1 and took < 30
     assert "it requires SASL; use SASL_PLAINTEXT" in one_line(err)
+
+
+def test_an_unreachable_first_bootstrap_server_does_not_hide_the_next_ones_problem(
+        tls: TlsBroker, certs: dict[str, CertificateFiles]) -> None:
+    servers = f"127.0.0.1:{free_port()},{tls.bootstrap}"
+    rc, _, err, _ = admin(ssl_env(servers, certs["other"].ca))
+    assert rc == 1 and "is not trusted" in one_line(err)
+    rc, _, err, _ = admin(ssl_env(servers, tls.files.ca))
+    assert rc == 0, err
