@@ -14,6 +14,7 @@ import contextlib
 import logging
 import ssl
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 log = logging.getLogger(__name__)
@@ -30,11 +31,16 @@ def server_context(certfile: str, keyfile: str, client_cafile: str | None = None
 
 
 class TlsProxy:
-    """Accepts TLS on host:port and relays the plaintext to target_host:target_port."""
+    """Accepts TLS on host:port and relays the plaintext to target_host:target_port.
 
-    def __init__(self, context: ssl.SSLContext, target_host: str, target_port: int, *,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
-        self.context, self.target = context, (target_host, target_port)
+    `target` may instead be a function returning (host, port), asked at each connection, so a broker
+    restarted on another port is found."""
+
+    def __init__(self, context: ssl.SSLContext, target_host: str = "", target_port: int = 0, *,
+                 host: str = "127.0.0.1", port: int = 0,
+                 target: Callable[[], tuple[str, int]] | None = None) -> None:
+        self.context = context
+        self.target = target or (lambda: (target_host, target_port))
         self.host, self.port = host, port
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -96,9 +102,10 @@ class TlsProxy:
         self._tasks.add(task)
         try:
             try:
-                up_reader, up_writer = await asyncio.open_connection(*self.target)
+                target = self.target()
+                up_reader, up_writer = await asyncio.open_connection(*target)
             except OSError as e:
-                log.warning("TLS proxy: broker %s:%d not reachable: %s", *self.target, e)
+                log.warning("TLS proxy: broker %s:%d not reachable: %s", *target, e)
                 writer.close()
                 return
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))

@@ -26,15 +26,14 @@ class SecureBroker:
         self.broker = EmbeddedBroker(port=0, log_path=log_path, advertised_port=self.port)
         self.proxy = TlsProxy(server_context(str(self.files.server_cert), str(self.files.server_key),
                                              client_cafile=str(self.files.ca)),
-                              self.broker.host, 0, port=self.port)
+                              port=self.port, target=lambda: (self.broker.host, self.broker.port))
         self.security = KafkaSecurity(protocol="SSL", cafile=str(self.files.ca),
                                       certfile=str(self.files.client_cert),
                                       keyfile=str(self.files.client_key))
 
     def start(self) -> str:
         """Start broker and proxy; returns the TLS bootstrap address."""
-        self.broker.start()
-        self.proxy.target = (self.broker.host, self.broker.port)
+        self.broker.start()  # a restart may pick another port: the proxy asks for it per connection
         try:
             return self.proxy.start()
         except BaseException:

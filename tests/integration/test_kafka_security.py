@@ -326,3 +326,18 @@ def test_an_unreachable_first_bootstrap_server_does_not_hide_the_next_ones_probl
     assert rc == 1 and "is not trusted" in one_line(err)
     rc, _, err, _ = admin(ssl_env(servers, tls.files.ca))
     assert rc == 0, err
+
+
+def test_the_secure_broker_can_be_restarted_behind_its_proxy(tmp_path: Path) -> None:
+    b = SecureBroker(tmp_path)
+    address = b.start()
+    try:
+        b.broker.stop()
+        b.broker.start()  # on another free port; the proxy finds it
+        assert b.proxy.address == address
+        env = ssl_env(address, b.files.ca, kafka_ssl_certfile=str(b.files.client_cert),
+                      kafka_ssl_keyfile=str(b.files.client_key))
+        rc, _, err, _ = admin(env)
+        assert rc == 0, err
+    finally:
+        b.stop()
