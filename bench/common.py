@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from types import FrameType, ModuleType
 from typing import Any
 
+from periscope.bus.security import PLAINTEXT, KafkaSecurity
+
 
 @dataclass(frozen=True, slots=True)
 class Goal:
@@ -158,11 +160,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+# The security settings of every benchmark Kafka client (periscope.bus.security). The benchmarks run
+# their own plaintext embedded broker; a run against a secured broker sets this once.
+SECURITY: KafkaSecurity = PLAINTEXT
+
+
+def kafka_security() -> KafkaSecurity:
+    return SECURITY
+
+
+def kafka_kwargs() -> dict[str, Any]:
+    """aiokafka keyword arguments for SECURITY."""
+    return SECURITY.aiokafka_kwargs()
+
+
 async def end_offsets(bootstrap: str, topic: str) -> int:
     """Sum of the end offsets of every partition of `topic` (records ever written to it)."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                **kafka_kwargs())
     await consumer.start()
     try:
         await consumer.topics()  # a metadata fetch, so partitions_for_topic knows the topic

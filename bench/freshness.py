@@ -33,7 +33,7 @@ from aiokafka.errors import KafkaError
 
 from bench import probe as probes
 from bench import processes
-from bench.common import Figure, Goal, percentile, rounded
+from bench.common import Figure, Goal, kafka_kwargs, kafka_security, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -118,7 +118,8 @@ async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float
     pipeline), read with a 20 ms fetch wait on a thread of its own so this watcher adds little."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20, enable_auto_commit=False)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20, enable_auto_commit=False,
+                          **kafka_kwargs())
     await c.start()
     try:
         await c.topics()
@@ -200,7 +201,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
             real = {w.name for w in watched}
             marker_uids = {pod_uid(s.index, p) for s in [*sims, *watched] if s.name in synthetic | real
                            for p in range(shape.gpus)}
-            async with Publisher(bootstrap, "bench-live", linger_ms=5) as pub:
+            async with Publisher(bootstrap, "bench-live", linger_ms=5, security=kafka_security()) as pub:
                 now_ms = int(time.time() * 1000)
                 by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
                 for s in sims:
@@ -308,8 +309,9 @@ async def hop_latency(bootstrap: str, fetch_max_wait_ms: int, n: int) -> float:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     topic = topics.DEADLETTER.name  # one partition, unused by the benchmark load
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks="all")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks="all", **kafka_kwargs())
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=fetch_max_wait_ms,
+                                **kafka_kwargs(),
                                 enable_auto_commit=False)
     await producer.start()
     await consumer.start()

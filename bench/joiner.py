@@ -22,7 +22,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import processes
-from bench.common import Figure, Goal, end_offsets, median, proc_cpu_s, rounded
+from bench.common import Figure, Goal, end_offsets, kafka_kwargs, kafka_security, median, proc_cpu_s, rounded
 from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -34,7 +34,7 @@ RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
 async def publish(bootstrap: str, batches: list[list[tuple[topics.Topic, Any]]]) -> int:
     """Publish events in order (batch by batch, one send_many per topic); returns records sent."""
     sent = 0
-    async with Publisher(bootstrap, "bench-load", linger_ms=20) as pub:
+    async with Publisher(bootstrap, "bench-load", linger_ms=20, security=kafka_security()) as pub:
         for batch in batches:
             by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
             for topic, ev in batch:
@@ -63,6 +63,7 @@ async def preload(bootstrap: str, nodes: int, ticks: int, shape: NodeShape) -> d
 
 async def _consumer(bootstrap: str, topic: str) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
+                         **kafka_kwargs(),
                          max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024)
     await c.start()
     await c.topics()  # a metadata fetch, so partitions_for_topic knows the topic

@@ -29,7 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import Figure, end_offsets, proc_cpu_s, proc_rss_bytes, rounded
+from bench.common import Figure, end_offsets, kafka_security, proc_cpu_s, proc_rss_bytes, rounded
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker
@@ -63,7 +63,8 @@ async def publish(bootstrap: str, spec: ClusterSpec, chunk: int = CHUNK) -> dict
     counts: Counter[str] = Counter()
     pods: set[str] = set()
     started = time.perf_counter()
-    async with Publisher(bootstrap, "bench-replay-hour", linger_ms=0, max_batch_size=MAX_BATCH_BYTES) as pub:
+    async with Publisher(bootstrap, "bench-replay-hour", linger_ms=0, max_batch_size=MAX_BATCH_BYTES,
+                         security=kafka_security()) as pub:
 
         async def flush() -> None:
             for topic, items in by_topic.items():
@@ -179,7 +180,7 @@ def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None) -> tuple[l
     from_ms, to_ms = spec.start_ms, spec.start_ms + spec.duration_ms
     with EmbeddedBroker() as broker:
         assert broker.pid is not None
-        asyncio.run(ensure_topics(broker.bootstrap))
+        asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
         cpu0 = proc_cpu_s(broker.pid)
         pub = asyncio.run(publish(broker.bootstrap, spec))
         cpu1 = proc_cpu_s(broker.pid)

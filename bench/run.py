@@ -37,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(HERE.parent), *(p for p in sys.path if Path(p or ".").resolve() != HERE)]
 
-from bench.common import Figure, machine, rounded  # noqa: E402
+from bench.common import Figure, kafka_security, machine, rounded  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
 SECTIONS = ("replay", "replay_hour", "probe", "api", "joiner", "freshness")
@@ -123,7 +123,7 @@ class Bench:
         fig, breakdown = probe.sample_cpu(self.tmp / "probe-sample", p.probe_ticks, max(3, p.repeats))
         self.add([fig])
         with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap))
+            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
             self.add([probe.service_cpu(self.tmp / "probe-service", broker.bootstrap, p.probe_tick_s,
                                         warm_s=3, span_s=p.probe_span_s)])
         self.details["probe_sample_breakdown_ms"] = {k: rounded(v) for k, v in breakdown.items()}
@@ -144,7 +144,7 @@ class Bench:
 
         p = self.plan
         with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap))
+            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
             figures, details = asyncio.run(joiner.throughput(
                 broker.bootstrap, broker.pid, self.tmp, p.joiner_nodes, p.joiner_ticks, p.repeats,
                 timeout_s=240))
@@ -166,7 +166,7 @@ class Bench:
         if rate is not None and rate.value:
             nodes = max(p.markers, min(p.live_nodes, int(0.5 * rate.value / 8)))  # at most half of capacity
         with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap))
+            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
             outage = None
             if p.outage_s and broker.pid is not None:
                 pid = broker.pid
@@ -198,7 +198,7 @@ class Bench:
         p = self.plan
         out: dict[str, Any] = {"core_steady_state": hotspots.core_profile()}
         with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap))
+            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
             load = asyncio.run(joiner.preload(broker.bootstrap, p.joiner_nodes, p.joiner_ticks,
                                               joiner.NodeShape()))
             out["joiner_worker"] = asyncio.run(hotspots.joiner_profile(

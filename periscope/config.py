@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from periscope.bus.security import KafkaSecuritySettings
 from periscope.core.duration import parse_duration_ms
 
 
@@ -25,7 +26,9 @@ def seconds(value: Any) -> Any:
     return value
 
 
-class ServiceSettings(BaseSettings):
+class ServiceSettings(KafkaSecuritySettings):
+    # The PERISCOPE_KAFKA_* TLS/SASL variables come from KafkaSecuritySettings; `kafka_security()`
+    # gives the resolved settings every Kafka client takes.
     model_config = SettingsConfigDict(env_prefix="PERISCOPE_", extra="ignore")
 
     kafka_bootstrap: str = "127.0.0.1:9092"

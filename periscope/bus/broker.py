@@ -83,8 +83,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def metadata_ready(host: str, port: int, timeout_s: float = 1.0) -> bool:
-    """True when a Kafka Metadata (v0) request to host:port is answered and advertises that port."""
+def metadata_ready(host: str, port: int, timeout_s: float = 1.0, advertised_port: int | None = None) -> bool:
+    """True when a Kafka Metadata (v0) request to host:port is answered and advertises that port (or
+    `advertised_port`)."""
     client = b"periscope"
     body = struct.pack(">hhih", 3, 0, 1, len(client)) + client + struct.pack(">i", 0)
     try:
@@ -101,7 +102,7 @@ def metadata_ready(host: str, port: int, timeout_s: float = 1.0) -> bool:
             pos += 4
     except (OSError, struct.error, EOFError, MemoryError):
         return False
-    return correlation == 1 and port in ports
+    return correlation == 1 and (advertised_port or port) in ports
 
 
 def _recv_exact(s: socket.socket, n: int) -> bytes:
@@ -130,11 +131,14 @@ class EmbeddedBroker:
 
     `start()` blocks until the broker answers a Kafka Metadata request and returns the bootstrap
     string; `stop()` sends SIGTERM to its process group, SIGKILL after a grace period, and reaps it.
+    With `advertised_port`, the broker tells clients to connect to host:advertised_port instead (a
+    TLS proxy in front of it, see tlsproxy.py).
     """
 
     def __init__(self, port: int = 0, host: str = "127.0.0.1", log_path: str | Path | None = None,
-                 *, binary: str | None = None) -> None:
+                 *, binary: str | None = None, advertised_port: int | None = None) -> None:
         self.host = host
+        self.advertised_port = advertised_port
         self.port = port
         self._requested_port = port
         self._binary = binary
@@ -194,7 +198,8 @@ class EmbeddedBroker:
 
     def _launch(self, binary: str) -> None:
         url = f"tcp://{self.host}:{self.port}"
-        argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+        advertised = f"tcp://{self.host}:{self.advertised_port or self.port}"
+        argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
                 "--storage-engine", "memory://tansu/"]
         assert self._log_path is not None
         with open(self._log_path, "ab") as log:
@@ -211,7 +216,7 @@ class EmbeddedBroker:
         while self._proc.poll() is None:
             # Another process could hold the port while ours fails to bind, so an answer counts once our
             # broker logged that it is ready, or has stayed alive well past its bind (a few ms).
-            if metadata_ready(self.host, self.port, timeout_s=0.5) and (
+            if metadata_ready(self.host, self.port, 0.5, self.advertised_port) and (
                     "ready in" in self.log_tail() or time.monotonic() - launched > _SETTLE_S):
                 return self._proc.poll() is None
             if time.monotonic() > deadline:

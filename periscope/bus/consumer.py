@@ -19,6 +19,7 @@ from aiokafka.protocol.group import LeaveGroupRequest
 from periscope.bus import codec
 from periscope.bus.deadletter import dead_letter
 from periscope.bus.producer import Publisher
+from periscope.bus.security import PLAINTEXT, KafkaSecurity
 from periscope.bus.topics import Topic
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ async def consume(bootstrap: str, topics: Iterable[Topic], group_id: str | None,
                   from_beginning: bool = True, dead_letters: Publisher | None = None, service: str,
                   stop: asyncio.Event | None = None, stats: ConsumerStats | None = None,
                   session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3_000,
-                  poll_ms: int = 200) -> ConsumerStats:
+                  poll_ms: int = 200, security: KafkaSecurity = PLAINTEXT) -> ConsumerStats:
     """Decode every record of `topics` and `await handler(topic, key, obj, record)` until `stop` is set.
 
     Undecodable records (bad protobuf, invalid event, non-UTF-8 key) are counted and, when
@@ -51,7 +52,8 @@ async def consume(bootstrap: str, topics: Iterable[Topic], group_id: str | None,
     consumer = AIOKafkaConsumer(
         *by_name, bootstrap_servers=bootstrap, group_id=group_id, client_id=service,
         auto_offset_reset="earliest" if from_beginning else "latest", enable_auto_commit=False,
-        session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms)
+        session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+        **security.aiokafka_kwargs())
     await consumer.start()
     try:
         # Resolve the offset reset now, so `ready` means "records produced from here on will be seen".

@@ -19,18 +19,22 @@ from types import TracebackType
 from aiokafka import AIOKafkaProducer
 
 from periscope.bus import codec
+from periscope.bus.security import PLAINTEXT, KafkaSecurity
 from periscope.bus.topics import Topic
 
 
 class Publisher:
     def __init__(self, bootstrap: str, client_id: str, *, acks: int | str = "all", linger_ms: int = 5,
-                 request_timeout_ms: int = 30_000, max_batch_size: int = 16384) -> None:
+                 request_timeout_ms: int = 30_000, max_batch_size: int = 16384,
+                 security: KafkaSecurity = PLAINTEXT) -> None:
         self.bootstrap = bootstrap
         self.client_id = client_id
+        self.security = security
         self.sent = 0
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap, client_id=client_id, acks=acks, enable_idempotence=False,
-            linger_ms=linger_ms, request_timeout_ms=request_timeout_ms, max_batch_size=max_batch_size)
+            linger_ms=linger_ms, request_timeout_ms=request_timeout_ms, max_batch_size=max_batch_size,
+            **security.aiokafka_kwargs())
 
     async def start(self) -> None:
         await self._producer.start()

@@ -208,7 +208,7 @@ def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
 def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
               warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
     plan = range_plan(from_ms, to_ms, settings, filters["node"])
-    events, stats = asyncio.run(read_inputs(server, plan, warn=warnings,
+    events, stats = asyncio.run(read_inputs(server, plan, warn=warnings, security=settings.kafka_security(),
                                             progress=lambda n, total: bar.update("reading", n, total)))
 
     def failed(ev: NodeInput, e: Exception) -> None:

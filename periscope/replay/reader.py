@@ -24,6 +24,8 @@ from aiokafka.partitioner import murmur2
 
 from periscope.bus import codec
 from periscope.bus import topics as t
+from periscope.bus.diagnosis import check_connection
+from periscope.bus.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from periscope.core.model import NodeInput
 from periscope.replay.runner import (
     SAMPLES,
@@ -72,14 +74,15 @@ def _record_time(topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> int:
 
 
 class _Reader:
-    def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None) -> None:
+    def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None,
+                 security: KafkaSecurity) -> None:
         self.plan, self.warn, self.progress = plan, warn, progress
         self.stats = ReadStats()
         # No group: nothing is committed. If retention removes records while they are read, carry on
         # from the oldest that is left rather than from the end.
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
                                   "enable_auto_commit": False, "client_id": "periscope-replay",
-                                  "auto_offset_reset": "earliest"}
+                                  "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
         self.main = AIOKafkaConsumer(**common)
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
@@ -266,11 +269,13 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
 
 
 async def read_inputs(
-    bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None
+    bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> tuple[list[NodeInput], ReadStats]:
     """Every input event the replay of `plan` needs, unordered (the runner orders them per node)."""
     try:
-        async with _Reader(bootstrap, plan, warn, progress) as r:
+        await check_connection(bootstrap, security)  # a certificate or credential problem, in one line
+        async with _Reader(bootstrap, plan, warn, progress, security) as r:
             tps = await r.layout()
             ranges = {tp: (r.begin[tp], r.end[tp]) for tp in tps if t.BY_NAME[tp.topic] in STATE}
             await r.read(ranges, stop_after_ms=None)
@@ -288,6 +293,8 @@ async def read_inputs(
                 await _extend(r, topic, snap_starts, need)
     except ReadError:
         raise
+    except KafkaSecurityError as e:
+        raise ReadError(f"cannot read from the broker at {bootstrap}: {e}") from None
     except Exception as e:  # aiokafka's connection and protocol errors
         raise ReadError(f"cannot read from the broker at {bootstrap}: {str(e) or type(e).__name__}") from e
     selected = select(r.events, plan)

@@ -106,6 +106,11 @@ def _writable(flag: str, path: Path) -> None:
     show_default=True,
     help="Log level of the services (their lines are prefixed [name]).",
 )
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Serve the broker only over mutual TLS (fresh certificates); every service connects with TLS.",
+)
 @click.pass_context
 def up(
     ctx: click.Context,
@@ -118,6 +123,7 @@ def up(
     truth: Path | None,
     exit_at_end: bool,
     log_level: str,
+    secure: bool,
 ) -> None:
     """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
     try:
@@ -141,6 +147,7 @@ def up(
         truth=truth,
         exit_at_end=exit_at_end,
         log_level=log_level.upper(),
+        secure=secure,
     )
     ctx.exit(run_up(opts, model))
 

@@ -29,6 +29,7 @@ import httpx
 
 from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.security import PLAINTEXT
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
 from periscope.sim.broker_guard import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, broker_lost
@@ -36,6 +37,7 @@ from periscope.sim.child import Child, Emit
 from periscope.sim.cluster import ClusterModel
 from periscope.sim.sampler import Sampler, snapshots_path
 from periscope.sim.scenario import describe
+from periscope.sim.secure import SecureBroker
 
 _MAX_CRASHES = 5
 
@@ -52,6 +54,7 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
+    secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.secure)
 
 
 class UpError(RuntimeError):
@@ -75,6 +78,8 @@ class Stack:
         self.workdir = Path(tempfile.mkdtemp(prefix="periscope-up-"))
         self.clock = ScaledClock(time.time_ns() // 1_000_000, opts.speed)
         self.broker: EmbeddedBroker | None = None
+        self.secure: SecureBroker | None = None
+        self.bootstrap = ""  # what clients connect to: the broker, or its TLS proxy with --secure
         self.children: dict[str, Child] = {}
         self.order: list[str] = []
         self.api_url = ""
@@ -96,7 +101,9 @@ class Stack:
             PERISCOPE_LOG_LEVEL=self.opts.log_level,
         )
         if self.broker is not None:
-            env["PERISCOPE_KAFKA_BOOTSTRAP"] = self.broker.bootstrap
+            env["PERISCOPE_KAFKA_BOOTSTRAP"] = self.bootstrap
+        if self.secure is not None:
+            env.update({f"PERISCOPE_{k.upper()}": v for k, v in self.secure.settings().items()})
         env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
         return env
 
@@ -109,9 +116,15 @@ class Stack:
 
     def start(self) -> None:
         opts = self.opts
-        self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
-        bootstrap = self.broker.start()
-        asyncio.run(ensure_topics(bootstrap))
+        if opts.secure:
+            self.secure = SecureBroker(self.workdir / "tls", opts.broker_port, self.workdir / "broker.log")
+            self.broker = self.secure.broker
+            self.bootstrap = self.secure.start()
+        else:
+            self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
+            self.bootstrap = self.broker.start()
+        security = self.secure.security if self.secure else PLAINTEXT
+        asyncio.run(ensure_topics(self.bootstrap, security=security))
         config = {
             "scenario": self.scenario.source,
             "workdir": str(self.workdir / "sim"),
@@ -278,6 +291,8 @@ class Stack:
             child.finish(deadline)
         if "sim" in self.children:
             self.children["sim"].stop(SIM_GRACE_S)
+        if self.secure is not None:
+            self.secure.proxy.stop()
         if self.broker is not None:
             self.broker.stop(BROKER_GRACE_S)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -289,7 +304,7 @@ def banner(stack: Stack) -> list[str]:
     return [
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
-        f"broker: {stack.broker.bootstrap}",
+        f"broker: {stack.bootstrap}" + (" (mutual TLS)" if stack.secure else ""),
         "try:",
         f"  curl -s {api}/v1/pods",
         f"  curl -s {api}/v1/gpus",

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from periscope import logs
 from periscope.cli.errors import InputError
+from periscope.cli.kafka import check_kafka
 from services.api.settings import ApiSettings
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -74,6 +75,7 @@ def command(host: str | None, port: int | None, bootstrap: str | None, group_pre
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
+    check_kafka("api", settings)
     server = ApiServer(settings)
     try:
         server.bind()

@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from periscope.bus import topics as t
 from periscope.bus.codec import DecodeError, decode
 from periscope.bus.recovery import CALL_TIMEOUT_S, stop_within
+from periscope.bus.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
 from periscope.logs import Trouble
 from services.api.status import ConsumerStatus
 from services.api.view import View
@@ -55,9 +56,11 @@ class ViewConsumer:
         retry_s: float = 1.0,
         retention_ms: int = 24 * 3_600_000,
         stale_after_s: float = 30.0,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.view = view
         self.bootstrap = bootstrap
+        self.security = security
         self.topics = tuple(topics)
         self.status = ConsumerStatus(group_id=group_id(group_prefix), stale_after_s=stale_after_s)
         self._dead_letters = dead_letters
@@ -76,7 +79,8 @@ class ViewConsumer:
             while not stop.is_set():
                 try:
                     await self._session(stop)
-                except (KafkaError, OSError, TimeoutError) as e:
+                # KafkaSecurityError: a rotated-away password file is retried too
+                except (KafkaError, OSError, TimeoutError, KafkaSecurityError) as e:
                     self.status.connected = False
                     self.status.error = f"{type(e).__name__}: {e}"
                     self._trouble.failed(f"{self.status.error}; retrying every {self._retry_s:.1f}s")
@@ -95,6 +99,8 @@ class ViewConsumer:
             # The embedded broker does not end a waiting fetch when records arrive; a short wait keeps
             # the view within ~0.1 s of the joiner instead of aiokafka's default 0.5 s.
             fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+            # Built per session, so a retry after a failure reads a rotated password file.
+            **self.security.aiokafka_kwargs(),
         )
         try:
             await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
@@ -225,7 +231,8 @@ class ViewConsumer:
             from periscope.bus.producer import Publisher
 
             if self._publisher is None:
-                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq")
+                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq",
+                                security=self.security)
                 await pub.start()
                 self._publisher = pub
             await dead_letter(

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel
 
+from periscope.bus.security import KafkaSecurity
 from periscope.replay.owners import owners_at
 from periscope.replay.reader import ReadError
 from periscope.wirejson import parse_time_ms
@@ -38,7 +39,7 @@ class Owners(BaseModel):
     items: list[OwnerItem]
 
 
-def router(bootstrap: str) -> APIRouter:
+def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
     r = APIRouter(tags=["replay"])
     slots = asyncio.Semaphore(_CONCURRENT)
 
@@ -60,7 +61,7 @@ def router(bootstrap: str) -> APIRouter:
             raise ApiError(400, f"at: {e}") from None
         async with slots:
             try:
-                return await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node)
+                return await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node, security=security)
             except ReadError as e:
                 raise ApiError(503, str(e)) from None
 

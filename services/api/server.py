@@ -59,6 +59,7 @@ class ApiServer:
                 settings.api_group_prefix,
                 retention_ms=settings.retention_ms,
                 stale_after_s=settings.api_stale_after,
+                security=settings.kafka_security(),
             )
             if consume
             else None
@@ -66,7 +67,8 @@ class ApiServer:
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
-            extra_routers=[*extra_routers, owners_router(settings.kafka_bootstrap)],
+            extra_routers=[*extra_routers,
+                           owners_router(settings.kafka_bootstrap, settings.kafka_security())],
             lifespan=self._lifespan,
         )
         self._sock: socket.socket | None = None

@@ -97,6 +97,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app = JoinerApp(
         settings.app_id,
         broker=_brokers(settings.kafka_bootstrap),
+        # Faust passes these to every client it creates: consumer, producer (changelogs too), admin.
+        broker_credentials=settings.kafka_security().faust_credentials(),
         store="memory://",
         datadir=data_dir or settings.data_dir or tempfile.mkdtemp(prefix="periscope-joiner-"),
         autodiscover=False,
@@ -127,7 +129,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     async def send_dead_letter(msg: Message, error: str) -> None:
         if not publishers:
-            publisher = Publisher(settings.kafka_bootstrap, client_id=f"{settings.app_id}-deadletters")
+            publisher = Publisher(settings.kafka_bootstrap, client_id=f"{settings.app_id}-deadletters",
+                                  security=settings.kafka_security())
             await publisher.start()
             publishers.append(publisher)
         await dead_letter(publishers[0], msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"",

@@ -17,6 +17,7 @@ import click
 from pydantic import ValidationError
 
 from periscope.cli.errors import InputError
+from periscope.cli.kafka import check_kafka
 from services.joiner.settings import JoinerSettings
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -128,5 +129,6 @@ def command(bootstrap: str | None, web_port: int | None, idle_window: str | None
             idle_threshold: float | None) -> None:
     """Join node events into pod-UID-keyed GPU attribution (one Faust worker)."""
     settings = load_settings(bootstrap, web_port, idle_window, idle_threshold)
+    check_kafka("joiner", settings)
     run(settings)
     sys.stdout.flush()

@@ -14,6 +14,7 @@ import yaml
 from pydantic import ValidationError
 
 from periscope import logs
+from periscope.cli.kafka import check_kafka
 from services.kube_watcher.settings import WatcherSettings
 
 try:
@@ -76,7 +77,8 @@ async def serve(settings: WatcherSettings, clock: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    publisher = Publisher(settings.kafka_bootstrap, client_id="periscope-kube-watcher")
+    publisher = Publisher(settings.kafka_bootstrap, client_id="periscope-kube-watcher",
+                          security=settings.kafka_security())
     while not stop.is_set():  # the broker may come up after us
         try:
             await publisher.start()
@@ -141,4 +143,5 @@ def command(**flags: Any) -> None:
     logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
     logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)  # retries are logged by us
     with contextlib.suppress(KeyboardInterrupt):
+        check_kafka("watch", settings)
         asyncio.run(serve(settings, clock))

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from periscope import logs
 from periscope.cli.errors import InputError
+from periscope.cli.kafka import check_kafka
 from services.probe.settings import ProbeSettings
 
 _LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -137,4 +138,5 @@ def command(**flags: Any) -> None:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
+    check_kafka("probe", settings)
     asyncio.run(_serve(settings))

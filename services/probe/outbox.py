@@ -68,8 +68,9 @@ class Outbox:
         self._wake.set()
 
     async def _connect(self) -> bool:
-        pub = self.factory()
+        pub: PublisherLike | None = None
         try:
+            pub = self.factory()  # a new client each time: it reads a rotated password file
             await asyncio.wait_for(pub.start(), self.send_timeout)
         except Exception as e:  # broker down: any failure to start means "not connected"
             self.last_error = f"connect: {e!r}"

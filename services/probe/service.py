@@ -62,7 +62,9 @@ def load_nvml(backend: str) -> Any:
 def default_publisher(settings: ProbeSettings) -> Callable[[], PublisherLike]:
     from periscope.bus.producer import Publisher
 
-    return lambda: Publisher(settings.kafka_bootstrap, f"periscope-probe-{settings.node_name}")
+    # Each publisher is built anew (after a broker failure too), so it reads a rotated password file.
+    return lambda: Publisher(settings.kafka_bootstrap, f"periscope-probe-{settings.node_name}",
+                             security=settings.kafka_security())
 
 
 class Probe:

@@ -62,7 +62,9 @@ def _json_patch(doc: Doc, ops: list[Doc]) -> Doc:
         parent: Any = doc
         for part in parts[:-1]:
             parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        key: Any = int(parts[-1]) if isinstance(parent, list) else parts[-1]
+        key: Any = parts[-1]
+        if isinstance(parent, list):
+            key = len(parent) if key == "-" else int(key)
         if op["op"] == "test":
             assert parent[key] == op["value"], f"JSON-patch test failed at {op['path']}"
         elif op["op"] == "replace":
@@ -70,6 +72,11 @@ def _json_patch(doc: Doc, ops: list[Doc]) -> Doc:
             parent[key] = op["value"]
         elif op["op"] == "remove":
             del parent[key]
+        elif op["op"] == "add":
+            if isinstance(parent, list):
+                parent.insert(key, op["value"])
+            else:
+                parent[key] = op["value"]
         else:
             raise AssertionError(f"unsupported JSON-patch op {op['op']}")
     return doc
@@ -139,6 +146,7 @@ _RENDERERS: dict[str, Callable[[], list[Doc]]] = {
     "overlays/kafka-kraft": lambda: _render(DEPLOY / "overlays" / "kafka-kraft"),
     "overlays/microk8s": lambda: _render(DEPLOY / "overlays" / "microk8s"),
     "components/k0s": lambda: _with_component("k0s"),
+    "components/kafka-security": lambda: _with_component("kafka-security"),
     "components/leader-election": lambda: _with_component("leader-election"),
     "components/no-runtime-class": lambda: _with_component("no-runtime-class"),
 }
@@ -509,3 +517,31 @@ def test_dockerfile_builds_a_slim_non_root_image_with_the_periscope_entry_point(
     assert re.search(r'^ENTRYPOINT \["periscope"\]', text, re.MULTILINE)
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".git", ".venv", "tests"} <= set(ignored)
+
+
+def test_kafka_security_component_mounts_the_secret_and_sets_the_variables() -> None:
+    docs = _flavour("components/kafka-security")
+    maps = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "periscope-config"]
+    assert {m["metadata"]["namespace"] for m in maps} == {"periscope", "periscope-node"}
+    settings = ServiceSettings.model_validate(
+        {k.removeprefix("PERISCOPE_").lower(): v for k, v in maps[0]["data"].items()})
+    assert all(m["data"] == maps[0]["data"] for m in maps)
+    security = settings.kafka_security()
+    assert (security.protocol, security.mechanism, security.username) == (
+        "SASL_SSL", "SCRAM-SHA-512", "periscope")
+    files = {security.cafile, security.password_file}
+    assert all(f.startswith("/etc/periscope/kafka/") for f in files)
+    for workload, pod in _pods(docs):
+        where = workload["metadata"]["name"]
+        assert any(e.get("configMapRef", {}).get("name") == "periscope-config"
+                   for c in pod["containers"] for e in c.get("envFrom", [])), where
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "kafka-credentials"]
+        assert volume["secret"]["secretName"] == "periscope-kafka", where
+        for c in pod["containers"]:
+            (mount,) = [m for m in c["volumeMounts"] if m["name"] == "kafka-credentials"]
+            # a directory mount (no subPath): a rotated Secret reaches the password file
+            assert mount == {"name": "kafka-credentials", "mountPath": "/etc/periscope/kafka",
+                             "readOnly": True}
+        assert {"/etc/periscope/kafka/" + f.rsplit("/", 1)[1] for f in files} == files
+    # no credential is shipped in the manifests
+    assert not [d for d in docs if d["kind"] == "Secret"]
