@@ -100,6 +100,12 @@ def _writable(flag: str, path: Path) -> None:
 )
 @click.option("--exit-at-end", is_flag=True, help="Stop everything when the scenario's duration ends.")
 @click.option(
+    "--api-auth",
+    is_flag=True,
+    help="Access control on the API: bearer tokens of the scenario's users, checked with TokenReview and "
+    "SubjectAccessReview against the simulated apiserver (try --scenario tenants).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
     default="warning",
@@ -117,6 +123,7 @@ def up(
     idle_threshold: float,
     truth: Path | None,
     exit_at_end: bool,
+    api_auth: bool,
     log_level: str,
 ) -> None:
     """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
@@ -124,6 +131,10 @@ def up(
         model = ClusterModel(load_scenario(scenario))
     except ScenarioError as e:
         raise InputError(str(e)) from None
+    if api_auth and not any(u.cluster for u in model.scenario.users):
+        raise InputError(f"--api-auth: scenario {model.scenario.name} has no user with cluster: true")
+    if api_auth and truth is not None:
+        raise InputError("--api-auth: --truth samples the API without a token; use one or the other")
     window_ms = _duration("--idle-window", idle_window)
     _port_free("--api-port", api_port)
     _port_free("--broker-port", broker_port)
@@ -141,6 +152,7 @@ def up(
         truth=truth,
         exit_at_end=exit_at_end,
         log_level=log_level.upper(),
+        api_auth=api_auth,
     )
     ctx.exit(run_up(opts, model))
 

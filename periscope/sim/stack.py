@@ -52,6 +52,7 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
+    api_auth: bool = False  # access control against the simulated apiserver's scenario users
 
 
 class UpError(RuntimeError):
@@ -166,8 +167,11 @@ class Stack:
         )
         api_port = opts.api_port or free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"
+        auth = {"api_auth": "kubernetes", "kubeconfig": ready["kubeconfig"]} if opts.api_auth else {}
         self._add(
-            "api", _py("periscope.cli.main", "api"), self._env(api_host="127.0.0.1", api_port=str(api_port))
+            "api",
+            _py("periscope.cli.main", "api"),
+            self._env(api_host="127.0.0.1", api_port=str(api_port), **auth),
         )
 
     def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
@@ -190,7 +194,7 @@ class Stack:
         """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
         want = {g.uuid for gpus in self.model.gpus.values() for g in gpus}
         deadline = time.monotonic() + self.opts.ready_timeout_s
-        with httpx.Client(base_url=self.api_url, timeout=2.0) as client:
+        with httpx.Client(base_url=self.api_url, timeout=2.0, headers=self.api_headers()) as client:
             while time.monotonic() < deadline:
                 self._check_startup()
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
@@ -200,6 +204,11 @@ class Stack:
                             return
                 time.sleep(0.2)
         raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
+
+    def api_headers(self) -> dict[str, str]:
+        """With --api-auth, the stack itself reads the API as the first cluster-wide scenario user."""
+        ops = next((u for u in self.scenario.users if u.cluster), None)
+        return {"Authorization": f"Bearer {ops.token}"} if self.opts.api_auth and ops else {}
 
     def begin(self) -> int:
         self.start_ms = start = self.clock.now_ms()
@@ -277,7 +286,7 @@ class Stack:
 def banner(stack: Stack) -> list[str]:
     api = stack.api_url
     assert stack.broker is not None
-    return [
+    lines = [
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.broker.bootstrap}",
@@ -290,3 +299,11 @@ def banner(stack: Stack) -> list[str]:
         f"  curl -s {api}/metrics",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
+    if stack.opts.api_auth:
+        users = ", ".join(
+            f"{u.name} ({'cluster' if u.cluster else ' '.join(u.namespaces) or 'no namespaces'}): "
+            f"-H 'Authorization: Bearer {u.token}'"
+            for u in stack.scenario.users
+        )
+        lines.insert(3, f"access control on (tokens of the simulated cluster's users): {users}")
+    return lines
