@@ -286,24 +286,27 @@ class Stack:
 def banner(stack: Stack) -> list[str]:
     api = stack.api_url
     assert stack.broker is not None
+    # With --api-auth the examples carry a cluster-wide user's token, and every user is listed.
+    token = stack.api_headers().get("Authorization")
+    curl = f"curl -s -H '{token}'" if token else "curl -s"
     lines = [
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.broker.bootstrap}",
         "try:",
-        f"  curl -s {api}/v1/pods",
-        f"  curl -s {api}/v1/gpus",
-        f"  curl -s '{api}/v1/idle?window=30s'",
-        f"  curl -s {api}/v1/xid",
-        f"  curl -s {api}/v1/policy",
-        f"  curl -s {api}/metrics",
+        f"  {curl} {api}/v1/pods",
+        f"  {curl} {api}/v1/gpus",
+        f"  {curl} '{api}/v1/idle?window=30s'",
+        f"  {curl} {api}/v1/xid",
+        f"  {curl} {api}/v1/policy",
+        f"  {curl} {api}/metrics",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
     if stack.opts.api_auth:
-        users = ", ".join(
-            f"{u.name} ({'cluster' if u.cluster else ' '.join(u.namespaces) or 'no namespaces'}): "
-            f"-H 'Authorization: Bearer {u.token}'"
+        users = [
+            f"  {u.name} ({'cluster-wide' if u.cluster else ', '.join(u.namespaces) or 'nothing'}): "
+            f"Authorization: Bearer {u.token}"
             for u in stack.scenario.users
-        )
-        lines.insert(3, f"access control on (tokens of the simulated cluster's users): {users}")
+        ]
+        lines[3:3] = ["access control on; the simulated cluster's users:", *users]
     return lines
