@@ -469,17 +469,19 @@ def test_api_checks_access_with_reviews_only_and_serves_tls(flavour: str) -> Non
     bound = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
              and any(s["name"] == "periscope-api" for s in d["subjects"])]
     assert [b["roleRef"]["name"] for b in bound] == ["periscope-api-reviewer"]
-    assert bound[0]["subjects"] == [{"kind": "ServiceAccount", "name": "periscope-api", "namespace": "periscope"}]
+    sa = {"kind": "ServiceAccount", "name": "periscope-api", "namespace": "periscope"}
+    assert bound[0]["subjects"] == [sa]
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_example_viewer_roles_only_read(flavour: str) -> None:
     docs = _flavour(flavour)
     ns_viewer = _find(docs, "ClusterRole", "periscope-namespace-viewer")
-    assert ns_viewer["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    read_pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert ns_viewer["rules"] == [read_pods]
     cluster = _find(docs, "ClusterRole", "periscope-cluster-viewer")
     assert cluster["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+        read_pods,
         {"nonResourceURLs": ["/v1/policy", "/metrics"], "verbs": ["get"]},
     ]
     # Examples: nothing binds them, so installing Periscope grants no one anything.
