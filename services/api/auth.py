@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,26 +90,22 @@ class Gate:
         self.decisions = TtlCache(max_entries, clock)
         self.scopes = TtlCache(max_entries, clock)
         self._inflight: dict[Any, asyncio.Future[Any]] = {}
-        self.reviews_made = 0  # TokenReviews + SubjectAccessReviews sent (tests, benchmarks)
 
-    async def _once(self, key: Any, make: Callable[[], Any]) -> Any:
-        """Single flight: the first caller with `key` runs `make()`, the others await its outcome."""
-        fut = self._inflight.get(key)
-        if fut is not None:
-            return await asyncio.shield(fut)
-        fut = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
-        try:
-            result = await make()
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()  # retrieved: no "never retrieved" warning when nobody else waited
-            raise
-        else:
-            fut.set_result(result)
-            return result
-        finally:
+    async def _once(self, key: Any, make: Callable[[], Awaitable[Any]]) -> Any:
+        """Single flight: the first caller with `key` starts `make()` as its own task and every caller
+        awaits that task, so a client that disconnects does not cancel the review for the others."""
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(make())
+            self._inflight[key] = task
+            task.add_done_callback(lambda t: self._settled(key, t))
+        return await asyncio.shield(task)
+
+    def _settled(self, key: Any, task: asyncio.Future[Any]) -> None:
+        if self._inflight.get(key) is task:
             del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved even when every waiter went away
 
     async def identity(self, token: str) -> Identity:
         key = _digest(token)
@@ -122,7 +118,6 @@ class Gate:
         return who
 
     async def _authenticate(self, key: str, token: str) -> Identity | None:
-        self.reviews_made += 1
         who = await self.reviews.authenticate(token)
         self.identities.put(key, who, self.ttl_s if who is not None else self.negative_ttl_s)
         return who
@@ -135,7 +130,6 @@ class Gate:
         return bool(await self._once(("sar", key), lambda: self._authorize(key, who, attributes)))
 
     async def _authorize(self, key: Any, who: Identity, attributes: dict[str, Any]) -> bool:
-        self.reviews_made += 1
         ok = await self.reviews.authorize(who, attributes)
         self.decisions.put(key, ok, self.ttl_s if ok else self.negative_ttl_s)
         return ok

@@ -10,6 +10,7 @@ the caller answers 503 and never guesses.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,14 +64,23 @@ def kube_configuration(kubeconfig: str = "") -> k8s.Configuration:
     return cfg
 
 
+def tls_context(cfg: k8s.Configuration) -> ssl.SSLContext:
+    """The apiserver's CA, our client certificate if the kubeconfig has one, and its verify setting."""
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if cfg.cert_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file or None)
+    if not cfg.verify_ssl:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 class KubeReviews:
     """Creates TokenReviews and SubjectAccessReviews on the apiserver `cfg` points at."""
 
     def __init__(self, cfg: k8s.Configuration, timeout_s: float = 5.0) -> None:
         self.cfg = cfg
-        verify: Any = cfg.ssl_ca_cert or bool(cfg.verify_ssl)
-        cert: Any = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else cfg.cert_file
-        self.http = httpx.AsyncClient(base_url=cfg.host, verify=verify, cert=cert, timeout=timeout_s)
+        self.http = httpx.AsyncClient(base_url=cfg.host, verify=tls_context(cfg), timeout=timeout_s)
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -218,3 +218,47 @@ def test_ttl_cache_is_bounded_and_expires() -> None:
     assert c.get("b") == (False, None) and len(c) == 2
     clock.t += 11
     assert c.get("a") == (False, None)
+
+
+async def test_a_disconnected_first_caller_does_not_cancel_the_shared_review() -> None:
+    reviews = Reviews(delay_s=0.05)
+    gate = Gate(reviews, clock=Clock())
+    first = asyncio.ensure_future(gate.scope("alice-token", NS))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(gate.scope("alice-token", NS))
+    await asyncio.sleep(0.01)
+    first.cancel()  # the client went away while its review was in flight
+    assert await second == ALICE
+    assert sum(1 for c in reviews.calls if c[0] == "token") == 1
+
+
+def test_tls_to_the_apiserver_uses_the_kubeconfigs_ca_and_client_certificate(tmp_path: Any) -> None:
+    import base64
+    import shutil
+    import ssl
+    import subprocess
+
+    import yaml
+
+    from services.api.reviews import kube_configuration, tls_context
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl binary to make a certificate")
+    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=k8s",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )
+    b64 = {p: base64.b64encode(p.read_bytes()).decode() for p in (cert, key)}
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443",
+                                               "certificate-authority-data": b64[cert]}}],
+        "users": [{"name": "u", "user": {"client-certificate-data": b64[cert], "client-key-data": b64[key]}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+    }))
+    ctx = tls_context(kube_configuration(str(kubeconfig)))
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    assert [c["subject"] for c in ctx.get_ca_certs()] == [((("commonName", "k8s"),),)]
