@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable
@@ -26,6 +27,7 @@ from services.api.reviews import Identity, ReviewUnavailable, get_url, list_pods
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 CLUSTER_PATHS = frozenset({"/v1/policy", "/metrics"})
 _PARALLEL = 8  # SubjectAccessReviews in flight per scope review
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label
 
 
 class Reviews(Protocol):
@@ -189,7 +191,7 @@ async def _guarded(request: Request, gate: Gate, extra: Iterable[str]) -> Scope:
         view = request.app.state.view
         wanted = {*view.namespaces(), *extra}
         ns = request.query_params.get("namespace")
-        if ns:
+        if ns and _NAMESPACE.match(ns):  # only a possible namespace is worth a review
             wanted.add(ns)
         return await gate.scope(token, wanted)
     except ReviewUnavailable as e:
