@@ -1,7 +1,8 @@
 """The API's access gate: bearer token -> TokenReview -> SubjectAccessReviews -> the caller's `Scope`.
 
-Reviews are cached (allowed decisions for `ttl_s`, refusals and bad tokens for at most `negative_ttl_s`,
-both bounded to `max_entries` least recently used), so a warm request costs a hash and a few dict
+Reviews are cached (decisions, allow or deny, for `ttl_s`; a rejected token for at most
+`negative_ttl_s`, so a token that just became valid works soon; each cache bounded to `max_entries`,
+least recently used first out), so a warm request costs a hash and a few dict
 lookups. Concurrent requests with one token share one review (single flight). The apiserver not
 answering is a 503 for every request that needs a review, never an allow. Tokens are kept only as
 digests and never logged.
@@ -133,7 +134,9 @@ class Gate:
 
     async def _authorize(self, key: Any, who: Identity, attributes: dict[str, Any]) -> bool:
         ok = await self.reviews.authorize(who, attributes)
-        self.decisions.put(key, ok, self.ttl_s if ok else self.negative_ttl_s)
+        # Denials are kept as long as allows: a tenant's many "no" answers (one per other namespace) are
+        # what most reviews are, and re-asking them every few seconds would load the apiserver most.
+        self.decisions.put(key, ok, self.ttl_s)
         return ok
 
     async def scope(self, token: str, namespaces: Collection[str]) -> Scope:
@@ -156,9 +159,7 @@ class Gate:
 
         answers = await asyncio.gather(*(one(ns) for ns in wanted))
         scope = decide(False, dict(zip(wanted, answers, strict=True)))
-        # Denials expire sooner, so the whole scope is re-checked at the shorter TTL when it has any.
-        ttl = self.ttl_s if all(answers) else self.negative_ttl_s
-        self.scopes.put(key, _Scoped(scope, frozenset(wanted)), ttl)
+        self.scopes.put(key, _Scoped(scope, frozenset(wanted)), self.ttl_s)
         return scope
 
     async def url(self, token: str, path: str) -> bool:

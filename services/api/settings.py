@@ -22,7 +22,7 @@ class ApiSettings(ServiceSettings):
     # Access control (services.api.auth): "kubernetes" checks bearer tokens with TokenReview and
     # namespaces with SubjectAccessReview against the apiserver of `kubeconfig` (empty: in-cluster).
     api_auth: Literal["none", "kubernetes"] = "none"
-    api_auth_cache_ttl: str = "30s"  # how long an allow is trusted; a refusal for at most 5s
+    api_auth_cache_ttl: str = "30s"  # how long a review's answer is kept (a rejected token: at most 5s)
     api_auth_cache_size: int = Field(default=10_000, ge=1)
     kubeconfig: str = ""
     # HTTPS when both are set (PEM files).
