@@ -161,3 +161,32 @@ async def test_serves_https_with_the_configured_certificate(apiserver: FakeApiSe
                 await plain.get("/healthz")
     finally:
         await server.stop()
+
+
+async def test_owners_replayed_from_the_topics_are_scoped_too(
+    apiserver: FakeApiServer, tmp_path: Path, broker: str, unique: str
+) -> None:
+    """/v1/owners names pods the view may not hold: their namespaces are reviewed on the spot."""
+    from periscope.replay.render import rfc3339
+    from tests.integration.test_replay import BASE, publish
+    from tests.unit.test_replay_owners import reuse_scenario
+
+    start = BASE + 60_000 * 1000
+    node = f"auth-owners-{unique}"
+    await publish(broker, node, reuse_scenario(node, start))  # both pods in namespace "ml"
+    s = settings(apiserver.write_kubeconfig(tmp_path / "kubeconfig"), kafka_bootstrap=broker,
+                 api_group_prefix=f"test-auth-{unique}-")
+    server = ApiServer(s, consume=False)  # an empty view: "ml" is known from the replay only
+    url = await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=30) as c:
+            q = {"at": rfc3339(start + 90_000), "node": node}
+            carol_token = {"Authorization": "Bearer carol-token"}
+            carol = (await c.get("/v1/owners", params=q, headers=carol_token)).json()
+            assert [i["namespace"] for i in carol["items"]] == ["ml", "ml"] and carol["hidden_owners"] == 0
+            alice = (await c.get("/v1/owners", params=q, headers=ALICE)).json()
+            assert alice["items"] == [] and alice["hidden_owners"] == 2
+            ops = (await c.get("/v1/owners", params=q, headers=OPS)).json()
+            assert len(ops["items"]) == 2 and "hidden_owners" not in ops  # replay's own document
+    finally:
+        await server.stop()
