@@ -66,12 +66,20 @@ def test_each_user_reads_only_what_it_may() -> None:
         up.cleanup()
 
 
-def test_api_auth_needs_a_cluster_wide_user() -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "--api-auth: scenario demo has no user with cluster: true"),
+        (("--scenario", "tenants", "--truth", "t.jsonl"),
+         "--api-auth: --truth samples the API without a token; use one or the other"),
+    ],
+)
+def test_api_auth_bad_combinations_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:
     proc = subprocess.run(
-        periscope("up", "--api-port", "0", "--broker-port", "0", "--api-auth"),
+        periscope("up", "--api-port", "0", "--broker-port", "0", "--api-auth", *args),
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert proc.returncode == 2
-    assert proc.stderr == "periscope: --api-auth: scenario demo has no user with cluster: true\n"
+    assert proc.stderr == f"periscope: {message}\n"
