@@ -11,6 +11,7 @@ ORDER = (
     "freshness_p50_s", "freshness_p99_s", "incumbent_staleness_p50_s", "incumbent_staleness_p99_s",
     "freshness_vs_incumbent_p50_ratio", "freshness_vs_incumbent_p99_ratio",
     "api_p50_ms", "api_p99_ms", "api_p99_ms_nodelay", "api_p50_ms_at_10k_rows", "api_p99_ms_at_10k_rows",
+    "api_auth_p99_ratio", "api_auth_p99_ms", "api_auth_off_p99_ms",
     "replay_device_samples_per_s", "replay_core_only_device_samples_per_s",
     "replay_steady_device_samples_per_s",
     "probe_cpu_ms_per_tick", "probe_sample_cpu_ms_per_tick",

@@ -8,6 +8,7 @@ its unit, goal, the repeats its median came from, its setup and what limits it. 
                broker, then rebuilt by the CLI in its own process (JSON to a file)
   probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML
   api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
+  api_auth     p99 of /v1/pods?node= with access control on (warm review cache) vs off
   joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; memory per row
   freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
 
@@ -40,7 +41,7 @@ sys.path[:] = [str(HERE.parent), *(p for p in sys.path if Path(p or ".").resolve
 from bench.common import Figure, kafka_security, machine, rounded  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
-SECTIONS = ("replay", "replay_hour", "probe", "api", "joiner", "freshness")
+SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "joiner", "freshness")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,14 @@ class Bench:
                                    p.api_full_lists)
         self.add(figures)
         self.details["api_by_rows"] = _round_tree(by_size)
+
+    def api_auth(self) -> None:
+        from bench import api_auth
+
+        p = self.plan
+        figures, details = api_auth.run(p.api_sizes[0], p.api_history_min, 5 * p.api_requests, 2 * p.repeats)
+        self.add(figures)
+        self.details["api_auth"] = _round_tree(details)
 
     def joiner(self) -> None:
         from bench import joiner

@@ -25,6 +25,7 @@ from aiohttp import web
 from periscope.sim.apiserver_kinds import KINDS, VERSION, Kind, Obj
 from periscope.sim.apiserver_routes import ApiRoutes
 from periscope.sim.apiserver_store import rfc3339, wall_ms
+from periscope.sim.scenario_specs import UserSpec
 
 __all__ = ["KINDS", "VERSION", "FakeApiServer", "Kind", "Obj", "rfc3339"]
 
@@ -39,12 +40,14 @@ class FakeApiServer(ApiRoutes):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, bookmark_interval_s: float = 1.0,
                  history_limit: int = 10_000, crd_installed: bool = True, dra_installed: bool = True,
-                 gone_as_http: bool = False, clock: Callable[[], int] = wall_ms) -> None:
+                 gone_as_http: bool = False, clock: Callable[[], int] = wall_ms,
+                 users: tuple[UserSpec, ...] = ()) -> None:
         super().__init__(history_limit=history_limit, crd_installed=crd_installed,
                          dra_installed=dra_installed, clock=clock)
         self.host, self.port = host, port
         self.bookmark_interval_s = bookmark_interval_s
         self.gone_as_http = gone_as_http
+        self.users = users  # TokenReview / SubjectAccessReview (periscope.sim.apiserver_reviews)
         self.stats = Counter()  # ("list"|"watch"|"gone", plural) -> count
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -98,7 +101,8 @@ class FakeApiServer(ApiRoutes):
         self.stop()
 
     def write_kubeconfig(self, path: str | Path, context: str = "periscope-sim") -> Path:
-        """Write a kubeconfig pointing the official client at this server (plain HTTP, no auth)."""
+        """Write a kubeconfig pointing the official client at this server (plain HTTP, no auth; the
+        reviews it serves need no caller credentials either)."""
         cfg = {
             "apiVersion": "v1", "kind": "Config", "current-context": context, "preferences": {},
             "clusters": [{"name": context, "cluster": {"server": self.url}}],

@@ -19,7 +19,9 @@ from collections import Counter
 from aiohttp import web
 
 from periscope.sim.apiserver_kinds import KINDS, VERSION, Kind, Obj, group_document, resource_list, status
+from periscope.sim.apiserver_reviews import REVIEW_PATHS, review
 from periscope.sim.apiserver_store import ObjectStore, Watch
+from periscope.sim.scenario_specs import UserSpec
 
 
 class ApiRoutes(ObjectStore):
@@ -30,9 +32,12 @@ class ApiRoutes(ObjectStore):
     bookmark_interval_s: float
     gone_as_http: bool
     stats: Counter[tuple[str, str]]  # ("list"|"watch"|"gone", plural) -> count
+    users: tuple[UserSpec, ...]  # who TokenReview and SubjectAccessReview know
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         parts = [p for p in request.path.split("/") if p]
+        if request.path.rstrip("/") in REVIEW_PATHS:
+            return await self._review(request)
         if parts == ["version"]:
             return web.json_response(VERSION)
         if parts == ["api"]:
@@ -67,6 +72,19 @@ class ApiRoutes(ObjectStore):
                 return await self._watch(request, kind, namespace)
             return self._list(kind, namespace)
         return await self._object(request, kind, namespace, name)
+
+    async def _review(self, request: web.Request) -> web.Response:
+        if request.method != "POST":
+            return self._error(405, "MethodNotAllowed", f"{request.method} is not supported on reviews")
+        try:
+            body = await request.json()
+        except ValueError:
+            return self._error(400, "BadRequest", "the request body is not JSON")
+        path = request.path.rstrip("/")
+        with self._lock:
+            self.stats["review", path.rsplit("/", 1)[-1]] += 1
+            code, out = review(self.users, path, body)
+        return web.json_response(out, status=code)
 
     def _groups(self) -> list[str]:
         return sorted({k.group for k in KINDS if k.group and self.served(k)})

@@ -100,6 +100,12 @@ def _writable(flag: str, path: Path) -> None:
 )
 @click.option("--exit-at-end", is_flag=True, help="Stop everything when the scenario's duration ends.")
 @click.option(
+    "--api-auth",
+    is_flag=True,
+    help="Access control on the API: bearer tokens of the scenario's users, checked with TokenReview and "
+    "SubjectAccessReview against the simulated apiserver (try --scenario tenants).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(_LEVELS, case_sensitive=False),
     default="warning",
@@ -122,6 +128,7 @@ def up(
     idle_threshold: float,
     truth: Path | None,
     exit_at_end: bool,
+    api_auth: bool,
     log_level: str,
     secure: bool,
 ) -> None:
@@ -130,6 +137,10 @@ def up(
         model = ClusterModel(load_scenario(scenario))
     except ScenarioError as e:
         raise InputError(str(e)) from None
+    if api_auth and not any(u.cluster for u in model.scenario.users):
+        raise InputError(f"--api-auth: scenario {model.scenario.name} has no user with cluster: true")
+    if api_auth and truth is not None:
+        raise InputError("--api-auth: --truth samples the API without a token; use one or the other")
     window_ms = _duration("--idle-window", idle_window)
     _port_free("--api-port", api_port)
     _port_free("--broker-port", broker_port)
@@ -148,6 +159,7 @@ def up(
         exit_at_end=exit_at_end,
         log_level=log_level.upper(),
         secure=secure,
+        api_auth=api_auth,
     )
     ctx.exit(run_up(opts, model))
 

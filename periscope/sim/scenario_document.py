@@ -35,10 +35,12 @@ from periscope.sim.scenario_specs import (
     PolicySpec,
     Scenario,
     SharingSpec,
+    UserSpec,
     XidSpec,
 )
 
-_TOP = ("name", "seed", "duration", "tick", "nodes", "pods", "events", "policy")
+_TOP = ("name", "seed", "duration", "tick", "nodes", "pods", "events", "users", "policy")
+_USER = ("name", "token", "namespaces", "cluster")
 _POLICY = ("name", "state", "components")
 _COMPONENT = ("enabled", "desired", "ready", "present")
 
@@ -100,7 +102,32 @@ def build_scenario(data: Any, source: str, default_name: str) -> Scenario:
         faults=tuple(sorted(faults, key=lambda f: f.at_ms)),
         policy=policy,
         source=source,
+        users=_users(top.get("users") or []),
     )
+
+
+# ---------------------------------------------------------------- users
+
+
+def _users(raw: Any) -> tuple[UserSpec, ...]:
+    users: list[UserSpec] = []
+    for i, item in enumerate(as_list(raw, "users")):
+        path = f"users[{i}]"
+        m = as_mapping(item, path, _USER)
+        need(m, path, "name", "token")
+        name = as_str(m["name"], f"{path}.name")
+        token = as_str(m["token"], f"{path}.token")
+        if any(u.name == name for u in users):
+            raise Invalid(f"{path}.name", f"user {name!r} is listed twice")
+        if any(u.token == token for u in users):
+            raise Invalid(f"{path}.token", "another user has this token")
+        namespaces = tuple(
+            as_str(ns, f"{path}.namespaces[{j}]", DNS_NAME, "a valid namespace name")
+            for j, ns in enumerate(as_list(m.get("namespaces") or [], f"{path}.namespaces"))
+        )
+        cluster = as_bool(m["cluster"], f"{path}.cluster") if m.get("cluster") is not None else False
+        users.append(UserSpec(name=name, token=token, namespaces=namespaces, cluster=cluster))
+    return tuple(users)
 
 
 # ---------------------------------------------------------------- policy

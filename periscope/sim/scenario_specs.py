@@ -159,6 +159,17 @@ class PolicySpec:
 
 
 @dataclass(frozen=True, slots=True)
+class UserSpec:
+    """A user the simulated apiserver knows: TokenReview accepts `token` as `name`, and
+    SubjectAccessReview allows reading pods in `namespaces` (everything, with `cluster`)."""
+
+    name: str
+    token: str
+    namespaces: tuple[str, ...] = ()
+    cluster: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Scenario:
     name: str
     seed: int
@@ -170,6 +181,7 @@ class Scenario:
     faults: tuple[FaultSpec, ...] = ()
     policy: PolicySpec | None = None
     source: str = ""
+    users: tuple[UserSpec, ...] = ()
 
     def node(self, name: str) -> NodeSpec:
         for n in self.nodes:

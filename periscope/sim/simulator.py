@@ -44,7 +44,7 @@ class Simulator:
             n.name: NodeSim(self.model, n.name, i, node_paths(self.workdir, n.name))
             for i, n in enumerate(self.scenario.nodes)
         }
-        self.api = FakeApiServer("127.0.0.1", 0)
+        self.api = FakeApiServer("127.0.0.1", 0, users=self.scenario.users)
         self.created: dict[str, int] = {}
         self.start_ms: int | None = None
         self.prepared_ms = 0  # when the time-0 state was first served

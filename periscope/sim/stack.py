@@ -55,6 +55,7 @@ class UpOptions:
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
     secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.secure)
+    api_auth: bool = False  # access control against the simulated apiserver's scenario users
 
 
 class UpError(RuntimeError):
@@ -183,10 +184,11 @@ class Stack:
         )
         api_port = opts.api_port or free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"
+        auth = {"api_auth": "kubernetes", "kubeconfig": ready["kubeconfig"]} if opts.api_auth else {}
         self._add(
             "api",
             _py("periscope.cli.main", "api"),
-            self._env(api_host="127.0.0.1", api_port=str(api_port), api_stale_after=self.stale_after),
+            self._env(api_host="127.0.0.1", api_port=str(api_port), api_stale_after=self.stale_after, **auth),
         )
 
     def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
@@ -209,7 +211,7 @@ class Stack:
         """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
         want = {g.uuid for gpus in self.model.gpus.values() for g in gpus}
         deadline = time.monotonic() + self.opts.ready_timeout_s
-        with httpx.Client(base_url=self.api_url, timeout=2.0) as client:
+        with httpx.Client(base_url=self.api_url, timeout=2.0, headers=self.api_headers()) as client:
             while time.monotonic() < deadline:
                 self._check_startup()
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
@@ -219,6 +221,11 @@ class Stack:
                             return
                 time.sleep(0.2)
         raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
+
+    def api_headers(self) -> dict[str, str]:
+        """With --api-auth, the stack itself reads the API as the first cluster-wide scenario user."""
+        ops = next((u for u in self.scenario.users if u.cluster), None)
+        return {"Authorization": f"Bearer {ops.token}"} if self.opts.api_auth and ops else {}
 
     def begin(self) -> int:
         self.start_ms = start = self.clock.now_ms()
@@ -301,16 +308,27 @@ class Stack:
 def banner(stack: Stack) -> list[str]:
     api = stack.api_url
     assert stack.broker is not None
-    return [
+    # With --api-auth the examples carry a cluster-wide user's token, and every user is listed.
+    token = stack.api_headers().get("Authorization")
+    curl = f"curl -s -H '{token}'" if token else "curl -s"
+    lines = [
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.bootstrap}" + (" (mutual TLS)" if stack.secure else ""),
         "try:",
-        f"  curl -s {api}/v1/pods",
-        f"  curl -s {api}/v1/gpus",
-        f"  curl -s '{api}/v1/idle?window=30s'",
-        f"  curl -s {api}/v1/xid",
-        f"  curl -s {api}/v1/policy",
-        f"  curl -s {api}/metrics",
+        f"  {curl} {api}/v1/pods",
+        f"  {curl} {api}/v1/gpus",
+        f"  {curl} '{api}/v1/idle?window=30s'",
+        f"  {curl} {api}/v1/xid",
+        f"  {curl} {api}/v1/policy",
+        f"  {curl} {api}/metrics",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
+    if stack.opts.api_auth:
+        users = [
+            f"  {u.name} ({'cluster-wide' if u.cluster else ', '.join(u.namespaces) or 'nothing'}): "
+            f"Authorization: Bearer {u.token}"
+            for u in stack.scenario.users
+        ]
+        lines[3:3] = ["access control on; the simulated cluster's users:", *users]
+    return lines

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.api import queries, schemas
+from services.api.auth import Gate, caller
 from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
@@ -25,6 +26,17 @@ from services.api.status import ConsumerStatus
 from services.api.view import View
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
+
+
+# Documented on every guarded route, so /docs (and a schema check) knows what access control answers.
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": schemas.Error, "description": "no bearer token, or one the apiserver rejects"},
+    503: {"model": schemas.Error, "description": "access cannot be checked (apiserver unreachable)"},
+}
+CLUSTER_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **AUTH_RESPONSES,
+    403: {"model": schemas.Error, "description": "the caller may not get this cluster-scoped URL"},
+}
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -46,16 +58,21 @@ def create_app(
     *,
     extra_routers: Sequence[APIRouter] = (),
     lifespan: Lifespan | None = None,
+    gate: Gate | None = None,
 ) -> FastAPI:
-    """The HTTP API over `view`. With `status` None the view is static and always ready."""
+    """The HTTP API over `view`. With `status` None the view is static and always ready. With a
+    `gate`, every route but /healthz, /readyz and the OpenAPI document needs a bearer token and
+    answers within the caller's namespaces (services.api.auth)."""
     app = FastAPI(
         title="Periscope API",
         summary="Which pod is using this GPU right now, and what is it doing?",
         version="1",
         lifespan=lifespan,
+        dependencies=[Depends(caller)],  # closed by default: a new route is checked too
     )
     app.state.view = view
     app.state.status = status
+    app.state.gate = gate
 
     # The contract: bad input is 400 {"error": ...}, never FastAPI's 422 shape.
     @app.exception_handler(RequestValidationError)
@@ -70,9 +87,9 @@ def create_app(
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
-    app.include_router(queries.router(view))
+    app.include_router(queries.router(view), responses=AUTH_RESPONSES)
     for r in extra_routers:
-        app.include_router(r)
+        app.include_router(r, responses=AUTH_RESPONSES)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, status))
@@ -82,7 +99,7 @@ def create_app(
         "/v1/policy",
         tags=["cluster"],
         dependencies=[Depends(only())],
-        responses={200: {"model": schemas.Policy}, 503: {"model": schemas.Error}},
+        responses={200: {"model": schemas.Policy}, 503: {"model": schemas.Error}, **CLUSTER_RESPONSES},
     )
     async def policy() -> Any:
         """GPU Operator intent (ClusterPolicy) against what is reconciled on the nodes."""
@@ -96,7 +113,13 @@ def create_app(
             out = {**out, "as_of": rfc3339(view.policy.meta.time_ms) if view.policy else None}
         return out
 
-    @app.get("/metrics", tags=["ops"], response_class=Response, dependencies=[Depends(only())])
+    @app.get(
+        "/metrics",
+        tags=["ops"],
+        response_class=Response,
+        dependencies=[Depends(only())],
+        responses=CLUSTER_RESPONSES,
+    )
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
         body = pod_series.render().encode() + generate_latest(registry)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import click
@@ -44,6 +45,10 @@ def load_settings(
         )
     if not settings.kafka_bootstrap.strip():
         raise InputError("api settings: kafka_bootstrap is empty")
+    for name in ("api_tls_certfile", "api_tls_keyfile"):
+        path = getattr(settings, name)
+        if path and not os.access(path, os.R_OK):
+            raise InputError(f"api settings: {name}: cannot read {path!r}")
     return settings
 
 
@@ -76,7 +81,15 @@ def command(host: str | None, port: int | None, bootstrap: str | None, group_pre
     )
     logs.install()  # repeated failures (ours, aiokafka's) are bounded: see periscope.logs
     check_kafka("api", settings)
-    server = ApiServer(settings)
+    from kubernetes.config import ConfigException
+
+    try:
+        server = ApiServer(settings)
+    except ConfigException as e:
+        where = settings.kubeconfig or "in-cluster service account"
+        raise InputError(
+            f"api settings: api_auth=kubernetes: no apiserver configuration ({where}): {e}"
+        ) from None
     try:
         server.bind()
     except OSError as e:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
 
 from periscope.bus.security import KafkaSecurity
 from periscope.replay.owners import owners_at
 from periscope.replay.reader import ReadError
 from periscope.wirejson import parse_time_ms
-from services.api import schemas
+from services.api import access, schemas
+from services.api.access import Scope
+from services.api.auth import caller, widen
 from services.api.queries import ApiError, only
 
 _CONCURRENT = 2
@@ -37,6 +39,9 @@ class OwnerItem(BaseModel):
 class Owners(BaseModel):
     at: str
     items: list[OwnerItem]
+    hidden_owners: int = Field(
+        0, description="owners in namespaces the caller may not see, left out (namespace-scoped callers only)"
+    )
 
 
 def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
@@ -49,9 +54,11 @@ def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
         dependencies=[Depends(only("at", "gpu_uuid", "node"))],
     )
     async def owners(
+        request: Request,
         at: str = Query(..., description="the instant (RFC 3339 UTC)"),
         gpu_uuid: str | None = Query(None, description="only this GPU (or MIG instance) UUID"),
         node: str | None = Query(None, description="only this node"),
+        scope: Scope = Depends(caller),
     ) -> dict[str, Any]:
         """Who owned what at `at`: `{at, items: [{node, gpu_uuid, device_id, mig, pod_uid, namespace, pod,
         container}]}`, rebuilt from the input topics (the same answer as `periscope replay --at`)."""
@@ -61,8 +68,14 @@ def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
             raise ApiError(400, f"at: {e}") from None
         async with slots:
             try:
-                return await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node, security=security)
+                out = await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node, security=security)
             except ReadError as e:
                 raise ApiError(503, str(e)) from None
+        if scope.cluster:
+            return out  # exactly `periscope replay --at`'s document
+        items = out.get("items") or []
+        scope = await widen(request, scope, {str(i.get("namespace") or "") for i in items})
+        seen, hidden = access.owner_items(items, scope)
+        return {**out, "items": seen, "hidden_owners": hidden}
 
     return r

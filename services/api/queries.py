@@ -14,7 +14,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from periscope.core.duration import format_duration_ms, parse_duration_ms
 from periscope.core.model import FINDING_KINDS
 from periscope.wirejson import num, parse_time_ms
-from services.api import idle, schemas
+from services.api import access, idle, schemas
+from services.api.access import Scope
+from services.api.auth import caller
 from services.api.paging import BadToken, decode_token, encode_token, page
 from services.api.render import (
     Json,
@@ -106,6 +108,7 @@ _CONTINUE = Query(None, alias="continue", description="token from the previous p
 _NODE = Query(None, description="only this node")
 _NS = Query(None, description="only this namespace")
 _PAGED = ("limit", "continue")
+_CALLER = Depends(caller)
 
 
 def router(view: View) -> APIRouter:
@@ -123,6 +126,7 @@ def router(view: View) -> APIRouter:
         node: str | None = _NODE,
         limit: int | None = _LIMIT,
         cont: str | None = _CONTINUE,
+        scope: Scope = _CALLER,
     ) -> Json:
         """One row per pod x container x device, sorted by namespace, pod, pod_uid, container, device_id."""
         after = _after("pods", cont, _ROW_SHAPE)
@@ -132,7 +136,7 @@ def router(view: View) -> APIRouter:
                 return None
             return view.row_json(k)
 
-        items, nxt = page(view.row_keys(node, namespace), after, limit, select)
+        items, nxt = page(access.row_keys(view.row_keys(node, namespace), scope), after, limit, select)
         return _listing(view, "pods", items, nxt)
 
     @r.get(
@@ -140,10 +144,11 @@ def router(view: View) -> APIRouter:
         responses={200: {"model": schemas.PodDetail}, 404: {"model": schemas.Error}},
         dependencies=[Depends(only())],
     )
-    async def get_pod(pod_uid: str) -> Json:
+    async def get_pod(pod_uid: str, scope: Scope = _CALLER) -> Json:
         """A pod's identity, lifecycle and every row it holds or held."""
         pod = view.pods.get(pod_uid)
-        if pod is None:
+        # Another namespace's pod is as unknown as a missing one: its existence is not revealed.
+        if pod is None or not scope.sees(pod.namespace):
             raise ApiError(404, f"unknown pod UID {pod_uid!r}")
         rows = [
             {**view.row_json(k), "windows": [window_json(w) for w in view.row(k)[1].windows]}
@@ -161,17 +166,22 @@ def router(view: View) -> APIRouter:
         node: str | None = _NODE,
         limit: int | None = _LIMIT,
         cont: str | None = _CONTINUE,
+        scope: Scope = _CALLER,
     ) -> Json:
         """One row per physical GPU, sorted by node, index, gpu_uuid."""
         after = _after("gpus", cont, _GPU_SHAPE)
 
         def select(k: GpuKey) -> Json | None:
             g = view.gpus[k[2]]
-            if namespace is not None and not any(
-                o.namespace == namespace for o in (*g.owners, *(o for m in g.mig_devices for o in m.owners))
+            if namespace is not None and not (
+                scope.sees(namespace)
+                and any(
+                    o.namespace == namespace
+                    for o in (*g.owners, *(o for m in g.mig_devices for o in m.owners))
+                )
             ):
                 return None
-            return gpu_row(g)
+            return access.gpu_row(gpu_row(g), scope)
 
         items, nxt = page(view.gpu_keys(node), after, limit, select)
         return _listing(view, "gpus", items, nxt)
@@ -181,11 +191,11 @@ def router(view: View) -> APIRouter:
         responses={200: {"model": schemas.GpuRow}, 404: {"model": schemas.Error}},
         dependencies=[Depends(only())],
     )
-    async def get_gpu(gpu_uuid: str) -> Json:
+    async def get_gpu(gpu_uuid: str, scope: Scope = _CALLER) -> Json:
         g = view.gpus.get(gpu_uuid)
         if g is None:
             raise ApiError(404, f"unknown GPU UUID {gpu_uuid!r}")
-        return gpu_row(g)
+        return access.gpu_row(gpu_row(g), scope)
 
     @r.get(
         "/v1/idle",
@@ -210,6 +220,7 @@ def router(view: View) -> APIRouter:
         node: str | None = _NODE,
         limit: int | None = _LIMIT,
         cont: str | None = _CONTINUE,
+        scope: Scope = _CALLER,
     ) -> Json:
         """Allocated-but-idle rows. Without parameters: the joiner's own idle flags. With threshold_pct
         and/or window: recomputed from each row's window stats."""
@@ -231,7 +242,7 @@ def router(view: View) -> APIRouter:
                 "wasted_gpu_hours": num(v.wasted_gpu_hours),
             }
 
-        items, nxt = page(view.row_keys(node, namespace), after, limit, select)
+        items, nxt = page(access.row_keys(view.row_keys(node, namespace), scope), after, limit, select)
         return _listing(
             view,
             "pods",
@@ -253,6 +264,7 @@ def router(view: View) -> APIRouter:
         gpu_uuid: str | None = Query(None, description="only this GPU"),
         limit: int | None = _LIMIT,
         cont: str | None = _CONTINUE,
+        scope: Scope = _CALLER,
     ) -> Json:
         """XID errors in time order, with the pods that owned the device when it happened."""
         after = _after("xid", cont, _XID_SHAPE)
@@ -264,9 +276,11 @@ def router(view: View) -> APIRouter:
                 return None
             if (node is not None and f.node != node) or (gpu_uuid is not None and f.gpu_uuid != gpu_uuid):
                 return None
-            if namespace is not None and not any(o.namespace == namespace for o in f.owners):
+            if namespace is not None and not (
+                scope.sees(namespace) and any(o.namespace == namespace for o in f.owners)
+            ):
                 return None
-            return xid_row(f)
+            return access.xid_row(xid_row(f), scope)
 
         items, nxt = page(view.xid_keys(), after, limit, select)
         return _listing(view, "xid", items, nxt)
@@ -283,6 +297,7 @@ def router(view: View) -> APIRouter:
         namespace: str | None = _NS,
         limit: int | None = _LIMIT,
         cont: str | None = _CONTINUE,
+        scope: Scope = _CALLER,
     ) -> Json:
         """Everything the joiner flagged, in time order."""
         after = _after("findings", cont, _FINDING_SHAPE)
@@ -294,7 +309,7 @@ def router(view: View) -> APIRouter:
                 return None
             if (node is not None and f.node != node) or (namespace is not None and f.namespace != namespace):
                 return None
-            return finding_json(f)
+            return access.finding(finding_json(f), scope)
 
         items, nxt = page(keys, after, limit, select)
         return _listing(view, "findings", items, nxt)

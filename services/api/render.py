@@ -122,6 +122,7 @@ def gpu_row(g: GpuState) -> Json:
         "power_w": num(g.power_w),
         "temp_c": num(g.temp_c),
         "owners": [owner_json(o) for o in g.owners],
+        "hidden_owners": 0,  # set by services.api.access for a namespace-scoped caller
         "last_xid": {"code": g.last_xid.code, "at": rfc3339(g.last_xid.at_ms)} if g.last_xid else None,
         "sample_at": rfc3339(g.sample_ms),
         "lost": g.lost,
@@ -151,6 +152,7 @@ def xid_row(f: Finding) -> Json:
             }
             for o in f.owners
         ],
+        "hidden_owners": 0,
         "message": f.message,
     }
 
@@ -172,6 +174,7 @@ def finding_json(f: Finding) -> Json:
         "device_id": f.device_id,
         "xid_code": f.xid_code or None,
         "owners": [owner_json(o) for o in f.owners],
+        "hidden_owners": 0,
         "message": f.message,
         "since": rfc3339(f.since_ms),
         "avg_util_pct": num(f.avg_util_pct),

@@ -114,6 +114,7 @@ class GpuRow(BaseModel):
     power_w: float | None
     temp_c: float | None
     owners: list[Owner]
+    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
     last_xid: LastXid | None
     sample_at: str | None
     lost: bool
@@ -126,6 +127,7 @@ class XidRow(BaseModel):
     mig: Mig | None
     code: int
     owners: list[Owner] = Field(description="owners at the moment of the error, not at query time")
+    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
     message: str
 
 
@@ -145,6 +147,7 @@ class FindingRow(BaseModel):
     device_id: str
     xid_code: int | None
     owners: list[Owner]
+    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
     message: str
     since: str | None
     avg_util_pct: float | None

@@ -16,8 +16,10 @@ import uvicorn
 from fastapi import APIRouter, FastAPI
 
 from services.api.app import create_app
+from services.api.auth import Gate
 from services.api.consumer import ViewConsumer
 from services.api.owners import router as owners_router
+from services.api.reviews import KubeReviews, kube_configuration
 from services.api.settings import ApiSettings
 from services.api.view import View
 
@@ -64,12 +66,18 @@ class ApiServer:
             if consume
             else None
         )
+        self.reviews: KubeReviews | None = None
+        gate = None
+        if settings.api_auth == "kubernetes":
+            self.reviews = KubeReviews(kube_configuration(settings.kubeconfig))
+            gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size)
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
             extra_routers=[*extra_routers,
                            owners_router(settings.kafka_bootstrap, settings.kafka_security())],
             lifespan=self._lifespan,
+            gate=gate,
         )
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None
@@ -77,6 +85,14 @@ class ApiServer:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as cleanup:
+            if self.reviews is not None:
+                cleanup.push_async_callback(self.reviews.close)
+            async with self._consuming():
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _consuming(self) -> AsyncIterator[None]:
         if self.consumer is None:
             yield
             return
@@ -105,13 +121,19 @@ class ApiServer:
     def url(self) -> str:
         host = self.settings.api_host
         host = f"[{host}]" if ":" in host else host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.settings.tls else 'http'}://{host}:{self.port}"
 
     async def serve(self) -> None:
         """Serve until stopped (SIGINT/SIGTERM or `stop()`)."""
         sock = self.bind()
+        tls = self.settings
         config = uvicorn.Config(
-            self.app, log_level=self.settings.log_level.lower(), access_log=False, lifespan="on"
+            self.app,
+            log_level=self.settings.log_level.lower(),
+            access_log=False,
+            lifespan="on",
+            ssl_certfile=tls.api_tls_certfile or None,
+            ssl_keyfile=tls.api_tls_keyfile or None,
         )
         self._server = uvicorn.Server(config)
         try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from periscope.config import ServiceSettings, seconds
 from periscope.core.duration import parse_duration_ms
@@ -32,13 +34,36 @@ class ApiSettings(ServiceSettings):
         if v <= 0:
             raise ValueError("must be a positive duration")
         return v
+    # Access control (services.api.auth): "kubernetes" checks bearer tokens with TokenReview and
+    # namespaces with SubjectAccessReview against the apiserver of `kubeconfig` (empty: in-cluster).
+    api_auth: Literal["none", "kubernetes"] = "none"
+    api_auth_cache_ttl: str = "30s"  # how long a review's answer is kept (a rejected token: at most 5s)
+    api_auth_cache_size: int = Field(default=10_000, ge=1)
+    kubeconfig: str = ""
+    # HTTPS when both are set (PEM files).
+    api_tls_certfile: str = ""
+    api_tls_keyfile: str = ""
 
-    @field_validator("api_retention")
+    @field_validator("api_retention", "api_auth_cache_ttl")
     @classmethod
     def _duration(cls, v: str) -> str:
         if parse_duration_ms(v) <= 0:
             raise ValueError("must be longer than 0s")
         return v
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ApiSettings:
+        if bool(self.api_tls_certfile) != bool(self.api_tls_keyfile):
+            raise ValueError("api_tls_certfile and api_tls_keyfile must be set together")
+        return self
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.api_tls_certfile)
+
+    @property
+    def auth_ttl_s(self) -> float:
+        return parse_duration_ms(self.api_auth_cache_ttl) / 1000
 
     @property
     def retention_ms(self) -> int:

@@ -11,7 +11,7 @@ when something under them changes, so a filtered query at 100,000 rows touches o
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,6 +213,10 @@ class View:
             cached = sorted(k for uid in uids for k in self._row_keys.get(uid, ()))
             self._row_slices.cache[scope] = cached
         return cached
+
+    def namespaces(self) -> Collection[str]:
+        """Namespaces of the pods held (a live view: do not keep it across awaits)."""
+        return self._pods_by_ns.keys()
 
     def row(self, key: RowKey) -> tuple[PodAttribution, AttributionRow]:
         return self._rows[key]

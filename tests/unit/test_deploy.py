@@ -369,7 +369,7 @@ def test_every_container_has_requests_and_limits(flavour: str) -> None:
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None:
     docs = _flavour(flavour)
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    role = _find(docs, "ClusterRole", "periscope-kube-watcher")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
         ("", "pods"), ("", "nodes"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
@@ -390,13 +390,16 @@ def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None
         ]
 
 
-def test_only_the_watcher_gets_an_api_token() -> None:
+TOKEN_HOLDERS = {"periscope-kube-watcher", "periscope-api"}  # the API's token only creates reviews
+
+
+def test_only_the_watcher_and_the_api_get_an_api_token() -> None:
     docs = _flavour("overlays/kafka-kraft")
     for sa in (d for d in docs if d["kind"] == "ServiceAccount"):
-        expected = sa["metadata"]["name"] == "periscope-kube-watcher"
+        expected = sa["metadata"]["name"] in TOKEN_HOLDERS
         assert sa["automountServiceAccountToken"] is expected, sa["metadata"]["name"]
     for workload, pod in _pods(docs):
-        expected = workload["metadata"]["name"] == "periscope-kube-watcher"
+        expected = workload["metadata"]["name"] in TOKEN_HOLDERS
         assert pod["automountServiceAccountToken"] is expected, workload["metadata"]["name"]
         _find(docs, "ServiceAccount", pod["serviceAccountName"])
     binding = _find(docs, "ClusterRoleBinding", "periscope-kube-watcher")
@@ -443,11 +446,59 @@ def test_api_is_reachable_on_its_port_only() -> None:
     assert _env(api)["PERISCOPE_API_HOST"]["value"] == "0.0.0.0"
     assert [p["containerPort"] for p in api["ports"]] == [port]
     svc = _find(docs, "Service", "periscope-api")
-    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "http")]
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "https")]
     policy = _find(docs, "NetworkPolicy", "periscope-api")["spec"]
     assert policy["podSelector"]["matchLabels"] == svc["spec"]["selector"]
     assert policy["policyTypes"] == ["Ingress"]
     assert policy["ingress"] == [{"ports": [{"port": port, "protocol": "TCP"}]}]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_api_checks_access_with_reviews_only_and_serves_tls(flavour: str) -> None:
+    docs = _flavour(flavour)
+    pod = _find(docs, "Deployment", "periscope-api")["spec"]["template"]["spec"]
+    api = pod["containers"][0]
+    env = _env(api)
+    assert env["PERISCOPE_API_AUTH"]["value"] == "kubernetes"
+    cert, key = env["PERISCOPE_API_TLS_CERTFILE"]["value"], env["PERISCOPE_API_TLS_KEYFILE"]["value"]
+    (mount,) = [m for m in api["volumeMounts"] if cert.startswith(m["mountPath"] + "/")]
+    assert key.startswith(mount["mountPath"] + "/") and mount["readOnly"] is True
+    (vol,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert vol["secret"]["secretName"] == "periscope-api-tls" and not vol["secret"].get("optional")
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert api[probe]["httpGet"]["scheme"] == "HTTPS", probe
+    assert [p["name"] for p in api["ports"]] == ["https"]
+    # The API's service account may create the two reviews and nothing else.
+    role = _find(docs, "ClusterRole", "periscope-api-reviewer")
+    assert role["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    bound = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")
+             and any(s["name"] == "periscope-api" for s in d["subjects"])]
+    assert [b["roleRef"]["name"] for b in bound] == ["periscope-api-reviewer"]
+    sa = {"kind": "ServiceAccount", "name": "periscope-api", "namespace": "periscope"}
+    assert bound[0]["subjects"] == [sa]
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_example_viewer_roles_only_read(flavour: str) -> None:
+    docs = _flavour(flavour)
+    ns_viewer = _find(docs, "ClusterRole", "periscope-namespace-viewer")
+    read_pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert ns_viewer["rules"] == [read_pods]
+    cluster = _find(docs, "ClusterRole", "periscope-cluster-viewer")
+    assert cluster["rules"] == [
+        read_pods,
+        {"nonResourceURLs": ["/v1/policy", "/metrics"], "verbs": ["get"]},
+    ]
+    # Examples: nothing binds them, so installing Periscope grants no one anything.
+    bindings = [d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    assert not any(b["roleRef"]["name"].endswith("-viewer") for b in bindings)
+    # The cluster-scoped URLs the API reviews are exactly the ones the example grants.
+    from services.api.auth import CLUSTER_PATHS
+
+    assert set(cluster["rules"][1]["nonResourceURLs"]) == CLUSTER_PATHS
 
 
 def test_topic_job_runs_the_bus_admin_module() -> None:
