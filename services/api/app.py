@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from services.api import queries, schemas
+from services.api.findings_series import FindingsCollector
 from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
@@ -76,6 +77,7 @@ def create_app(
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, status))
+    registry.register(FindingsCollector(view))
     pod_series = PodSeries(view)
 
     @app.get(
