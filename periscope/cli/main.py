@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "api": ("services.api.cli", "command", "Serve the HTTP query API over the joiner's outputs."),
     "replay": ("periscope.replay.cli", "command", "Rebuild attribution for a past time range."),
     "inspect": ("periscope.cli.inspect", "inspect", "Parse a kubelet checkpoint, cgroup file or device ID."),
+    "top": ("periscope.cli.top", "command", "A live table of GPUs and the pods holding them, from the API."),
 }
 
 _debug = False
