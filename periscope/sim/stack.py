@@ -278,6 +278,7 @@ def banner(stack: Stack) -> list[str]:
     api = stack.api_url
     assert stack.broker is not None
     return [
+        f"web: {api}/",
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.broker.bootstrap}",
@@ -288,5 +289,6 @@ def banner(stack: Stack) -> list[str]:
         f"  curl -s {api}/v1/xid",
         f"  curl -s {api}/v1/policy",
         f"  curl -s {api}/metrics",
+        f"  periscope top --api {api}",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
