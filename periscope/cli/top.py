@@ -82,11 +82,10 @@ def command(
         if once:
             click.echo(render_text(fetch(client, namespace, node), sort), nl=False)
             return
-        console = Console()
-        with Live(table(fetch(client, namespace, node), sort), console=console, screen=False) as live:
-            try:
+        try:  # Ctrl-C is how a live table is meant to end: exit 0, the last table left on screen
+            with Live(table(fetch(client, namespace, node), sort), console=Console(), screen=False) as live:
                 while True:
                     time.sleep(interval)
                     live.update(table(fetch(client, namespace, node), sort))
-            except KeyboardInterrupt:
-                return
+        except KeyboardInterrupt:
+            return

@@ -290,3 +290,24 @@ def test_periscope_top_reads_the_api_over_http(stack: Stack) -> None:
     assert idle.returncode == 0, idle.stderr
     (row,) = idle.stdout.splitlines()[2:]
     assert " idle-notebook " in row and float(row.split()[-1]) > 0
+
+
+@pytest.mark.timeout(300)
+def test_periscope_top_keeps_refreshing_until_ctrl_c(stack: Stack) -> None:
+    proc = subprocess.Popen(
+        periscope("top", "--api", stack.api, "--interval", "0.5"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},  # a pipe has no width; a terminal would say
+    )
+    try:
+        time.sleep(4)
+        assert proc.poll() is None, proc.communicate()  # still running: it is live, not one-shot
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, err
+    for name in PODS:
+        assert f" {name} " in out, name
