@@ -74,7 +74,10 @@ def fetch(client: httpx.Client, namespace: str | None, node: str | None) -> Snap
 def command(
     api_url: str, once: bool, namespace: str | None, node: str | None, sort: str | None, interval: float
 ) -> None:
-    """A live table of GPUs and the pods holding them (Ctrl-C quits)."""
+    """A live table of GPUs and the pods holding them (Ctrl-C quits).
+
+    With API access control on, the bearer token is read from PERISCOPE_API_TOKEN.
+    """
     base = _api_base(api_url)
     token = os.environ.get(TOKEN_ENV, "")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
