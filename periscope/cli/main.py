@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("periscope.replay.cli", "command", "Rebuild attribution for a past time range."),
     "inspect": ("periscope.cli.inspect", "inspect", "Parse a kubelet checkpoint, cgroup file or device ID."),
     "doctor": ("services.probe.doctor_cli", "command", "Check every source the probe needs on this node."),
+    "top": ("periscope.cli.top", "command", "A live table of GPUs and the pods holding them, from the API."),
 }
 
 _debug = False

@@ -312,6 +312,7 @@ def banner(stack: Stack) -> list[str]:
     token = stack.api_headers().get("Authorization")
     curl = f"curl -s -H '{token}'" if token else "curl -s"
     lines = [
+        f"web: {api}/",
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.bootstrap}" + (" (mutual TLS)" if stack.secure else ""),
@@ -322,6 +323,7 @@ def banner(stack: Stack) -> list[str]:
         f"  {curl} {api}/v1/xid",
         f"  {curl} {api}/v1/policy",
         f"  {curl} {api}/metrics",
+        f"  periscope top --api {api}",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
     if stack.opts.api_auth:
@@ -330,5 +332,5 @@ def banner(stack: Stack) -> list[str]:
             f"Authorization: Bearer {u.token}"
             for u in stack.scenario.users
         ]
-        lines[3:3] = ["access control on; the simulated cluster's users:", *users]
+        lines[4:4] = ["access control on; the simulated cluster's users:", *users]
     return lines

@@ -1,4 +1,4 @@
-"""FastAPI application over a View: query endpoints, /v1/policy, /metrics, /healthz, /readyz.
+"""FastAPI application over a View: query endpoints, /v1/policy, /metrics, /healthz, /readyz, / (web).
 
 `create_app(view, status)` only wires routes; the consumer that fills the view is started by whoever
 runs the app (services.api.server), so tests can serve a preloaded view. More routers (e.g. GET
@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.api import queries, schemas
+from services.api import queries, schemas, webview
 from services.api.auth import Gate, caller
+from services.api.findings_series import FindingsCollector
 from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
@@ -88,11 +89,13 @@ def create_app(
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(queries.router(view), responses=AUTH_RESPONSES)
+    app.include_router(webview.router())
     for r in extra_routers:
         app.include_router(r, responses=AUTH_RESPONSES)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, status))
+    registry.register(FindingsCollector(view))
     pod_series = PodSeries(view)
 
     @app.get(

@@ -41,6 +41,11 @@ def _escape(v: str) -> str:
 # (name, help, row -> value or None); a None value exports no sample (unknown is not zero).
 _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], ...] = (
     (
+        "periscope_pod_gpu_allocated",
+        "1 per device the pod container holds (present even when usage is unknown)",
+        lambda r: 1.0,
+    ),
+    (
         "periscope_pod_gpu_util_percent",
         "Attributed GPU utilization of the pod's device",
         lambda r: num(r.util_pct),
@@ -123,6 +128,11 @@ class ViewCollector(Collector):
         )
         lost = _g("periscope_gpu_lost", "1 when the GPU fell off the bus", GPU_LABELS)
         last_xid = _g("periscope_gpu_last_xid_code", "Code of the GPU's latest XID error", GPU_LABELS)
+        mig = _g(
+            "periscope_gpu_mig_owners",
+            "Pod containers holding each MIG instance of the GPU (0: free)",
+            [*GPU_LABELS, "mig_profile", "gi", "ci"],
+        )
         for key in self.view.gpu_keys():
             g = self.view.gpus[key[2]]
             labels = [g.node, g.gpu_uuid, g.model, str(g.index)]
@@ -139,7 +149,9 @@ class ViewCollector(Collector):
             lost.add_metric(labels, 1.0 if g.lost else 0.0)
             if g.last_xid is not None:
                 last_xid.add_metric(labels, g.last_xid.code)
-        yield from (util, fb, fb_total, power, temp, owners, lost, last_xid)
+            for m in g.mig_devices:
+                mig.add_metric([*labels, m.profile, str(m.gi), str(m.ci)], len(m.owners))
+        yield from (util, fb, fb_total, power, temp, owners, lost, last_xid, mig)
 
     def _xids(self) -> Iterator[Metric]:
         counts: Counter[tuple[str, ...]] = Counter()

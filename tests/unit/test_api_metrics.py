@@ -111,3 +111,12 @@ async def test_label_values_are_escaped_and_survive_a_parse() -> None:
     # Label sets are cached between scrapes; a changed value still comes through.
     v.apply(pod("u1", "ml", "a", "gpu-a", row(GPU_A0, container=odd, util_pct=99.0), as_of=T0 + 1))
     assert (await scrape(v))["periscope_pod_gpu_util_percent"][0].value == 99.0
+
+
+async def test_every_metric_family_is_exported_once() -> None:
+    # Two collectors exporting one name make the exposition invalid for Prometheus.
+    app = create_app(View(), ConsumerStatus(group_id="g"))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
+        text = (await c.get("/metrics")).text
+    types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
+    assert types and len(types) == len(set(types)), sorted(t for t in types if types.count(t) > 1)

@@ -1,0 +1,106 @@
+"""`periscope top`: the table as a pure function of the API's answers (golden text), and the CLI's bad input.
+
+The command against a real API over HTTP is in tests/e2e/test_operator_views.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from periscope.cli.top_table import Snapshot, render_text, rows, sort_rows
+
+A0 = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+A1 = "GPU-a1a1a1a1-0000-4000-8000-000000000000"
+B0 = "GPU-bbbbbbbb-0000-4000-8000-000000000000"
+MIG = "MIG-cccccccc-0000-4000-8000-000000000000"
+
+
+def gpu(uuid: str, node: str, index: int, util: float | None = None) -> dict[str, Any]:
+    return {"gpu_uuid": uuid, "node": node, "index": index, "util_pct": util, "fb_used_mib": 100.0,
+            "power_w": 60.0}
+
+
+def pod(uid: str, ns: str, name: str, node: str, device: str, util: float | None, mem: float,
+        power: float | None = 100.0, mig: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"pod_uid": uid, "namespace": ns, "pod": name, "container": "main", "node": node,
+            "device_id": device, "gpu_uuid": A0 if mig else device.split("::")[0], "mig": mig,
+            "util_pct": util, "fb_used_mib": mem, "power_w": power}
+
+
+SNAP = Snapshot(
+    gpus=[gpu(A0, "gpu-a", 0), gpu(A1, "gpu-a", 1, 3.0), gpu(B0, "gpu-b", 0, 55.0)],
+    pods=[
+        pod("11111111-aaaa", "ml", "train-0", "gpu-a", MIG, None, 9000.0, None,
+            {"uuid": MIG, "profile": "3g.40gb", "gi": 1, "ci": 0}),
+        pod("22222222-bbbb", "web", "infer-a", "gpu-b", B0 + "::0", 35.0, 2000.0),
+        pod("33333333-cccc", "web", "infer-b", "gpu-b", B0 + "::1", 20.0, 3000.0),
+        pod("44444444-dddd", "notebooks", "jupyter", "gpu-b", B0 + "::2", 0.0, 500.0, 5.0),
+    ],
+    idle=[{"pod_uid": "44444444-dddd", "device_id": B0 + "::2", "wasted_gpu_hours": 1.25}],
+    as_of="2026-11-22T04:05:06.789Z",
+)
+
+GOLDEN = """\
+as of 2026-11-22T04:05:06.789Z   GPUs 3   pods holding GPUs 4   idle 1 (1.25 GPU-h wasted)
+NODE   GPU         DEVICE       NAMESPACE  POD      UID       CONTAINER  UTIL%  MEM MiB  POWER W  IDLE GPU-h
+gpu-a  0 aaaaaaaa  3g.40gb 1/0  ml         train-0  11111111  main           -     9000        -           -
+gpu-a  1 a1a1a1a1  free         -          -        -         -              3      100       60           -
+gpu-b  0 bbbbbbbb  replica 0    web        infer-a  22222222  main          35     2000      100           -
+gpu-b  0 bbbbbbbb  replica 1    web        infer-b  33333333  main          20     3000      100           -
+gpu-b  0 bbbbbbbb  replica 2    notebooks  jupyter  44444444  main           0      500        5        1.25
+"""
+
+
+def test_the_table_lists_every_held_device_and_every_free_gpu() -> None:
+    assert render_text(SNAP) == GOLDEN
+
+
+@pytest.mark.parametrize(
+    ("sort", "order"),
+    [
+        ("util", ["infer-a", "infer-b", "-", "jupyter", "train-0"]),  # unknown utilization last
+        ("memory", ["train-0", "infer-b", "infer-a", "jupyter", "-"]),
+        ("idle", ["jupyter", "train-0", "-", "infer-a", "infer-b"]),
+    ],
+)
+def test_sorting(sort: str, order: list[str]) -> None:
+    assert [r.pod for r in sort_rows(rows(SNAP), sort)] == order
+    lines = render_text(SNAP, sort).splitlines()[2:]  # the printed table follows the same order
+    named = [p for p in order if p != "-"]
+    assert [next((p for p in named if f" {p} " in line), "-") for line in lines] == order
+
+
+def test_a_namespace_filter_leaves_free_gpus_out() -> None:
+    snap = Snapshot(SNAP.gpus, [p for p in SNAP.pods if p["namespace"] == "web"], [], SNAP.as_of, "web")
+    assert [r.pod for r in sort_rows(rows(snap), None)] == ["infer-a", "infer-b"]
+    assert "free" not in render_text(snap)
+
+
+def periscope_top(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "periscope.cli.main", "top", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--api", "localhost:8080", "--once"], "not an http(s) URL"),
+        (["--sort", "cost", "--once"], "--sort"),
+        (["--interval", "0", "--once"], "--interval"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> None:
+    out = periscope_top(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and needle in out.stderr, out.stderr
+
+
+def test_an_unreachable_api_is_one_line_and_exit_1() -> None:
+    out = periscope_top("--api", "http://127.0.0.1:9", "--once")
+    assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
+    assert "cannot reach the API at http://127.0.0.1:9" in out.stderr
