@@ -79,6 +79,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "SharingSpec",
+    "StrictLoader",
     "UserSpec",
     "XidSpec",
     "builtin_names",
@@ -94,26 +95,26 @@ __all__ = [
 # ---------------------------------------------------------------- loading
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1 base-60 numbers (so `0:1` stays a string) and with duplicate keys
     rejected instead of silently overwritten."""
 
 
-_StrictLoader.yaml_implicit_resolvers = {
+StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in rs if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
     for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
 )
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+)$"),
     list("-+0123456789."),
 )
 
 
-def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -126,7 +127,7 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     return seen
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -155,7 +156,7 @@ def load_scenario(ref: str) -> Scenario:
 
 def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=StrictLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -287,3 +288,7 @@ def describe(s: Scenario) -> str:
         f"{s.name}: {len(s.nodes)} nodes, {gpus} GPUs, {len(s.pods)} pods, "
         f"{format_duration_ms(s.duration_ms)} at {format_duration_ms(s.tick_ms)} ticks"
     )
+
+
+if __name__ == "__main__":  # writes docs/scenario.schema.json: python -m periscope.sim.scenario
+    print(json.dumps(json_schema(), indent=2))
