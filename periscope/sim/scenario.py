@@ -27,70 +27,8 @@ from pydantic_core import ErrorDetails
 from periscope.core.duration import format_duration_ms
 from periscope.sim.scenario_document import ScenarioDocument
 from periscope.sim.scenario_rules import build_scenario
-from periscope.sim.scenario_specs import (
-    CHECKPOINT_FORMATS,
-    COMPONENTS,
-    FAULT_DEFAULT_MS,
-    FAULTS,
-    GPU_RESOURCE,
-    MIG_PROFILE,
-    NODE_FAULTS,
-    POLICY_STATES,
-    QOS,
-    SHARED_RESOURCE,
-    SHARING,
-    ComponentSpec,
-    ContainerSpec,
-    FaultSpec,
-    GpuSpec,
-    Invalid,
-    NodeSpec,
-    PodSpec,
-    PolicySpec,
-    Scenario,
-    ScenarioError,
-    SharingSpec,
-    UserSpec,
-    XidSpec,
-    describe_value,
-    mig_memory_mib,
-    mig_slices,
-)
-
-__all__ = [
-    "CHECKPOINT_FORMATS",
-    "COMPONENTS",
-    "FAULTS",
-    "FAULT_DEFAULT_MS",
-    "GPU_RESOURCE",
-    "MIG_PROFILE",
-    "NODE_FAULTS",
-    "POLICY_STATES",
-    "QOS",
-    "SHARED_RESOURCE",
-    "SHARING",
-    "ComponentSpec",
-    "ContainerSpec",
-    "FaultSpec",
-    "GpuSpec",
-    "NodeSpec",
-    "PodSpec",
-    "PolicySpec",
-    "Scenario",
-    "ScenarioError",
-    "SharingSpec",
-    "StrictLoader",
-    "UserSpec",
-    "XidSpec",
-    "builtin_names",
-    "describe",
-    "json_schema",
-    "load_scenario",
-    "mig_memory_mib",
-    "mig_slices",
-    "parse_scenario",
-]
-
+from periscope.sim.scenario_specs import *  # noqa: F403  (every spec and constant stays importable from here)
+from periscope.sim.scenario_specs import Invalid, Scenario, ScenarioError, describe_value
 
 # ---------------------------------------------------------------- loading
 

@@ -23,24 +23,9 @@ Qos = Literal["guaranteed", "burstable", "besteffort"]
 PolicyState = Literal["ready", "notReady", "ignored"]
 # ClusterPolicy spec keys that carry an `enabled` switch (GPU Operator clusterpolicy_types.go).
 Component = Literal[
-    "driver",
-    "toolkit",
-    "devicePlugin",
-    "dcgmExporter",
-    "dcgm",
-    "nodeStatusExporter",
-    "gfd",
-    "migManager",
-    "validator",
-    "gds",
-    "gdrcopy",
-    "vfioManager",
-    "sandboxDevicePlugin",
-    "vgpuManager",
-    "vgpuDeviceManager",
-    "cdi",
-    "kataManager",
-    "ccManager",
+    "driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "nodeStatusExporter", "gfd", "migManager",
+    "validator", "gds", "gdrcopy", "vfioManager", "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager",
+    "cdi", "kataManager", "ccManager",
 ]
 FAULTS: tuple[str, ...] = get_args(Fault)
 NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
