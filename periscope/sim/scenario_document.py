@@ -1,6 +1,6 @@
 """A scenario file as pydantic models: the YAML keys, their types and the rules inside one object.
 
-The models mirror the file exactly (CONTRACTS.md "Scenario files"), so their JSON Schema is what an editor
+The models mirror the file exactly (docs/scenarios.md), so their JSON Schema is what an editor
 checks a scenario file against (docs/scenario.schema.json). Validation is strict (no "3" for 3, no `yes`
 for true) and unknown keys are errors. A rule that needs two fields of one object (MIG layout against
 memory, exactly one of xid or fault) is a model validator raising `Invalid` with the path inside that

@@ -38,7 +38,14 @@ COMPONENTS: tuple[str, ...] = get_args(Component)
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
-_GPU_UUID = r"^GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+GpuUuid = Annotated[
+    str,
+    Field(
+        pattern=r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
+        description="a GPU UUID (GPU-<lowercase uuid>)",
+    ),
+]
+MigProfile = Annotated[str, Field(pattern=MIG_PROFILE.pattern, description="a MIG profile such as 1g.10gb")]
 
 
 class ScenarioError(ValueError):
@@ -80,12 +87,8 @@ def describe_value(v: Any) -> str:
 class GpuSpec(Document):
     model: Annotated[str, Field(min_length=1)]
     memory_mib: Annotated[int, Field(ge=1, le=10_000_000)]
-    uuid: Annotated[str, Field(pattern=_GPU_UUID, description="a GPU UUID (GPU-<lowercase uuid>)")] | None = (
-        None
-    )
-    mig: tuple[
-        Annotated[str, Field(pattern=MIG_PROFILE.pattern, description="a MIG profile such as 1g.10gb")], ...
-    ] = ()
+    uuid: GpuUuid | None = None
+    mig: tuple[MigProfile, ...] = ()
 
     @model_validator(mode="after")
     def _mig_fits(self) -> GpuSpec:
