@@ -1,112 +1,58 @@
-"""Scenario files for the simulated cluster (CONTRACTS.md "Scenario files"): strict parse into frozen specs.
+"""Scenario files for the simulated cluster (docs/scenarios.md): strict parse into frozen specs.
 
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
+The file's shape is pydantic models (`scenario_document`, published as docs/scenario.schema.json), the
+rules across its sections are `scenario_rules`, and the frozen specs the simulator reads are
+`scenario_specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
+the command line does, finds built-in scenarios, and keeps every public name importable from here.
 Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster`,
 which raises the same `ScenarioError`.
-
-The pieces live next to this module: the frozen specs in `scenario_specs`, the field readers in
-`scenario_fields`, and the section rules in `scenario_nodes`, `scenario_pods` and `scenario_document`.
-This module reads the YAML strictly, finds built-in scenarios, and keeps every public name importable
-from here.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario_document import build_scenario
-from periscope.sim.scenario_fields import Invalid
-from periscope.sim.scenario_specs import (
-    CHECKPOINT_FORMATS,
-    COMPONENTS,
-    FAULT_DEFAULT_MS,
-    FAULTS,
-    GPU_RESOURCE,
-    MIG_PROFILE,
-    NODE_FAULTS,
-    POLICY_STATES,
-    QOS,
-    SHARED_RESOURCE,
-    SHARING,
-    ComponentSpec,
-    ContainerSpec,
-    FaultSpec,
-    GpuSpec,
-    NodeSpec,
-    PodSpec,
-    PolicySpec,
-    Scenario,
-    ScenarioError,
-    SharingSpec,
-    UserSpec,
-    XidSpec,
-    mig_memory_mib,
-    mig_slices,
-)
-
-__all__ = [
-    "CHECKPOINT_FORMATS",
-    "COMPONENTS",
-    "FAULTS",
-    "FAULT_DEFAULT_MS",
-    "GPU_RESOURCE",
-    "MIG_PROFILE",
-    "NODE_FAULTS",
-    "POLICY_STATES",
-    "QOS",
-    "SHARED_RESOURCE",
-    "SHARING",
-    "ComponentSpec",
-    "ContainerSpec",
-    "FaultSpec",
-    "GpuSpec",
-    "NodeSpec",
-    "PodSpec",
-    "PolicySpec",
-    "Scenario",
-    "ScenarioError",
-    "SharingSpec",
-    "UserSpec",
-    "XidSpec",
-    "builtin_names",
-    "describe",
-    "load_scenario",
-    "mig_memory_mib",
-    "mig_slices",
-    "parse_scenario",
-]
-
+from periscope.sim.scenario_document import ScenarioDocument
+from periscope.sim.scenario_rules import build_scenario
+from periscope.sim.scenario_specs import *  # noqa: F403  (every spec and constant stays importable from here)
+from periscope.sim.scenario_specs import Invalid, Scenario, ScenarioError, describe_value
 
 # ---------------------------------------------------------------- loading
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1 base-60 numbers (so `0:1` stays a string) and with duplicate keys
     rejected instead of silently overwritten."""
 
 
-_StrictLoader.yaml_implicit_resolvers = {
+StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in rs if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
     for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
 )
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+)$"),
     list("-+0123456789."),
 )
 
 
-def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -119,7 +65,7 @@ def _mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     return seen
 
 
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -148,16 +94,130 @@ def load_scenario(ref: str) -> Scenario:
 
 def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
+        data = yaml.load(text, Loader=StrictLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
         raise ScenarioError(f"scenario {source}: invalid YAML{where}: {problem}") from None
     try:
-        return build_scenario(data, source, Path(source).stem if source else "scenario")
+        # Validated as the JSON the YAML describes, so the JSON Schema and the validator agree (strict JSON
+        # takes arrays for tuples); YAML-only values such as dates arrive as strings and fail by name.
+        doc = ScenarioDocument.model_validate_json(json.dumps(data, default=str))
+        return build_scenario(doc, source, Path(source).stem if source else "scenario")
+    except ValidationError as e:
+        path, problem = _worded(e.errors()[0])
+        raise ScenarioError(f"scenario {source}: {path}: {problem}") from None
     except Invalid as e:
-        raise ScenarioError(f"scenario {source}: {e}") from None
+        raise ScenarioError(f"scenario {source}: {e.path}: {e.problem}") from None
+    except TypeError as e:  # a YAML mapping key json cannot write (a list or a mapping used as a key)
+        raise ScenarioError(f"scenario {source}: (top level): {e}") from None
+
+
+@cache
+def json_schema() -> dict[str, Any]:
+    """The scenario file's JSON Schema (docs/scenario.schema.json is this, written out)."""
+    schema = ScenarioDocument.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "Periscope scenario"
+    return schema
+
+
+# ---------------------------------------------------------------- pydantic errors in words
+
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "string_type": "a non-empty string",
+    "list_type": "a list",
+    "tuple_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+_RANGE = ("greater_than_equal", "less_than_equal", "greater_than", "less_than")
+
+
+def _worded(err: ErrorDetails) -> tuple[str, str]:
+    """(path, problem) for one pydantic error, worded as the scenario format's own messages."""
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith("<"))]  # drop union tags
+    kind, v, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    cause = ctx.get("error")
+    if isinstance(cause, Invalid):
+        return _path(loc, cause.path), cause.problem
+    if loc and loc[-1] == "[key]":  # a key outside a mapping's fixed vocabulary (policy components)
+        loc = loc[:-1]
+        return _path(loc), _unknown(str(loc[-1]), _find(_at(loc[:-1]), "propertyNames", {}).get("enum", []))
+    if kind == "extra_forbidden":
+        return _path(loc), _unknown(str(loc[-1]), list(_find(_at(loc[:-1]), "properties", {})))
+    parent = _at(loc[:-1]) if loc and isinstance(loc[-1], int) else []
+    if kind in ("missing", "too_short", "too_long") and _find(parent, "prefixItems"):
+        return _path(loc[:-1]), f"expected {_find(parent, 'description')}"  # e.g. an [offset, pct] step
+    if kind == "missing":
+        return _path(loc), "required"
+    nodes = _at(loc)
+    if kind in ("too_short", "string_too_short") and not v:
+        return _path(loc), "must not be empty" if isinstance(
+            v, list | dict
+        ) else "expected a non-empty string, got ''"
+    if kind in ("too_short", "too_long", "tuple_type") and _find(nodes, "description"):
+        return _path(loc), f"expected {_find(nodes, 'description')}, got {describe_value(v)}"
+    if kind == "literal_error":
+        return _path(loc), f"{v!r} is not one of {', '.join(_find(nodes, 'enum', []))}"
+    if kind == "string_pattern_mismatch":
+        return _path(loc), f"{v!r} is not {_find(nodes, 'description') or 'valid'}"
+    if kind in _RANGE:
+        lo, hi = _find(nodes, "minimum"), _find(nodes, "maximum")
+        if _find(nodes, "type") == "integer":
+            bounds = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
+        else:
+            bounds = f"{lo:g}..{hi:g}" if hi is not None else f">= {lo:g}"
+        return _path(loc), f"{v} is out of range (must be {bounds})"
+    if kind in _EXPECTED:
+        return _path(loc), f"expected {_EXPECTED[kind]}, got {describe_value(v)}"
+    return _path(loc), err["msg"]
+
+
+def _unknown(key: str, allowed: list[str]) -> str:
+    hint = difflib.get_close_matches(key, allowed, n=1)
+    return "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
+
+
+def _path(loc: list[int | str], rel: str = "") -> str:
+    out = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    if rel:
+        out = f"{out}{rel}" if rel.startswith("[") or not out else f"{out}.{rel}"
+    return out or "(top level)"
+
+
+def _at(loc: list[int | str]) -> list[dict[str, Any]]:
+    """The JSON Schema nodes (every branch of a union) that describe the value at `loc`."""
+    schema = json_schema()
+
+    def expand(node: dict[str, Any]) -> list[dict[str, Any]]:
+        if "$ref" in node:
+            node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        return [node] + [n for key in ("anyOf", "oneOf") for m in node.get(key, []) for n in expand(m)]
+
+    nodes = expand(schema)
+    for p in loc:
+        step: list[dict[str, Any]] = []
+        for n in nodes:
+            if isinstance(p, int) and p < len(n.get("prefixItems", [])):
+                step += expand(n["prefixItems"][p])
+            elif isinstance(p, int) and isinstance(n.get("items"), dict):
+                step += expand(n["items"])
+            elif isinstance(p, str) and p in n.get("properties", {}):
+                step += expand(n["properties"][p])
+            elif isinstance(p, str) and isinstance(n.get("additionalProperties"), dict):
+                step += expand(n["additionalProperties"])
+        nodes = step
+    return nodes
+
+
+def _find(nodes: list[dict[str, Any]], key: str, default: Any = None) -> Any:
+    return next((n[key] for n in nodes if key in n), default)
 
 
 def describe(s: Scenario) -> str:
@@ -166,3 +226,7 @@ def describe(s: Scenario) -> str:
         f"{s.name}: {len(s.nodes)} nodes, {gpus} GPUs, {len(s.pods)} pods, "
         f"{format_duration_ms(s.duration_ms)} at {format_duration_ms(s.tick_ms)} ticks"
     )
+
+
+if __name__ == "__main__":  # writes docs/scenario.schema.json: python -m periscope.sim.scenario
+    print(json.dumps(json_schema(), indent=2))

@@ -1,166 +1,250 @@
-"""The top level of a scenario file: its keys, the order sections are checked in, and the ClusterPolicy.
+"""A scenario file as pydantic models: the YAML keys, their types and the rules inside one object.
 
-`build_scenario` reads the name, seed, duration and tick, then the nodes, then the pods; it settles each
-shared node's unset `rename` from what its pods ask for before checking pods against nodes, then reads
-the events and the optional GPU Operator `policy:` section, and returns the frozen `Scenario` with
-events sorted by time. Any problem surfaces as `Invalid` with the path where it was found.
+The models mirror the file exactly (docs/scenarios.md), so their JSON Schema is what an editor
+checks a scenario file against (docs/scenario.schema.json). Validation is strict (no "3" for 3, no `yes`
+for true) and unknown keys are errors. A rule that needs two fields of one object (MIG layout against
+memory, exactly one of xid or fault) is a model validator raising `Invalid` with the path inside that
+object; rules across sections (a pod's node exists, a pin names a real MIG instance) are in
+`scenario_rules`. A field's `description` doubles as the words of its error ("'x' is not <description>").
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario_fields import (
-    DNS_NAME,
-    Invalid,
-    as_bool,
-    as_choice,
-    as_duration,
-    as_int,
-    as_list,
-    as_mapping,
-    as_str,
-    need,
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Tag,
+    WithJsonSchema,
+    model_validator,
 )
-from periscope.sim.scenario_nodes import event_spec, node_spec
-from periscope.sim.scenario_pods import check_pod, pod_spec
+from pydantic_core import PydanticCustomError
+
+from periscope.core.duration import parse_duration_ms
 from periscope.sim.scenario_specs import (
-    COMPONENTS,
-    POLICY_STATES,
-    SHARED_RESOURCE,
+    FAULT_DEFAULT_MS,
+    GPU_RESOURCE,
+    NODE_FAULTS,
+    Checkpoint,
+    Component,
     ComponentSpec,
-    FaultSpec,
-    NodeSpec,
-    PolicySpec,
-    Scenario,
-    SharingSpec,
-    UserSpec,
-    XidSpec,
+    Document,
+    Fault,
+    GpuSpec,
+    Invalid,
+    PolicyState,
+    Qos,
+    Strategy,
+    describe_value,
 )
 
-_TOP = ("name", "seed", "duration", "tick", "nodes", "pods", "events", "users", "policy")
-_USER = ("name", "token", "namespaces", "cluster")
-_POLICY = ("name", "state", "components")
-_COMPONENT = ("enabled", "desired", "ready", "present")
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+PIN = r"^(\d+)(?::(\d+))?$"
 
 
-# ---------------------------------------------------------------- document
-
-
-def build_scenario(data: Any, source: str, default_name: str) -> Scenario:
-    top = as_mapping(data, "", _TOP)
-    need(top, "", "duration", "nodes")
-    duration = as_duration(top["duration"], "duration")
-    if duration <= 0:
-        raise Invalid("duration", "must be longer than 0s")
-    tick = as_duration(top.get("tick", "1s"), "tick")
-    if not 10 <= tick <= duration:
-        raise Invalid("tick", f"must be between 10ms and the duration ({format_duration_ms(duration)})")
-    nodes: list[NodeSpec] = []
-    renames: list[bool | None] = []
-    uuids: set[str] = set()
-    for i, raw in enumerate(as_list(top["nodes"], "nodes", nonempty=True)):
-        node, rename = node_spec(raw, f"nodes[{i}]", uuids)
-        if any(n.name == node.name for n in nodes):
-            raise Invalid(f"nodes[{i}].name", f"node {node.name!r} is listed twice")
-        nodes.append(node)
-        renames.append(rename)
-    raw_pods = as_list(top.get("pods") or [], "pods")
-    pods = [pod_spec(raw, f"pods[{i}]", duration) for i, raw in enumerate(raw_pods)]
-    # An unset `rename` follows what the pods ask for: nvidia.com/gpu.shared means the plugin renames.
-    for i, (node, rename) in enumerate(zip(nodes, renames, strict=True)):
-        if node.sharing.strategy != "none":
-            asked = any(
-                c.resource == SHARED_RESOURCE for p in pods if p.node == node.name for c in p.containers
-            )
-            nodes[i] = NodeSpec(
-                node.name,
-                node.gpus,
-                SharingSpec(
-                    node.sharing.strategy, node.sharing.replicas, asked if rename is None else rename
-                ),
-                node.checkpoint,
-            )
-    by_name = {n.name: n for n in nodes}
-    for i, pod in enumerate(pods):
-        check_pod(pod, f"pods[{i}]", by_name, pods[:i])
-    xids: list[XidSpec] = []
-    faults: list[FaultSpec] = []
-    for i, raw in enumerate(as_list(top.get("events") or [], "events")):
-        ev = event_spec(raw, f"events[{i}]", duration, by_name)
-        (xids if isinstance(ev, XidSpec) else faults).append(ev)  # type: ignore[arg-type]
-    policy = _policy(top["policy"], "policy") if top.get("policy") is not None else None
-    return Scenario(
-        name=as_str(top.get("name", default_name), "name"),
-        seed=as_int(top.get("seed", 0), "seed", 0),
-        duration_ms=duration,
-        tick_ms=tick,
-        nodes=tuple(nodes),
-        pods=tuple(pods),
-        xids=tuple(sorted(xids, key=lambda x: x.at_ms)),
-        faults=tuple(sorted(faults, key=lambda f: f.at_ms)),
-        policy=policy,
-        source=source,
-        users=_users(top.get("users") or []),
-    )
-
-
-# ---------------------------------------------------------------- users
-
-
-def _users(raw: Any) -> tuple[UserSpec, ...]:
-    users: list[UserSpec] = []
-    for i, item in enumerate(as_list(raw, "users")):
-        path = f"users[{i}]"
-        m = as_mapping(item, path, _USER)
-        need(m, path, "name", "token")
-        name = as_str(m["name"], f"{path}.name")
-        token = as_str(m["token"], f"{path}.token")
-        if any(u.name == name for u in users):
-            raise Invalid(f"{path}.name", f"user {name!r} is listed twice")
-        if any(u.token == token for u in users):
-            raise Invalid(f"{path}.token", "another user has this token")
-        namespaces = tuple(
-            as_str(ns, f"{path}.namespaces[{j}]", DNS_NAME, "a valid namespace name")
-            for j, ns in enumerate(as_list(m.get("namespaces") or [], f"{path}.namespaces"))
+def _duration_ms(v: Any) -> int:
+    """A duration string (`90s`, via periscope.core.duration) or a plain number of seconds, in ms."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise PydanticCustomError(
+            "duration", "expected a duration such as 30s, got {got}", {"got": describe_value(v)}
         )
-        cluster = as_bool(m["cluster"], f"{path}.cluster") if m.get("cluster") is not None else False
-        users.append(UserSpec(name=name, token=token, namespaces=namespaces, cluster=cluster))
-    return tuple(users)
+    if not isinstance(v, str):
+        if v < 0:
+            raise PydanticCustomError("duration", "must not be negative")
+        return round(v * 1000)
+    try:
+        return parse_duration_ms(v)
+    except ValueError as e:
+        raise PydanticCustomError("duration", "{problem}", {"problem": str(e)}) from None
 
 
-# ---------------------------------------------------------------- policy
+def _pin_text(v: Any) -> Any:
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads `devices: [0]`
 
 
-def _policy(raw: Any, path: str) -> PolicySpec:
-    m = as_mapping(raw, path, _POLICY)
-    comps: list[tuple[str, ComponentSpec]] = []
-    cm = as_mapping(m.get("components") or {}, f"{path}.components", COMPONENTS)
-    for key, val in cm.items():
-        cpath = f"{path}.components.{key}"
-        c = as_mapping(val if val is not None else {}, cpath, _COMPONENT)
-        desired = as_int(c["desired"], f"{cpath}.desired", 0) if c.get("desired") is not None else None
-        ready = as_int(c["ready"], f"{cpath}.ready", 0) if c.get("ready") is not None else None
-        if desired is not None and ready is not None and ready > desired:
-            raise Invalid(f"{cpath}.ready", f"{ready} is more than desired ({desired})")
-        comps.append(
-            (
-                key,
-                ComponentSpec(
-                    enabled=as_bool(c["enabled"], f"{cpath}.enabled")
-                    if c.get("enabled") is not None
-                    else None,
-                    desired=desired,
-                    ready=ready,
-                    present=as_bool(c["present"], f"{cpath}.present")
-                    if c.get("present") is not None
-                    else None,
-                ),
-            )
-        )
-    return PolicySpec(
-        name=as_str(m.get("name", "cluster-policy"), f"{path}.name", DNS_NAME, "a valid name"),
-        state=as_choice(m.get("state", "ready"), f"{path}.state", POLICY_STATES),
-        components=tuple(comps),
-    )
+Duration = Annotated[
+    int,
+    PlainValidator(_duration_ms),
+    WithJsonSchema(
+        {
+            "description": "a duration such as 90s, 10m, 1h30m or 500ms, or a number of seconds",
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*((\d+(\.\d+)?)([mM][sS]|[sSmMhHdD]))+\s*$"},
+            ],
+        }
+    ),
+]
+Text = Annotated[str, Field(min_length=1)]
+Count = Annotated[int, Field(ge=1, le=64)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Index = Annotated[int, Field(ge=0)]
+NodeName = Annotated[str, Field(pattern=_DNS_NAME, description="a valid node name (lowercase DNS name)")]
+Namespace = Annotated[str, Field(pattern=_DNS_LABEL, description="a valid namespace")]
+Step = Annotated[tuple[Duration, Pct], Field(description="a step [offset, pct] such as [30s, 80]")]
+# A bare number is one step at 0s; the callable discriminator keeps each shape's errors apart.
+Util = Annotated[
+    Annotated[Pct, Tag("<pct>")] | Annotated[list[Step], Field(min_length=1), Tag("<steps>")],
+    Discriminator(lambda v: "<steps>" if isinstance(v, list) else "<pct>"),
+]
+Pin = Annotated[
+    str,
+    BeforeValidator(_pin_text, json_schema_input_type=int | str),
+    Field(pattern=PIN, description='a GPU index ("0") or a GPU:MIG index pair ("0:1")'),
+]
+
+
+# ---------------------------------------------------------------- nodes
+
+
+class Sharing(Document):
+    strategy: Strategy = "none"
+    replicas: Annotated[int, Field(ge=2, le=64)] | None = None
+    rename: bool | None = None  # unset: follows what the node's pods ask for
+
+    @model_validator(mode="after")
+    def _replicas(self) -> Sharing:
+        if self.strategy == "none":
+            for key in ("replicas", "rename"):
+                if key in self.model_fields_set:
+                    raise Invalid(key, "only applies to time-slicing or mps")
+        elif self.replicas is None:
+            raise Invalid("replicas", "required")
+        return self
+
+
+class Node(Document):
+    name: NodeName
+    gpus: Annotated[list[GpuSpec], Field(min_length=1)]
+    sharing: Annotated[
+        Sharing | None,
+        BeforeValidator(
+            lambda v: None if v == "none" else v, json_schema_input_type=Literal["none"] | Sharing | None
+        ),
+    ] = None
+    checkpoint: Checkpoint = "v2"
+
+    @model_validator(mode="after")
+    def _shareable(self) -> Node:
+        if self.sharing is not None and self.sharing.strategy != "none" and all(g.mig for g in self.gpus):
+            raise Invalid("sharing", f"{self.sharing.strategy} needs a GPU without MIG on this node")
+        return self
+
+
+# ---------------------------------------------------------------- pods
+
+
+class Container(Document):
+    name: Annotated[str, Field(pattern=_DNS_LABEL, description="a valid container name")]
+    resource: Text = GPU_RESOURCE
+    count: Count = 1
+    util_pct: Util = 0.0
+    memory_mib: Annotated[float, Field(ge=0)] = 0.0  # per device held
+    processes: Annotated[int, Field(ge=0, le=64)] = 1
+    devices: list[Pin] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Container:
+        steps = self.steps()
+        for k in range(1, len(steps)):
+            if steps[k][0] <= steps[k - 1][0]:
+                raise Invalid(f"util_pct[{k}][0]", "step offsets must increase")
+        if self.processes == 0 and any(p > 0 for _, p in steps):
+            raise Invalid("util_pct", "a container with processes: 0 cannot use the GPU")
+        if self.devices is not None and len(self.devices) != self.count:
+            raise Invalid("devices", f"pins {len(self.devices)} devices but count is {self.count}")
+        return self
+
+    def steps(self) -> tuple[tuple[int, float], ...]:
+        return ((0, self.util_pct),) if isinstance(self.util_pct, float) else tuple(self.util_pct)
+
+
+class Owner(Document):
+    kind: Text
+    name: Text
+
+
+class Pod(Document):
+    namespace: Namespace = "default"
+    name: Annotated[str, Field(pattern=_DNS_NAME, description="a valid pod name (lowercase DNS name)")]
+    uid: Annotated[str, Field(pattern=f"^{_UUID}$", description="a pod UID (lowercase uuid)")] | None = None
+    node: Text
+    owner: Owner | None = None
+    start: Duration = 0
+    stop: Duration | None = None
+    containers: Annotated[list[Container], Field(min_length=1)]
+    qos: Qos = "burstable"
+    labels: dict[str, Text] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Pod:
+        for j, c in enumerate(self.containers):
+            if any(o.name == c.name for o in self.containers[:j]):
+                raise Invalid(f"containers[{j}].name", f"container {c.name!r} is listed twice")
+        return self
+
+
+# ---------------------------------------------------------------- events, users, policy
+
+
+class Xid(Document):
+    node: Text
+    gpu: Index
+    code: Annotated[int, Field(ge=1, le=999)]
+    mig: Index | None = None  # index into the GPU's `mig:` list when the error names an instance
+
+
+class Event(Document):
+    at: Duration
+    xid: Xid | None = None
+    fault: Fault | None = None
+    node: Text | None = None
+    duration: Duration | None = None
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Event:
+        if (self.xid is None) == (self.fault is None):
+            raise Invalid("", "needs exactly one of xid or fault")
+        if self.xid is not None:
+            for key in ("node", "duration"):
+                if key in self.model_fields_set:
+                    raise Invalid(key, "only applies to faults (an xid names its node inside xid:)")
+        elif self.fault in NODE_FAULTS and self.node is None:
+            raise Invalid("node", "required")
+        elif self.fault not in NODE_FAULTS and self.node is not None:
+            raise Invalid("node", f"{self.fault} is cluster-wide and takes no node")
+        if self.fault is not None and self.duration is not None and self.fault not in FAULT_DEFAULT_MS:
+            raise Invalid("duration", f"only applies to {', '.join(FAULT_DEFAULT_MS)}")
+        return self
+
+
+class User(Document):
+    name: Text
+    token: Text
+    namespaces: list[Namespace] = []
+    cluster: bool = False  # may read every namespace
+
+
+class Policy(Document):
+    name: Annotated[str, Field(pattern=_DNS_NAME, description="a valid name")] = "cluster-policy"
+    state: PolicyState = "ready"
+    components: dict[Component, ComponentSpec | None] | None = None
+
+
+class ScenarioDocument(Document):
+    """The whole file; `name` defaults to the file's stem, `tick` to 1s."""
+
+    name: Text | None = None
+    seed: Index = 0
+    duration: Duration
+    tick: Duration = 1000
+    nodes: Annotated[list[Node], Field(min_length=1)]
+    pods: list[Pod] | None = None
+    events: list[Event] | None = None
+    users: list[User] | None = None
+    policy: Policy | None = None

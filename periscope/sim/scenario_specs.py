@@ -1,63 +1,104 @@
-"""The frozen specs a scenario file parses into, and the vocabularies its fields draw from.
+"""The frozen specs a scenario file becomes, and the vocabularies its fields draw from.
 
 A `Scenario` holds the simulated cluster's nodes (with their GPUs, MIG instances, sharing and checkpoint
 format), the pods placed on them with each container's utilisation steps, the Xid errors and faults to
-inject, and an optional GPU Operator ClusterPolicy. Everything here is plain immutable data plus the small
-queries the simulator asks of it (which resources a node advertises, a container's utilisation at a
-moment, MIG profile arithmetic); parsing and validation live in the other `scenario_*` modules.
+inject, the apiserver's users, and an optional GPU Operator ClusterPolicy. Everything here is plain
+immutable data plus the small queries the simulator asks of it (which resources a node advertises, a
+container's utilisation at a moment, MIG profile arithmetic). The file format is `scenario_document`;
+`GpuSpec` and `ComponentSpec` have the file's shape exactly, so they are its models too.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
-FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart")
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
+Strategy = Literal["none", "time-slicing", "mps"]
+Checkpoint = Literal["v2", "v1", "none"]
+Qos = Literal["guaranteed", "burstable", "besteffort"]
+PolicyState = Literal["ready", "notReady", "ignored"]
+# ClusterPolicy spec keys that carry an `enabled` switch (GPU Operator clusterpolicy_types.go).
+Component = Literal[
+    "driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "nodeStatusExporter", "gfd", "migManager",
+    "validator", "gds", "gdrcopy", "vfioManager", "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager",
+    "cdi", "kataManager", "ccManager",
+]
+FAULTS: tuple[str, ...] = get_args(Fault)
 NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
 FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
-SHARING = ("none", "time-slicing", "mps")
-CHECKPOINT_FORMATS = ("v2", "v1", "none")
-QOS = ("guaranteed", "burstable", "besteffort")
-POLICY_STATES = ("ready", "notReady", "ignored")
-# ClusterPolicy spec keys that carry an `enabled` switch (GPU Operator clusterpolicy_types.go).
-COMPONENTS = (
-    "driver",
-    "toolkit",
-    "devicePlugin",
-    "dcgmExporter",
-    "dcgm",
-    "nodeStatusExporter",
-    "gfd",
-    "migManager",
-    "validator",
-    "gds",
-    "gdrcopy",
-    "vfioManager",
-    "sandboxDevicePlugin",
-    "vgpuManager",
-    "vgpuDeviceManager",
-    "cdi",
-    "kataManager",
-    "ccManager",
-)
+SHARING: tuple[str, ...] = get_args(Strategy)
+CHECKPOINT_FORMATS: tuple[str, ...] = get_args(Checkpoint)
+QOS: tuple[str, ...] = get_args(Qos)
+POLICY_STATES: tuple[str, ...] = get_args(PolicyState)
+COMPONENTS: tuple[str, ...] = get_args(Component)
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
+GpuUuid = Annotated[
+    str,
+    Field(
+        pattern=r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
+        description="a GPU UUID (GPU-<lowercase uuid>)",
+    ),
+]
+MigProfile = Annotated[str, Field(pattern=MIG_PROFILE.pattern, description="a MIG profile such as 1g.10gb")]
 
 
 class ScenarioError(ValueError):
     """A scenario that cannot run; the message names the file, the path in it and the problem."""
 
 
+class Invalid(ValueError):
+    """One problem at a path relative to the object whose rule found it (`mig`, `containers[1].name`)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(problem)
+        self.path, self.problem = path, problem
+
+
+class Document(BaseModel):
+    """A part of a scenario file: strict types, no unknown keys, immutable once read."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def describe_value(v: Any) -> str:
+    """A value as an error message shows it (`got 'lots'`, `got a list`)."""
+    if v is None:
+        return "nothing (null)"
+    if isinstance(v, bool):
+        return f"boolean {str(v).lower()}"
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, str):
+        return f"{v!r}"
+    return f"{type(v).__name__} {v!r}"
+
+
 # ---------------------------------------------------------------- specs
 
 
-@dataclass(frozen=True, slots=True)
-class GpuSpec:
-    model: str
-    memory_mib: int
-    uuid: str | None = None
-    mig: tuple[str, ...] = ()
+class GpuSpec(Document):
+    model: Annotated[str, Field(min_length=1)]
+    memory_mib: Annotated[int, Field(ge=1, le=10_000_000)]
+    uuid: GpuUuid | None = None
+    mig: tuple[MigProfile, ...] = ()
+
+    @model_validator(mode="after")
+    def _mig_fits(self) -> GpuSpec:
+        slices = sum(mig_slices(p) for p in self.mig)
+        if slices > 7:
+            raise Invalid("mig", f"needs {slices} compute slices; a GPU has 7")
+        needed = sum(mig_memory_mib(p) for p in self.mig)
+        if needed > self.memory_mib:
+            raise Invalid("mig", f"needs {needed} MiB; the GPU has {self.memory_mib} MiB")
+        return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +184,17 @@ class FaultSpec:
     duration_ms: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ComponentSpec:
+class ComponentSpec(Document):
     enabled: bool | None = None  # None = not set in the spec (operator default)
-    desired: int | None = None
-    ready: int | None = None
+    desired: Annotated[int, Field(ge=0)] | None = None
+    ready: Annotated[int, Field(ge=0)] | None = None
     present: bool | None = None  # whether its DaemonSet exists; default: when effectively enabled
+
+    @model_validator(mode="after")
+    def _ready(self) -> ComponentSpec:
+        if self.desired is not None and self.ready is not None and self.ready > self.desired:
+            raise Invalid("ready", f"{self.ready} is more than desired ({self.desired})")
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -14,7 +17,10 @@ from periscope.sim.scenario import (
     SHARED_RESOURCE,
     Scenario,
     ScenarioError,
+    StrictLoader,
+    UserSpec,
     builtin_names,
+    json_schema,
     load_scenario,
     parse_scenario,
 )
@@ -365,3 +371,56 @@ def test_no_free_device_is_a_scenario_error() -> None:
         ClusterModel(parse(doc)).pods[2].containers[0].device_ids
         == ClusterModel(parse(BASE)).pods[0].containers[0].device_ids
     )
+
+
+def test_published_json_schema_is_the_models_schema() -> None:
+    # docs/scenario.schema.json is what editors check scenario files against; regenerate it with
+    # `python -m periscope.sim.scenario > docs/scenario.schema.json` when the format changes.
+    published = json.loads((Path(__file__).parents[2] / "docs" / "scenario.schema.json").read_text())
+    assert published == json_schema()
+    jsonschema.Draft202012Validator.check_schema(published)
+
+
+@pytest.mark.parametrize("name", ["demo", "churn", "faults"])
+def test_builtin_scenarios_validate_against_the_published_schema(name: str) -> None:
+    text = (resources.files("periscope.sim") / "scenarios" / f"{name}.yaml").read_text("utf-8")
+    validator = jsonschema.Draft202012Validator(json_schema())
+    assert [e.message for e in validator.iter_errors(yaml.load(text, Loader=StrictLoader))] == []
+
+
+def test_published_json_schema_rejects_what_the_validator_rejects() -> None:
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path, value in [
+        ("colour", "red"),
+        ("duration", "soon"),
+        ("nodes.0.gpus.0.mig.1", "9g.10gb"),
+        ("pods.0.containers.0.util_pct", 101),
+        ("pods.0.containers.0.utl_pct", 3),
+        ("policy.components.dcgmExpoter", {}),
+        ("seed", True),
+        ("pods.0.qos", "gold"),
+    ]:
+        assert list(validator.iter_errors(edited(path, value))), path
+        with pytest.raises(ScenarioError):
+            parse(edited(path, value))
+    assert list(validator.iter_errors(BASE)) == []
+
+
+def test_users_section() -> None:
+    doc = edited(
+        "users",
+        [
+            {"name": "alice", "token": "t-a", "namespaces": ["ml"]},
+            {"name": "ops", "token": "t-o", "cluster": True},
+        ],
+    )
+    s = parse(doc)
+    assert s.users == (UserSpec("alice", "t-a", ("ml",), False), UserSpec("ops", "t-o", (), True))
+    assert parse(BASE).users == ()
+    doc["users"][1]["token"] = "t-a"
+    with pytest.raises(ScenarioError, match=r"users\[1\].token: the same token as users\[0\]$"):
+        parse(doc)
+    with pytest.raises(ScenarioError, match=r"users\[0\].namespaces\[0\]: 'ML!' is not a valid namespace"):
+        parse(edited("users", [{"name": "a", "token": "t", "namespaces": ["ML!"]}]))
+    with pytest.raises(ScenarioError, match=r"users\[0\].admin: unknown key"):
+        parse(edited("users", [{"name": "a", "token": "t", "admin": True}]))
