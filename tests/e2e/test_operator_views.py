@@ -28,6 +28,8 @@ import httpx
 import pytest
 import yaml
 
+from tests import chromium
+from tests.chromium import NEEDS_CHROMIUM
 from tests.e2e.support import marked_env, marked_pids, periscope
 
 pytestmark = pytest.mark.slow
@@ -35,14 +37,8 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"
 PROMETHEUS = shutil.which("prometheus")
-CHROMIUM = next(
-    (path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None
-)
 NEEDS_PROMETHEUS = pytest.mark.skipif(
     PROMETHEUS is None, reason="prometheus not on PATH (Debian/Ubuntu: apt-get install prometheus)"
-)
-NEEDS_CHROMIUM = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not on PATH (Debian/Ubuntu: apt-get install chromium)"
 )
 
 # Small on purpose: three nodes cover an exclusive busy pod, an idle notebook, a time-sliced GPU shared
@@ -240,22 +236,10 @@ def test_the_idle_alert_selects_the_idle_pod_and_only_it(prometheus: str, stack:
         assert query(prometheus, by_name[name]["expr"]) == [], name  # a healthy run alerts on nothing else
 
 
-def chromium_dom(url: str, profile: Path) -> str:
-    assert CHROMIUM is not None
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--virtual-time-budget=8000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=90,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
-
-
 @NEEDS_CHROMIUM
 @pytest.mark.timeout(300)
 def test_the_web_view_shows_the_scenarios_pods_and_gpus(stack: Stack, module_tmp: Path) -> None:
-    dom = chromium_dom(f"{stack.api}/", module_tmp / "chromium")
+    dom = chromium.dom(f"{stack.api}/", module_tmp / "chromium")
     gpus = httpx.get(f"{stack.api}/v1/gpus", timeout=5).json()["items"]
     pods = httpx.get(f"{stack.api}/v1/pods?active=true", timeout=5).json()["items"]
     assert len(gpus) == 4 and {p["pod"] for p in pods} == set(PODS)

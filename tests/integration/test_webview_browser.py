@@ -9,8 +9,6 @@ tests/e2e/test_operator_views.py.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,14 +21,10 @@ import uvicorn
 
 from services.api.app import create_app
 from services.api.server import bind
+from tests.chromium import NEEDS_CHROMIUM, dom
 from tests.unit.test_api_samples import GPU_A0, GPU_A1, GPU_B0, sample_view
 
-CHROMIUM = next(
-    (path for name in ("chromium", "chromium-browser", "google-chrome") if (path := shutil.which(name))), None
-)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium not on PATH (Debian/Ubuntu: apt-get install chromium)"
-)
+pytestmark = NEEDS_CHROMIUM
 TOKEN = "s3cret-token"
 
 
@@ -67,18 +61,6 @@ def api() -> Iterator[str]:
     sock.close()
 
 
-def dom(url: str, profile: Path) -> str:
-    assert CHROMIUM is not None
-    out = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--virtual-time-budget=5000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=90,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout
-
-
 def notice(page: str) -> str:
     return page.split('id="notice"', 1)[1].split("</div>", 1)[0]
 
@@ -87,7 +69,7 @@ def notice(page: str) -> str:
 def test_with_the_token_from_the_fragment_the_page_shows_gpus_and_owners(api: str, tmp_path: Path) -> None:
     assert httpx.get(f"{api}/v1/gpus", timeout=5).status_code == 401  # the guard is on
     assert httpx.get(f"{api}/", timeout=5).status_code == 200  # the page itself is open
-    page = dom(f"{api}/#token={TOKEN}", tmp_path / "profile")
+    page = dom(f"{api}/#token={TOKEN}", tmp_path / "profile", 5000)
     for uuid in (GPU_A0, GPU_A1, GPU_B0):
         assert f'data-gpu="{uuid}"' in page
     for name in ("ml/train-0", "ml/notebook-0", "infer/serve-0", "uid-busy", "uid-idle"):
@@ -106,7 +88,7 @@ def test_with_the_token_from_the_fragment_the_page_shows_gpus_and_owners(api: st
 def test_without_a_good_token_the_page_says_why(
     api: str, tmp_path: Path, fragment: str, message: str
 ) -> None:
-    page = dom(f"{api}/{fragment}", tmp_path / "profile")
+    page = dom(f"{api}/{fragment}", tmp_path / "profile", 5000)
     shown = notice(page)
     assert message in shown and "/#token=" in shown and "display: block" in shown
     assert "data-gpu=" not in page and "train-0" not in page
