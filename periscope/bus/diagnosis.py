@@ -103,9 +103,12 @@ async def _diagnose(host: str, port: int, security: KafkaSecurity) -> str | None
     return await _sasl_problem(host, port, security) if security.sasl else None
 
 
-async def _reachable(host: str, port: int) -> bool:
+async def _reachable(
+    host: str, port: int, tls: ssl.SSLContext | None = None, wait_s: float = _HANDSHAKE_S
+) -> bool:
+    """A TCP connection (and a TLS handshake, with `tls`) completes within `wait_s`."""
     try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), _HANDSHAKE_S)
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=tls), wait_s)
     except (OSError, TimeoutError):
         return False
     writer.close()
@@ -164,14 +167,7 @@ def _not_tls(where: str, security: KafkaSecurity) -> str:
 async def _speaks_tls(host: str, port: int) -> bool:
     ctx = ssl.create_default_context()
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port, ssl=ctx), 5)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(Exception):
-        await writer.wait_closed()
-    return True
+    return await _reachable(host, port, ctx, 5)
 
 
 def _certificate_problem(where: str, security: KafkaSecurity, e: ssl.SSLCertVerificationError) -> str:
