@@ -1,64 +1,59 @@
-"""The web view in a real headless Chromium over real HTTP, with access control in front of the API.
+"""The web view in a real headless Chromium over real HTTP, with the API's own access control on.
 
-This branch's API has no authentication of its own, so a small ASGI guard stands in for it here: it
-answers /v1/* with 401 without a bearer token and 403 with the wrong one, as the API does when access
-control is on. The page must send the token given as /#token=..., and say clearly when it is refused;
-the page itself stays loadable without a token. The scenario-driven rendering test is in
-tests/e2e/test_operator_views.py.
+The API server checks bearer tokens against the simulated apiserver (TokenReview, SubjectAccessReview)
+through a kubeconfig, as `periscope up --api-auth` does. The page must send the token given as
+/#token=..., say clearly when it is refused, show a namespace viewer its own pods (the cluster-scoped
+policy section then says it is not for this token), and itself stay loadable without a token. The
+scenario-driven rendering test is in tests/e2e/test_operator_views.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from services.api.app import create_app
-from services.api.server import bind
+from periscope.sim.apiserver import FakeApiServer
+from periscope.sim.scenario import UserSpec
+from services.api.server import ApiServer
+from services.api.settings import ApiSettings
 from tests.chromium import NEEDS_CHROMIUM, dom
 from tests.unit.test_api_samples import GPU_A0, GPU_A1, GPU_B0, sample_view
 
 pytestmark = NEEDS_CHROMIUM
-TOKEN = "s3cret-token"
-
-
-def guarded(app: Any) -> Any:
-    async def guard(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            auth = dict(scope["headers"]).get(b"authorization", b"").decode()
-            status = 0 if auth == f"Bearer {TOKEN}" else (401 if not auth else 403)
-            if status:
-                body = b'{"error": "unauthorized"}'
-                await send({"type": "http.response.start", "status": status,
-                            "headers": [(b"content-type", b"application/json")]})
-                await send({"type": "http.response.body", "body": body})
-                return
-        await app(scope, receive, send)
-
-    return guard
+TOKEN = "ops-token"  # cluster-wide
+TENANT = "alice-token"  # the infer namespace only
+USERS = (UserSpec("ops", TOKEN, cluster=True), UserSpec("alice", TENANT, namespaces=("infer",)))
 
 
 @pytest.fixture(scope="module")
-def api() -> Iterator[str]:
-    sock = bind("127.0.0.1", 0)
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(guarded(create_app(sample_view())), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield url
-    server.should_exit = True
-    thread.join(10)
-    sock.close()
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with FakeApiServer(users=USERS) as apiserver:
+        kubeconfig = apiserver.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+        settings = ApiSettings(api_port=0, api_auth="kubernetes", kubeconfig=str(kubeconfig))
+        urls: queue.Queue[str] = queue.Queue()
+        done = threading.Event()
+
+        async def serve() -> None:
+            server = ApiServer(settings, sample_view(), consume=False)
+            urls.put(await server.start())
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, done.wait)
+            finally:
+                await server.stop()
+
+        thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+        thread.start()
+        try:
+            yield urls.get(timeout=30)
+        finally:
+            done.set()
+            thread.join(10)
 
 
 def notice(page: str) -> str:
@@ -67,7 +62,7 @@ def notice(page: str) -> str:
 
 @pytest.mark.timeout(180)
 def test_with_the_token_from_the_fragment_the_page_shows_gpus_and_owners(api: str, tmp_path: Path) -> None:
-    assert httpx.get(f"{api}/v1/gpus", timeout=5).status_code == 401  # the guard is on
+    assert httpx.get(f"{api}/v1/gpus", timeout=5).status_code == 401  # access control is on
     assert httpx.get(f"{api}/", timeout=5).status_code == 200  # the page itself is open
     page = dom(f"{api}/#token={TOKEN}", tmp_path / "profile", 5000)
     for uuid in (GPU_A0, GPU_A1, GPU_B0):
@@ -83,7 +78,7 @@ def test_with_the_token_from_the_fragment_the_page_shows_gpus_and_owners(api: st
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(
     ("fragment", "message"),
-    [("", "The API requires a token (401)"), ("#token=wrong", "not allowed to read this (403)")],
+    [("", "The API requires a token (401)"), ("#token=wrong", "The API rejected the token (401)")],
 )
 def test_without_a_good_token_the_page_says_why(
     api: str, tmp_path: Path, fragment: str, message: str
@@ -92,3 +87,14 @@ def test_without_a_good_token_the_page_says_why(
     shown = notice(page)
     assert message in shown and "/#token=" in shown and "display: block" in shown
     assert "data-gpu=" not in page and "train-0" not in page
+
+
+@pytest.mark.timeout(180)
+def test_a_namespace_viewer_sees_its_own_pods_and_no_policy(api: str, tmp_path: Path) -> None:
+    page = dom(f"{api}/#token={TENANT}", tmp_path / "profile", 5000)
+    assert "display: none" in notice(page)  # a 403 on the cluster-scoped policy is no refusal of the page
+    assert f'data-gpu="{GPU_B0}"' in page and "infer/serve-0" in page
+    for other in ("ml/train-0", "ml/notebook-0", "uid-busy", "uid-idle"):
+        assert other not in page, other
+    policy = page.split('id="policy"', 1)[1].split("</section>", 1)[0]
+    assert "may not read the GPU Operator policy (403)" in policy and "dcgmExporter" not in policy
