@@ -11,16 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from periscope.sim.cluster import (
-    ClusterModel,
-    PodModel,
-    deploy_nodes,
-    gen_uuid,
-    mig_capable,
-    model_profile,
-    operands,
-)
-from periscope.sim.truth import rfc3339
+from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
+from periscope.sim.cluster.model import ClusterModel, PodModel
+from periscope.sim.cluster.operator import deploy_nodes, operands
+from periscope.sim.cluster.truth import rfc3339
 
 OPERATOR_NAMESPACE = "gpu-operator"
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from periscope.sim.apiserver_kinds import KINDS, VERSION, Kind, Obj
-from periscope.sim.apiserver_routes import ApiRoutes
-from periscope.sim.apiserver_store import rfc3339, wall_ms
-from periscope.sim.scenario_specs import UserSpec
+from periscope.sim.apiserver.kinds import KINDS, VERSION, Kind, Obj
+from periscope.sim.apiserver.routes import ApiRoutes
+from periscope.sim.apiserver.store import rfc3339, wall_ms
+from periscope.sim.scenario.specs import UserSpec
 
 __all__ = ["KINDS", "VERSION", "FakeApiServer", "Kind", "Obj", "rfc3339"]
 
@@ -47,7 +47,7 @@ class FakeApiServer(ApiRoutes):
         self.host, self.port = host, port
         self.bookmark_interval_s = bookmark_interval_s
         self.gone_as_http = gone_as_http
-        self.users = users  # TokenReview / SubjectAccessReview (periscope.sim.apiserver_reviews)
+        self.users = users  # TokenReview / SubjectAccessReview (periscope.sim.apiserver.reviews)
         self.stats = Counter()  # ("list"|"watch"|"gone", plural) -> count
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from periscope.core.duration import parse_duration_ms
-from periscope.sim.scenario_specs import (
+from periscope.sim.scenario.specs import (
     FAULT_DEFAULT_MS,
     GPU_RESOURCE,
     NODE_FAULTS,

@@ -17,9 +17,10 @@ from typing import Any, Literal, cast
 
 from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
-from periscope.sim.cluster import ClusterModel, PodModel, mig_capable
+from periscope.sim.cluster.hardware import mig_capable
+from periscope.sim.cluster.model import ClusterModel, PodModel
+from periscope.sim.cluster.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
-from periscope.sim.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs
 
