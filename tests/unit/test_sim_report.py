@@ -14,14 +14,8 @@ import pytest
 
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.cluster.truth import TruthWriter, rfc3339
-from periscope.sim.report.score import (
-    ReportOptions,
-    Truth,
-    build_report,
-    format_report,
-    gpu_views,
-    read_jsonl,
-)
+from periscope.sim.report.score import ReportOptions, Truth, build_report, gpu_views
+from periscope.sim.report.text import format_report, read_jsonl
 from periscope.sim.scenario import load_scenario
 
 START = 1_700_000_000_000

@@ -14,7 +14,7 @@ from typing import Any
 
 from periscope.sim.cluster.hardware import digest, gen_uuid
 from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.cluster.truth import rfc3339
+from periscope.wirejson import rfc3339
 
 DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
 NAMESPACE = "gpu-operator"

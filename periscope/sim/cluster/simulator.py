@@ -28,8 +28,9 @@ from periscope.sim.cluster.kube_objects import (
 )
 from periscope.sim.cluster.model import ClusterModel, PodModel
 from periscope.sim.cluster.mps_daemon import mps_daemon_pod_object
-from periscope.sim.cluster.node import NodeSim, atomic_write, node_paths
+from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.cluster.truth import TruthWriter
+from periscope.sim.procfs import atomic_write
 from periscope.sim.scenario import load_scenario
 
 log = logging.getLogger("periscope.sim")

@@ -59,7 +59,6 @@ class FakePynvml(NvmlBase):
             if any(m["uuid"] == uuid for m in gpu.get("mig") or []):
                 return _Device(uuid, True)
         fail("NotFound")
-        raise AssertionError
 
     def nvmlDeviceGetUUID(self, handle: _Device) -> str:
         self._find(handle, "nvmlDeviceGetUUID", metric=False)
@@ -154,20 +153,16 @@ class FakePynvml(NvmlBase):
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
-
     def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
-
-    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
+    # pynvml's unversioned names call the _v3 ones
+    nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
+    nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetGraphicsRunningProcesses
 
     def nvmlDeviceGetComputeMode(self, handle: _Device) -> int:
         gpu, mig = self._find(handle, "nvmlDeviceGetComputeMode")
@@ -187,7 +182,6 @@ class FakePynvml(NvmlBase):
                 if int(p["pid"]) == pid:
                     return str(p.get("name", "python3"))
         fail("NotFound")
-        raise AssertionError
 
     def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
         gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
@@ -266,7 +260,6 @@ class FakePynvml(NvmlBase):
             if int(m.get("gi", 0)) == gpuInstanceId:
                 return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
         fail("NotFound")
-        raise AssertionError
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance: _Obj) -> _Obj:
         m = gpuInstance.mig

@@ -5,6 +5,8 @@ a real node.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 # NVML return codes 1..30 in order (nvml.h), plus Unknown = 999; pynvml names its classes after them.
 _CODES = (
     "Uninitialized InvalidArgument NotSupported NoPermission AlreadyInitialized NotFound InsufficientSize "
@@ -53,6 +55,6 @@ class NVMLLibraryMismatchError(Exception):
 ERROR_CLASSES: dict[str, type[NVMLError]] = {n: _error_class(n, c) for n, c in ERRORS.items()}
 
 
-def fail(name: str) -> None:
+def fail(name: str) -> NoReturn:
     """Raise the pynvml error named `name` (`NotSupported`, ...)."""
     raise ERROR_CLASSES[name](ERRORS[name])

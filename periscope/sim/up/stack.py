@@ -138,6 +138,8 @@ class Stack:
     def _tuning(self) -> Tuning:
         return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after)
 
+    # The waits below poll at a fixed short interval under a deadline: everything is local and each
+    # poll is cheap, so backoff (and a retry library for it) would only make startup slower.
     def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
