@@ -4,8 +4,8 @@ It serves pods, nodes, apps/v1 daemonsets, nvidia.com/v1 clusterpolicies (the GP
 can be "not installed"), resource.k8s.io/v1 resourceclaims and coordination.k8s.io/v1 leases, with the
 discovery endpoints the official `kubernetes` client needs. Like etcd, one revision counter spans all
 kinds; watches resume from a resourceVersion, get BOOKMARK events and an ERROR 410 ("too old resource
-version") once the version is compacted away. The kinds live in `apiserver_kinds`, the versioned store
-and its watch fan-out in `apiserver_store` and the HTTP routes in `apiserver_routes`; this module holds
+version") once the version is compacted away. The kinds live in `kinds`, the versioned store
+and its watch fan-out in `store` and the HTTP routes in `routes`; this module holds
 `FakeApiServer` itself, whose HTTP server runs on its own event loop in a background thread (start,
 stop, restart on the same port, kubeconfig), so every public method is thread-safe and callable from
 any process layout.

@@ -1,7 +1,7 @@
 """The simulator process: `python -m periscope.sim.cluster.runner CONFIG.json`, started by `periscope up`.
 
 It serves a scenario's cluster through the real interfaces the services read (per node the kubelet
-socket, device-manager checkpoint, /proc tree and NVML state of `node_sim`; for the cluster the
+socket, device-manager checkpoint, /proc tree and NVML state of `node`; for the cluster the
 apiserver objects of `kube_objects`), frozen at scenario time 0 until `start <sim_ms>` arrives on
 stdin, so every service can come up first; then the `simulator` applies each tick and writes the
 ground truth. Faults of the node itself (kubelet-restart, checkpoint-corrupt) are executed there;

@@ -5,7 +5,7 @@ each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml
 NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
 Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
 are `NVMLError` subclasses with the pynvml names and codes (`NVMLError_NotSupported`, ...).
-The state file's format is in `periscope.sim.nvml.state`, the errors in `periscope.sim.nvml.errors`.
+The state file's format is in `periscope.sim.nvml.state`, the errors in `periscope.sim.nvml.base`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from periscope.sim.nvml.base import _MIB, MPS_SERVER_PATH, NvmlBase, _Device, _EventSet, _num, _Obj
-from periscope.sim.nvml.errors import NVMLError, fail
+from periscope.sim.nvml.base import (
+    _MIB,
+    MPS_SERVER_PATH,
+    NvmlBase,
+    NVMLError,
+    _Device,
+    _EventSet,
+    _num,
+    _Obj,
+    fail,
+)
 from periscope.sim.nvml.state import add_xid, read_nvml_state, write_nvml_state
 
 __all__ = ["FakePynvml", "NVMLError", "add_xid", "fake_pynvml", "read_nvml_state", "write_nvml_state"]
