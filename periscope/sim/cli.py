@@ -11,8 +11,9 @@ import click
 
 from periscope.cli.errors import InputError
 from periscope.core.duration import parse_duration_ms
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.report import ReportOptions, Truth, build_report, format_report, live_snapshots, read_jsonl
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.report.score import ReportOptions, Truth, build_report
+from periscope.sim.report.text import format_report, live_snapshots, read_jsonl
 from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
 from periscope.sim.up import UpOptions, run_up, snapshots_path
 

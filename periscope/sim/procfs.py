@@ -25,10 +25,12 @@ from typing import Literal
 from periscope.core.cgroup import Driver, Qos, Runtime, cgroup_file, cgroup_path
 
 
-def _write(path: Path, text: str) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Replace a file so that a reader sees the old or the new content, never a part (temp + rename).
+    Four lines of the standard library; no dependency offers more for a single writer."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 
@@ -58,9 +60,9 @@ class FakeProcfs:
         started = self._start(start_time)
         d = self.root / str(pid)
         d.mkdir(parents=True, exist_ok=True)
-        _write(d / "cgroup", cgroup_text)
-        _write(d / "stat", stat_line(pid, comm[:15], started))  # the kernel keeps 15 characters
-        _write(d / "comm", comm[:15] + "\n")
+        atomic_write(d / "cgroup", cgroup_text)
+        atomic_write(d / "stat", stat_line(pid, comm[:15], started))  # the kernel keeps 15 characters
+        atomic_write(d / "comm", comm[:15] + "\n")
         return started
 
     def add_pod_process(

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from periscope.sim.report import ReportOptions, Truth, build_report, read_jsonl
+from periscope.sim.report.score import ReportOptions, Truth, build_report
+from periscope.sim.report.text import read_jsonl
 
 MARKER = "PERISCOPE_E2E_TEST_RUN"  # not PERISCOPE_-settings: up passes other variables through
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.node_sim import NodeSim, node_paths
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.nvml import fake_pynvml, read_nvml_state, write_nvml_state
 from periscope.sim.scenario import load_scenario
 from services.probe.doctor import DoctorReport, diagnose

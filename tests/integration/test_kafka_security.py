@@ -31,8 +31,7 @@ from periscope.bus.security import KafkaSecurity
 from periscope.bus.tlsproxy import TlsProxy, server_context
 from periscope.core.model import NodeInput
 from periscope.replay.render import rfc3339
-from periscope.sim.certs import CertificateFiles, make_certificates
-from periscope.sim.secure import SecureBroker
+from periscope.sim.up.broker import CertificateFiles, SecureBroker, make_certificates
 from tests.integration.test_replay import TOPIC
 from tests.unit.core_builders import alloc, ck, gpu, inventory, pod, pr, uid
 from tests.unit.test_replay_owners import relocate

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 import yaml
 
-from periscope.sim.cluster import ClusterModel
+from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.scenario import (
     SHARED_RESOURCE,
     Scenario,

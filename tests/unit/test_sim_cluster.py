@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from periscope.core.deviceid import parse_device_id
-from periscope.sim.cluster import ClusterModel, Holding, operands
+from periscope.sim.cluster.model import ClusterModel, Holding
+from periscope.sim.cluster.operator import operands
 from periscope.sim.scenario import Scenario, load_scenario, parse_scenario
 
 SCENARIO = """

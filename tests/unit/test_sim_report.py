@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.report import ReportOptions, Truth, build_report, format_report, gpu_views, read_jsonl
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.cluster.truth import TruthWriter, rfc3339
+from periscope.sim.report.score import ReportOptions, Truth, build_report, gpu_views
+from periscope.sim.report.text import format_report, read_jsonl
 from periscope.sim.scenario import load_scenario
-from periscope.sim.truth import TruthWriter, rfc3339
 
 START = 1_700_000_000_000
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient, V1SubjectAccessReview, V1TokenReview
 
-from periscope.sim.apiserver_reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, review
+from periscope.sim.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, review
 from periscope.sim.scenario import ScenarioError, UserSpec, load_scenario
 
 USERS = (

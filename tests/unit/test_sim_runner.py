@@ -11,9 +11,8 @@ from periscope.core.cgroup import parse_cgroup
 from periscope.core.model import Meta
 from periscope.core.policy import policy_view
 from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.nvml import read_nvml_state
-from periscope.sim.runner import (
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.cluster.runner import (
     NodeSim,
     cluster_policy_object,
     daemonset_objects,
@@ -21,6 +20,7 @@ from periscope.sim.runner import (
     node_paths,
     pod_object,
 )
+from periscope.sim.nvml import read_nvml_state
 from periscope.sim.scenario import load_scenario
 from services.kube_watcher import mappers
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from periscope.sim.cluster import ClusterModel
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.cluster.truth import TruthWriter, read_truth, rfc3339
 from periscope.sim.scenario import load_scenario
-from periscope.sim.truth import TruthWriter, read_truth, rfc3339
 
 START = 1_700_000_000_000
 

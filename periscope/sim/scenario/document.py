@@ -5,7 +5,7 @@ checks a scenario file against (docs/scenario.schema.json). Validation is strict
 for true) and unknown keys are errors. A rule that needs two fields of one object (MIG layout against
 memory, exactly one of xid or fault) is a model validator raising `Invalid` with the path inside that
 object; rules across sections (a pod's node exists, a pin names a real MIG instance) are in
-`scenario_rules`. A field's `description` doubles as the words of its error ("'x' is not <description>").
+`rules`. A field's `description` doubles as the words of its error ("'x' is not <description>").
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from periscope.core.duration import parse_duration_ms
-from periscope.sim.scenario_specs import (
+from periscope.sim.scenario.specs import (
     FAULT_DEFAULT_MS,
     GPU_RESOURCE,
     NODE_FAULTS,

@@ -13,15 +13,12 @@ sharing it, and resolves XID owners at query time as well.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import httpx
+from periscope.wirejson import parse_time_ms
 
 Row = dict[str, Any]
 
@@ -81,12 +78,11 @@ class Confusion:
 
 
 def parse_time(value: Any) -> int | None:
+    """A time as the API writes it (RFC 3339) or as Unix ms; None when absent or unreadable."""
     if isinstance(value, int | float):
         return int(value)
-    if not isinstance(value, str) or not value:
-        return None
     try:
-        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() * 1000)
+        return parse_time_ms(value) if isinstance(value, str) and value else None
     except ValueError:
         return None
 
@@ -380,100 +376,3 @@ def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]
             }
         )
     return out
-
-
-# ---------------------------------------------------------------- inputs and output
-
-
-def read_jsonl(path: str | Path) -> list[Row]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}: line {n}: not JSON ({e.msg})") from None
-    return rows
-
-
-def live_snapshots(api: str, timeout_s: float = 10.0) -> list[Row]:
-    """One snapshot of a running API, dated by its newest GPU sample, plus the final endpoints."""
-    with httpx.Client(base_url=api.rstrip("/"), timeout=timeout_s) as client:
-
-        def get(path: str) -> Any:
-            r = client.get(path)
-            r.raise_for_status()
-            doc = r.json()
-            return doc.get("items", doc) if isinstance(doc, dict) and "items" in doc else doc
-
-        pods, gpus = get("/v1/pods?active=true"), get("/v1/gpus")
-        at = max((parse_time(g.get("sample_at")) or 0 for g in gpus), default=0)
-        final = {
-            "kind": "final",
-            "at_ms": at,
-            "xid": get("/v1/xid"),
-            "policy": get("/v1/policy"),
-            "idle": get("/v1/idle"),
-            "pods": get("/v1/pods"),
-        }
-    return [{"kind": "snapshot", "at_ms": at, "pods": pods, "gpus": gpus}, final]
-
-
-def _pct(score: Row) -> str:
-    if not score.get("total"):
-        return "n/a"
-    text = f"{100 * score['share']:.1f}% ({score['right']}/{score['total']})"
-    if "mean_error" in score:
-        text += f", mean err {score['mean_error']:g}"
-    return text
-
-
-def _pr(c: Row) -> str:
-    if c["precision"] is None and c["recall"] is None:
-        return "n/a"
-    f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    return f"{f(c['precision'])} / {f(c['recall'])}"
-
-
-def _lag(lag: Row | None) -> str:
-    if lag is None:
-        return ""
-    return f" (the API trails real time by {lag['mean']:g} ticks on average, {lag['max']:g} at most)"
-
-
-def format_report(r: Row) -> str:
-    p, b = r["periscope"], r["baseline"]
-    lag = r["baseline_lag_ms"] / 1000
-    lines = [
-        f"periscope report: scenario {r['scenario']} (seed {r['seed']}), {r['ticks']} ticks of "
-        f"{r['tick_ms'] / 1000:g}s, {r['snapshots']} API snapshots, {r['allowance_ticks']}-tick allowance",
-        "owners are checked at each GPU's sample time, usage at each row's" + _lag(r["lag_ticks"]),
-        "",
-        f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
-    ]
-    rows = [
-        ("owner right (tick x device)", _pct(p["owners"]), _pct(b["owners"])),
-        (f"shared-GPU util within ±{r['tolerance_pct']:g}", _pct(p["shared_util"]), _pct(b["shared_util"])),
-        (
-            f"exclusive util within ±{r['tolerance_pct']:g}",
-            _pct(p["exclusive_util"]),
-            _pct(b["exclusive_util"]),
-        ),
-        ("reused name, new pod's usage", _pct(p["reused_names"]), _pct(b["reused_names"])),
-        ("XID owner at error time", _pct(p["xid_owners"]), _pct(b["xid_owners"])),
-        ("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
-        ("policy statuses", _pct(p["policy"]), "n/a"),
-    ]
-    lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
-    for line in p.get("examples") or []:
-        lines.append(f"  wrong: {line}")
-    for m in p["policy"]["mismatches"]:
-        lines.append(f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}")
-    for f in p["faults"]:
-        where = f" on {f['node']}" if f["node"] else ""
-        took = (
-            "not recovered" if f["recovered_ticks"] is None else f"recovered in {f['recovered_ticks']} ticks"
-        )
-        lines.append(f"fault {f['fault']}{where} at {f['at']}: {took}{'' if f['ok'] else '  <-- too slow'}")
-    return "\n".join(lines)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from periscope.sim.apiserver_kinds import BY_NAME, KINDS, Kind, Obj
+from periscope.sim.apiserver.kinds import BY_NAME, KINDS, Kind, Obj
 
 
 def rfc3339(ms: int) -> str:

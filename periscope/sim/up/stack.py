@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,12 +31,12 @@ from periscope.bus.broker import EmbeddedBroker, free_port
 from periscope.bus.security import PLAINTEXT
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
-from periscope.sim.broker_guard import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, broker_lost
-from periscope.sim.child import Child, Emit
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.sampler import Sampler, snapshots_path
+from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.scenario import describe
-from periscope.sim.secure import SecureBroker
+from periscope.sim.up.broker import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, SecureBroker, broker_lost
+from periscope.sim.up.child import Child, Emit
+from periscope.sim.up.sampler import Sampler, snapshots_path
+from periscope.sim.up.services import Tuning, py, seconds, services
 
 _MAX_CRASHES = 5
 
@@ -54,20 +53,12 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
-    secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.secure)
+    secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.up.broker)
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
 
 
 class UpError(RuntimeError):
     """The stack could not be started or kept running; the message says which part and why."""
-
-
-def _py(*args: str) -> list[str]:
-    return [sys.executable, "-m", *args]
-
-
-def _seconds(ms: float) -> str:
-    return f"{ms / 1000:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 class Stack:
@@ -90,7 +81,7 @@ class Stack:
         # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
         self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
         # Outputs follow every tick, so ten ticks without one (at least 5 s of real time) means stale.
-        self.stale_after = _seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed))
+        self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed))
 
     # ------------------------------------------------------------------ children
 
@@ -138,59 +129,17 @@ class Stack:
         (self.workdir / "sim").mkdir()
         cfg = self.workdir / "sim" / "config.json"
         cfg.write_text(json.dumps(config))
-        self._add("sim", _py("periscope.sim.runner", str(cfg)), self._env(), stdin=True)
+        self._add("sim", py("periscope.sim.cluster.runner", str(cfg)), self._env(), stdin=True)
         ready = self._wait_file(self.workdir / "sim" / "ready.json", "sim", 30)
-        tick_s = _seconds(self.scenario.tick_ms / opts.speed)
-        for node, paths in ready["nodes"].items():
-            self._add(
-                f"probe/{node}",
-                _py("periscope.cli.main", "probe"),
-                self._env(
-                    node_name=node,
-                    kubelet_root=paths["kubelet_root"],
-                    podresources_socket=paths["socket"],
-                    checkpoint_path=paths["checkpoint"],
-                    proc_root=paths["proc_root"],
-                    nvml_backend=f"fake:{paths['nvml_state']}",
-                    tick=tick_s,
-                    allocation_interval=_seconds(5 * self.scenario.tick_ms / opts.speed),
-                    health_port=str(free_port()),
-                    stale_after=self.stale_after,
-                ),
-            )
-        self._add(
-            "watcher",
-            _py("periscope.cli.main", "watch"),
-            self._env(kubeconfig=ready["kubeconfig"], health_port=str(free_port())),
-        )
-        # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
-        # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
-        # worker: there is no one to rebalance with).
-        self._add(
-            "joiner",
-            _py("periscope.cli.main", "join"),
-            self._env(
-                app_id="periscope-up",
-                web_host="127.0.0.1",
-                web_port=str(free_port()),
-                data_dir=str(self.workdir / "run" / "joiner" / "data"),
-                window=_seconds(self.idle_bucket_ms),
-                lateness=_seconds(max(1000.0, 500 * opts.speed)),
-                session_timeout="3",
-                stale_after=self.stale_after,
-                idle_window=format_duration_ms(opts.idle_window_ms),
-                idle_threshold=f"{opts.idle_threshold:g}",
-            ),
-        )
-        api_port = opts.api_port or free_port()
-        self.api_url = f"http://127.0.0.1:{api_port}"
-        auth = {"api_auth": "kubernetes", "kubeconfig": ready["kubeconfig"]} if opts.api_auth else {}
-        self._add(
-            "api",
-            _py("periscope.cli.main", "api"),
-            self._env(api_host="127.0.0.1", api_port=str(api_port), api_stale_after=self.stale_after, **auth),
-        )
+        self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
+        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, self._tuning()):
+            self._add(name, argv, self._env(**settings))
 
+    def _tuning(self) -> Tuning:
+        return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after)
+
+    # The waits below poll at a fixed short interval under a deadline: everything is local and each
+    # poll is cheap, so backoff (and a retry library for it) would only make startup slower.
     def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

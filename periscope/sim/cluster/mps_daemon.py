@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from periscope.sim.cluster import ClusterModel, digest, gen_uuid
-from periscope.sim.truth import rfc3339
+from periscope.sim.cluster.hardware import digest, gen_uuid
+from periscope.sim.cluster.model import ClusterModel
+from periscope.wirejson import rfc3339
 
 DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
 NAMESPACE = "gpu-operator"

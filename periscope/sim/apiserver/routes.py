@@ -18,10 +18,10 @@ from collections import Counter
 
 from aiohttp import web
 
-from periscope.sim.apiserver_kinds import KINDS, VERSION, Kind, Obj, group_document, resource_list, status
-from periscope.sim.apiserver_reviews import REVIEW_PATHS, review
-from periscope.sim.apiserver_store import ObjectStore, Watch
-from periscope.sim.scenario_specs import UserSpec
+from periscope.sim.apiserver.kinds import KINDS, VERSION, Kind, Obj, group_document, resource_list, status
+from periscope.sim.apiserver.reviews import REVIEW_PATHS, review
+from periscope.sim.apiserver.store import ObjectStore, Watch
+from periscope.sim.scenario.specs import UserSpec
 
 
 class ApiRoutes(ObjectStore):

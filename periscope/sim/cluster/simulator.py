@@ -20,12 +20,18 @@ from typing import Any
 
 from periscope.clock import ScaledClock, WallClock, clock_from_setting
 from periscope.sim.apiserver import FakeApiServer
-from periscope.sim.cluster import ClusterModel, PodModel
-from periscope.sim.kube_objects import cluster_policy_object, daemonset_objects, node_object, pod_object
-from periscope.sim.mps_daemon import mps_daemon_pod_object
-from periscope.sim.node_sim import NodeSim, atomic_write, node_paths
+from periscope.sim.cluster.kube_objects import (
+    cluster_policy_object,
+    daemonset_objects,
+    node_object,
+    pod_object,
+)
+from periscope.sim.cluster.model import ClusterModel, PodModel
+from periscope.sim.cluster.mps_daemon import mps_daemon_pod_object
+from periscope.sim.cluster.node import NodeSim, node_paths
+from periscope.sim.cluster.truth import TruthWriter
+from periscope.sim.procfs import atomic_write
 from periscope.sim.scenario import load_scenario
-from periscope.sim.truth import TruthWriter
 
 log = logging.getLogger("periscope.sim")
 

@@ -10,18 +10,18 @@ node's probe at them.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
 from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
-from periscope.sim.cluster import ClusterModel, PodModel, mig_capable
+from periscope.sim.cluster.hardware import mig_capable
+from periscope.sim.cluster.model import ClusterModel, PodModel
+from periscope.sim.cluster.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
-from periscope.sim.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
 from periscope.sim.nvml import add_xid, write_nvml_state
-from periscope.sim.procfs import FakeProcfs
+from periscope.sim.procfs import FakeProcfs, atomic_write
 
 _RUNTIMES: tuple[Runtime, ...] = ("containerd", "crio", "containerd")
 
@@ -242,8 +242,3 @@ def _entry(
         p.uid, container, resource, ids, numa, {"envs": {"NVIDIA_VISIBLE_DEVICES": visible}}
     )
 
-
-def atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -6,7 +6,7 @@ its node (the resource is advertised, a shared GPU serves one replica per contai
 or MIG instances of the right profile, memory fits the device) and against earlier pods (a reused name
 waits for the old pod's stop, UIDs are unique). Events must name existing nodes, GPUs and instances
 before the end. Allocation conflicts (more pods than devices at some moment) are found by
-`periscope.sim.cluster`. Every problem is an `Invalid` with its path from the top of the file.
+`periscope.sim.cluster.model`. Every problem is an `Invalid` with its path from the top of the file.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario_document import PIN, Container, Event, Pod, ScenarioDocument
-from periscope.sim.scenario_specs import (
+from periscope.sim.scenario.document import PIN, Container, Event, Pod, ScenarioDocument
+from periscope.sim.scenario.specs import (
     FAULT_DEFAULT_MS,
     SHARED_RESOURCE,
     ComponentSpec,

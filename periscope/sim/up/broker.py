@@ -1,8 +1,17 @@
-"""Throwaway certificates for TLS between the simulated stack's clients and its broker.
+"""The embedded broker of `periscope up`: behind TLS with `--secure`, and what happens when it dies.
 
-`make_certificates` writes a CA, a broker certificate for the given host names/addresses and a client
-certificate (for mutual TLS), all signed by that CA, as PEM files. Used by `periscope up --secure` and
-the tests; never by a deployment, whose certificates come from its own CA.
+With `--secure` the broker listens in plaintext on a private loopback port and advertises the TLS
+proxy's address (periscope.bus.tlsproxy), so every client connection, bootstrap and per-broker, goes
+through TLS. The proxy requires a client certificate (mutual TLS). `make_certificates` writes fresh
+throwaway ones in the run's work directory (a CA, a broker certificate for the given names and
+addresses, a client certificate; never used by a deployment, whose certificates come from its own
+CA). SASL is not enabled: the embedded broker keeps users in its memory store, and with
+authentication on it refuses the request that would create the first one.
+
+When it dies: it keeps its topics in memory, so a broker that died took every event, changelog and
+committed offset with it. Restarting it would leave each service holding state that no longer exists
+on the bus (a joiner whose recovered marks are ahead of empty topics, an API whose view has nothing
+behind it); a clean stop with a non-zero status is the honest answer, and the one line says so.
 """
 
 from __future__ import annotations
@@ -16,6 +25,29 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.security import KafkaSecurity
+from periscope.bus.tlsproxy import TlsProxy, server_context
+
+# Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
+# (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
+SERVICES_GRACE_S = 6.0
+SIM_GRACE_S = 2.0
+BROKER_GRACE_S = 1.0
+
+
+def broker_lost(broker: EmbeddedBroker | None) -> str | None:
+    """The line to print when the broker process has exited, else None."""
+    if broker is None or broker.running():
+        return None
+    status = broker.exit_status
+    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
+    return (f"the embedded broker {how}; every topic and its history were lost with it: stopping every "
+            "service (run periscope up again to start afresh)")
+
+
+# ---------------------------------------------------------------- throwaway certificates
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +121,36 @@ def make_certificates(directory: Path, hosts: tuple[str, ...] = ("localhost", "1
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(key, key_path)
     return files
+
+
+class SecureBroker:
+    """An EmbeddedBroker reachable only through a mutual-TLS proxy on `port` (0 = a free port)."""
+
+    def __init__(self, directory: Path, port: int = 0, log_path: Path | None = None) -> None:
+        self.files = make_certificates(directory)
+        self.port = port or free_port()
+        self.broker = EmbeddedBroker(port=0, log_path=log_path, advertised_port=self.port)
+        self.proxy = TlsProxy(server_context(str(self.files.server_cert), str(self.files.server_key),
+                                             client_cafile=str(self.files.ca)),
+                              port=self.port, target=lambda: (self.broker.host, self.broker.port))
+        self.security = KafkaSecurity(protocol="SSL", cafile=str(self.files.ca),
+                                      certfile=str(self.files.client_cert),
+                                      keyfile=str(self.files.client_key))
+
+    def start(self) -> str:
+        """Start broker and proxy; returns the TLS bootstrap address."""
+        self.broker.start()  # a restart may pick another port: the proxy asks for it per connection
+        try:
+            return self.proxy.start()
+        except BaseException:
+            self.broker.stop()
+            raise
+
+    def settings(self) -> dict[str, str]:
+        """The PERISCOPE_* settings (lower-case names without the prefix) a client needs."""
+        return {"kafka_security_protocol": self.security.protocol, "kafka_ssl_cafile": self.security.cafile,
+                "kafka_ssl_certfile": self.security.certfile, "kafka_ssl_keyfile": self.security.keyfile}
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.broker.stop()

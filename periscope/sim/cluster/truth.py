@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from periscope.sim.cluster import ClusterModel, Holding, operands
+from periscope.sim.cluster.model import ClusterModel, Holding
+from periscope.sim.cluster.operator import operands
 from periscope.sim.scenario import FaultSpec, XidSpec
 from periscope.wirejson import rfc3339
 

@@ -11,22 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from periscope.sim.cluster import (
-    ClusterModel,
-    PodModel,
-    deploy_nodes,
-    gen_uuid,
-    mig_capable,
-    model_profile,
-    operands,
-)
-from periscope.sim.truth import rfc3339
+from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
+from periscope.sim.cluster.model import ClusterModel, PodModel
+from periscope.sim.cluster.operator import deploy_nodes, operands
+from periscope.wirejson import rfc3339
 
 OPERATOR_NAMESPACE = "gpu-operator"
-
-
-def _ts(ms: int) -> str:
-    return rfc3339(ms)
 
 
 _CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
@@ -39,7 +29,7 @@ def pod_object(
         "name": p.name,
         "namespace": p.namespace,
         "uid": p.uid,
-        "creationTimestamp": _ts(created_ms),
+        "creationTimestamp": rfc3339(created_ms),
         "labels": dict(p.spec.labels),
     }
     if p.spec.owner_kind:
@@ -55,7 +45,7 @@ def pod_object(
             }
         ]
     if deleted_ms is not None:
-        meta["deletionTimestamp"] = _ts(deleted_ms)
+        meta["deletionTimestamp"] = rfc3339(deleted_ms)
         meta["deletionGracePeriodSeconds"] = 0
     containers, statuses = [], []
     for c in p.containers:
@@ -75,7 +65,7 @@ def pod_object(
                 "ready": deleted_ms is None,
                 "restartCount": 0,
                 "image": f"registry.example/{p.namespace}/{c.name}:1",
-                "state": {"running": {"startedAt": _ts(created_ms)}},
+                "state": {"running": {"startedAt": rfc3339(created_ms)}},
             }
         )
     return {
@@ -86,13 +76,13 @@ def pod_object(
         "status": {
             "phase": "Running",
             "qosClass": p.spec.qos.capitalize().replace("Besteffort", "BestEffort"),
-            "startTime": _ts(created_ms),
+            "startTime": rfc3339(created_ms),
             "containerStatuses": statuses,
             "conditions": [
                 {
                     "type": "Ready",
                     "status": "False" if deleted_ms else "True",
-                    "lastTransitionTime": _ts(deleted_ms or created_ms),
+                    "lastTransitionTime": rfc3339(deleted_ms or created_ms),
                 }
             ],
         },

@@ -4,8 +4,8 @@ It serves pods, nodes, apps/v1 daemonsets, nvidia.com/v1 clusterpolicies (the GP
 can be "not installed"), resource.k8s.io/v1 resourceclaims and coordination.k8s.io/v1 leases, with the
 discovery endpoints the official `kubernetes` client needs. Like etcd, one revision counter spans all
 kinds; watches resume from a resourceVersion, get BOOKMARK events and an ERROR 410 ("too old resource
-version") once the version is compacted away. The kinds live in `apiserver_kinds`, the versioned store
-and its watch fan-out in `apiserver_store` and the HTTP routes in `apiserver_routes`; this module holds
+version") once the version is compacted away. The kinds live in `kinds`, the versioned store
+and its watch fan-out in `store` and the HTTP routes in `routes`; this module holds
 `FakeApiServer` itself, whose HTTP server runs on its own event loop in a background thread (start,
 stop, restart on the same port, kubeconfig), so every public method is thread-safe and callable from
 any process layout.
@@ -22,10 +22,10 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from periscope.sim.apiserver_kinds import KINDS, VERSION, Kind, Obj
-from periscope.sim.apiserver_routes import ApiRoutes
-from periscope.sim.apiserver_store import rfc3339, wall_ms
-from periscope.sim.scenario_specs import UserSpec
+from periscope.sim.apiserver.kinds import KINDS, VERSION, Kind, Obj
+from periscope.sim.apiserver.routes import ApiRoutes
+from periscope.sim.apiserver.store import rfc3339, wall_ms
+from periscope.sim.scenario.specs import UserSpec
 
 __all__ = ["KINDS", "VERSION", "FakeApiServer", "Kind", "Obj", "rfc3339"]
 
@@ -47,7 +47,7 @@ class FakeApiServer(ApiRoutes):
         self.host, self.port = host, port
         self.bookmark_interval_s = bookmark_interval_s
         self.gone_as_http = gone_as_http
-        self.users = users  # TokenReview / SubjectAccessReview (periscope.sim.apiserver_reviews)
+        self.users = users  # TokenReview / SubjectAccessReview (periscope.sim.apiserver.reviews)
         self.stats = Counter()  # ("list"|"watch"|"gone", plural) -> count
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None

@@ -4,7 +4,7 @@ A `Scenario` holds the simulated cluster's nodes (with their GPUs, MIG instances
 format), the pods placed on them with each container's utilisation steps, the Xid errors and faults to
 inject, the apiserver's users, and an optional GPU Operator ClusterPolicy. Everything here is plain
 immutable data plus the small queries the simulator asks of it (which resources a node advertises, a
-container's utilisation at a moment, MIG profile arithmetic). The file format is `scenario_document`;
+container's utilisation at a moment, MIG profile arithmetic). The file format is `document`;
 `GpuSpec` and `ComponentSpec` have the file's shape exactly, so they are its models too.
 """
 

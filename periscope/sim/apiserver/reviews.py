@@ -16,8 +16,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from periscope.sim.apiserver_kinds import Obj, status
-from periscope.sim.scenario_specs import UserSpec
+from periscope.sim.apiserver.kinds import Obj, status
+from periscope.sim.scenario.specs import UserSpec
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

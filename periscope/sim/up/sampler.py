@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from periscope.clock import ScaledClock
-from periscope.sim.truth import rfc3339
+from periscope.wirejson import rfc3339
 
 
 def snapshots_path(truth: Path) -> Path:

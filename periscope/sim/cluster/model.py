@@ -9,10 +9,17 @@ Times here are scenario offsets in ms (0 = scenario start); the runner adds the 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
-from periscope.core.policy import OPERANDS
+from periscope.sim.cluster.hardware import (
+    GI_PROFILE,
+    Device,
+    Gpu,
+    MigInstance,
+    digest,
+    gen_uuid,
+    model_profile,
+)
 from periscope.sim.scenario import (
     ContainerSpec,
     PodSpec,
@@ -22,93 +29,6 @@ from periscope.sim.scenario import (
     mig_memory_mib,
     mig_slices,
 )
-
-# (idle watts, max watts, GPU family) by a substring of the product name; first match wins.
-_MODELS = (
-    ("H200", 75.0, 700.0, "hopper"),
-    ("H100", 70.0, 700.0, "hopper"),
-    ("A100", 50.0, 400.0, "ampere"),
-    ("A30", 30.0, 165.0, "ampere"),
-    ("A10", 20.0, 150.0, "ampere"),
-    ("L40", 35.0, 300.0, "ada-lovelace"),
-    ("L4", 15.0, 72.0, "ada-lovelace"),
-    ("T4", 10.0, 70.0, "turing"),
-    ("V100", 40.0, 300.0, "volta"),
-)
-_MIG_CAPABLE = ("A100", "A30", "H100", "H200", "B200", "GB200")
-# GPU-instance profile IDs by compute slices (nvml GPU_INSTANCE_PROFILE_*); 1g with 20 GB is 15.
-_GI_PROFILE = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
-
-
-def digest(seed: int, *parts: object) -> bytes:
-    return hashlib.sha256("\x1f".join([str(seed), *map(str, parts)]).encode()).digest()
-
-
-def gen_uuid(seed: int, *parts: object) -> str:
-    """A version-4-shaped UUID fixed by (seed, parts)."""
-    b = bytearray(digest(seed, *parts)[:16])
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def model_profile(model: str) -> tuple[float, float, str]:
-    for key, idle, peak, family in _MODELS:
-        if key in model:
-            return idle, peak, family
-    return 30.0, 300.0, "unknown"
-
-
-def mig_capable(model: str) -> bool:
-    return any(key in model for key in _MIG_CAPABLE)
-
-
-@dataclass(frozen=True, slots=True)
-class MigInstance:
-    uuid: str
-    profile: str
-    gi: int
-    ci: int
-    position: int  # index in the GPU's `mig:` list (the "0:<k>" pin)
-    memory_mib: int
-    profile_id: int
-    placement_start: int
-    slices: int
-
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    node: str
-    index: int
-    uuid: str
-    model: str
-    memory_mib: int
-    pci_bus_id: str
-    mig: tuple[MigInstance, ...] = ()
-    sharing: str = "none"  # none | time-slicing | mps (MIG GPUs are never shared here)
-    replicas: int = 1
-
-    @property
-    def minor(self) -> int:
-        return self.index
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    """One kubelet device ID (what PodResources and the checkpoint list)."""
-
-    id: str
-    resource: str
-    gpu: Gpu
-    mig: MigInstance | None = None
-    replica: int | None = None
-
-    @property
-    def sharing(self) -> str:
-        if self.mig is not None:
-            return "mig"
-        return "exclusive" if self.gpu.sharing == "none" else self.gpu.sharing
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +138,7 @@ class ClusterModel:
                 pid = (
                     15
                     if (slices == 1 and mig_memory_mib(profile) >= 20 * 1024)
-                    else _GI_PROFILE.get(slices, 19)
+                    else GI_PROFILE.get(slices, 19)
                 )
                 instances.append(
                     MigInstance(
@@ -438,57 +358,3 @@ def _power(idle_w: float, peak_w: float, util: float) -> float:
 
 def _temp(util: float) -> float:
     return round(32.0 + 0.45 * util, 1)
-
-
-# ---------------------------------------------------------------- operator intent vs operands
-
-
-@dataclass(frozen=True, slots=True)
-class Operand:
-    component: str  # ClusterPolicy spec key
-    daemonset: str
-    deploy_label: str  # nvidia.com/gpu.deploy.<this>=true selects its nodes
-    intended: str  # enabled | disabled | default (spec silent)
-    present: bool  # whether the DaemonSet exists
-    desired: int
-    ready: int
-    expected_status: (
-        str  # what /v1/policy should say: ok | degraded | disabled-as-intended | missing | unexpected
-    )
-
-
-def deploy_nodes(s: Scenario, component: str) -> list[str]:
-    """GPU nodes the operator labels for an operand (mig-manager only where MIG is possible)."""
-    if component == "migManager":
-        return [n.name for n in s.nodes if any(mig_capable(g.model) for g in n.gpus)]
-    return [n.name for n in s.nodes]
-
-
-def operands(s: Scenario) -> list[Operand]:
-    """The operand DaemonSets the simulated operator reconciled, each with the /v1/policy status it
-    deserves (an independent statement of the rules: wanted+ready = ok, wanted+short = degraded,
-    wanted+absent = missing, unwanted+absent = disabled-as-intended, unwanted+running = unexpected)."""
-    if s.policy is None:
-        return []
-    spec = dict(s.policy.components)
-    out: list[Operand] = []
-    for op in OPERANDS:
-        c = spec.get(op.component)
-        enabled = None if c is None else c.enabled
-        intended = "default" if enabled is None else ("enabled" if enabled else "disabled")
-        wanted = op.default_enabled if enabled is None else enabled
-        present = c.present if c is not None and c.present is not None else wanted
-        nodes = len(deploy_nodes(s, op.component))
-        desired = c.desired if c is not None and c.desired is not None else (nodes if present else 0)
-        ready = c.ready if c is not None and c.ready is not None else desired
-        if not present:
-            desired = ready = 0
-            status = "missing" if wanted else "disabled-as-intended"
-        elif not wanted:
-            status = "unexpected"
-        else:
-            status = "ok" if ready >= desired >= nodes else "degraded"
-        out.append(
-            Operand(op.component, op.daemonset, op.deploy_label, intended, present, desired, ready, status)
-        )
-    return out

@@ -2,11 +2,11 @@
 
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
-The file's shape is pydantic models (`scenario_document`, published as docs/scenario.schema.json), the
-rules across its sections are `scenario_rules`, and the frozen specs the simulator reads are
-`scenario_specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
+The file's shape is pydantic models (`scenario.document`, published as docs/scenario.schema.json), the
+rules across its sections are `rules`, and the frozen specs the simulator reads are
+`specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
 the command line does, finds built-in scenarios, and keeps every public name importable from here.
-Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster`,
+Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster.model`,
 which raises the same `ScenarioError`.
 """
 
@@ -25,10 +25,10 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario_document import ScenarioDocument
-from periscope.sim.scenario_rules import build_scenario
-from periscope.sim.scenario_specs import *  # noqa: F403  (every spec and constant stays importable from here)
-from periscope.sim.scenario_specs import Invalid, Scenario, ScenarioError, describe_value
+from periscope.sim.scenario.document import ScenarioDocument
+from periscope.sim.scenario.rules import build_scenario
+from periscope.sim.scenario.specs import *  # noqa: F403  (every spec and constant stays importable from here)
+from periscope.sim.scenario.specs import Invalid, Scenario, ScenarioError, describe_value
 
 # ---------------------------------------------------------------- loading
 
@@ -227,6 +227,3 @@ def describe(s: Scenario) -> str:
         f"{format_duration_ms(s.duration_ms)} at {format_duration_ms(s.tick_ms)} ticks"
     )
 
-
-if __name__ == "__main__":  # writes docs/scenario.schema.json: python -m periscope.sim.scenario
-    print(json.dumps(json_schema(), indent=2))

@@ -1,7 +1,7 @@
-"""The simulator process: `python -m periscope.sim.runner CONFIG.json`, started by `periscope up`.
+"""The simulator process: `python -m periscope.sim.cluster.runner CONFIG.json`, started by `periscope up`.
 
 It serves a scenario's cluster through the real interfaces the services read (per node the kubelet
-socket, device-manager checkpoint, /proc tree and NVML state of `node_sim`; for the cluster the
+socket, device-manager checkpoint, /proc tree and NVML state of `node`; for the cluster the
 apiserver objects of `kube_objects`), frozen at scenario time 0 until `start <sim_ms>` arrives on
 stdin, so every service can come up first; then the `simulator` applies each tick and writes the
 ground truth. Faults of the node itself (kubelet-restart, checkpoint-corrupt) are executed there;
@@ -21,15 +21,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from periscope.sim.kube_objects import (
+from periscope.sim.cluster.kube_objects import (
     OPERATOR_NAMESPACE,
     cluster_policy_object,
     daemonset_objects,
     node_object,
     pod_object,
 )
-from periscope.sim.node_sim import NodePaths, NodeSim, node_paths
-from periscope.sim.simulator import Simulator
+from periscope.sim.cluster.node import NodePaths, NodeSim, node_paths
+from periscope.sim.cluster.simulator import Simulator
 
 __all__ = [
     "OPERATOR_NAMESPACE",
@@ -71,7 +71,7 @@ async def _main(config: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m periscope.sim.runner CONFIG.json", file=sys.stderr)
+        print("usage: python -m periscope.sim.cluster.runner CONFIG.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
     config = json.loads(Path(args[0]).read_text())

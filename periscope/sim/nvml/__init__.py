@@ -5,237 +5,33 @@ each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml
 NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
 Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
 are `NVMLError` subclasses with the pynvml names and codes (`NVMLError_NotSupported`, ...).
-
-State (one file per simulated node; every key but `gpus[].uuid` optional):
-
-    {"driver_version": "550.54.15", "cuda_driver_version": 12040,
-     "gpus": [{"uuid": "GPU-...", "name": "NVIDIA A100-SXM4-80GB", "minor": 0,
-               "pci_bus_id": "00000000:07:00.0", "memory_total_mib": 81920, "memory_used_mib": 512,
-               "util_pct": 40, "mem_util_pct": 10, "power_w": 210.5, "temp_c": 51,
-               "lost": false,                      # true: metric calls raise NVMLError_GpuIsLost
-               "fail": {"nvmlDeviceGetPowerUsage": "NotSupported"},   # injected errors by call
-               "processes": [{"pid": 4242, "used_mib": 500, "sm_util": 35, "mem_util": 8,
-                              "name": "python3"}],     # name: what nvmlSystemGetProcessName answers
-               "graphics_processes": [],           # listed by nvmlDeviceGetGraphicsRunningProcesses
-               "mps": {"server_pid": 77, "server_used_mib": 30, "utilization": "clients"},
-                       # MPS on: `processes` are the clients, listed only by the MPS call; the compute
-                       # list holds the server alone; compute mode EXCLUSIVE_PROCESS. `utilization`:
-                       # clients (samples per client) | server (one sample, the server's PID) | none
-                       # (NotSupported)
-               "mig_capable": true,                # MIG mode [0, 0]; without it: NotSupported
-               "mig": [{"uuid": "MIG-...", "profile": "1g.10gb", "gi": 9, "ci": 0,
-                        "profile_id": 19, "placement_start": 0, "placement_size": 1,
-                        "memory_total_mib": 9856, "memory_used_mib": 100,
-                        "processes": [{"pid": 4343, "used_mib": 100}]}],    # "mig" set: enabled
-               "mig_list_needs_privilege": false}],  # true: the whole-GPU list on MIG: NoPermission
-     "xids": [{"seq": 1, "gpu": "GPU-...", "code": 79, "gi": null, "ci": null}]}
-
-XIDs: an event set delivers, once, each XID of a registered GPU whose `seq` is above the highest
-`seq` present when the set was created, as NVML delivers only events that happen after registration.
-`add_xid(state, gpu_uuid, code)` appends one with the next `seq`. Per-process utilization is sampled
-at call time: every process with `sm_util` yields one sample stamped with the current time in µs.
+The state file's format is in `periscope.sim.nvml.state`, the errors in `periscope.sim.nvml.base`.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import tempfile
-import threading
 import time
-import types
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-# NVML return codes 1..30 in order (nvml.h), plus Unknown = 999; pynvml names its classes after them.
-_CODES = (
-    "Uninitialized InvalidArgument NotSupported NoPermission AlreadyInitialized NotFound InsufficientSize "
-    "InsufficientPower DriverNotLoaded Timeout IrqIssue LibraryNotFound FunctionNotFound CorruptedInforom "
-    "GpuIsLost ResetRequired OperatingSystem LibRmVersionMismatch InUse Memory NoData VgpuEccNotSupported "
-    "InsufficientResources FreqNotSupported ArgumentVersionMismatch Deprecated NotReady GpuNotFound "
-    "InvalidState ResetTypeNotSupported"
+from periscope.sim.nvml.base import (
+    _MIB,
+    MPS_SERVER_PATH,
+    NvmlBase,
+    NVMLError,
+    _Device,
+    _EventSet,
+    _num,
+    _Obj,
+    fail,
 )
-_ERRORS = {name: code for code, name in enumerate(_CODES.split(), start=1)} | {"Unknown": 999}
-_MIB = 1024 * 1024
-MPS_SERVER_PATH = "nvidia-cuda-mps-server"  # what nvmlSystemGetProcessName names the MPS server
+from periscope.sim.nvml.state import add_xid, read_nvml_state, write_nvml_state
 
+__all__ = ["FakePynvml", "NVMLError", "add_xid", "fake_pynvml", "read_nvml_state", "write_nvml_state"]
 
-class NVMLError(Exception):
-    """Base error; `NVMLError(code)` builds the matching subclass, as pynvml does."""
-
-    value: int
-    _by_code: dict[int, type[NVMLError]] = {}
-
-    def __new__(cls, value: int) -> NVMLError:
-        if cls is NVMLError:
-            cls = NVMLError._by_code.get(value, NVMLError)
-        obj = Exception.__new__(cls)
-        obj.value = value
-        return obj
-
-    def __init__(self, value: int | None = None) -> None:
-        super().__init__(self.value)
-
-    def __str__(self) -> str:
-        for name, code in _ERRORS.items():
-            if code == self.value:
-                return name
-        return f"NVML Error with code {self.value}"
-
-
-def _error_class(name: str, code: int) -> type[NVMLError]:
-    def new(cls: type[NVMLError], *args: object) -> NVMLError:
-        return NVMLError.__new__(cls, code)
-
-    cls = type(f"NVMLError_{name}", (NVMLError,), {"__new__": new})
-    NVMLError._by_code[code] = cls
-    return cls
-
-
-class NVMLLibraryMismatchError(Exception):
-    """Raised by pynvml's unversioned calls when the driver lacks the versioned symbol."""
-
-
-ERROR_CLASSES: dict[str, type[NVMLError]] = {n: _error_class(n, c) for n, c in _ERRORS.items()}
-
-
-def _raise(name: str) -> None:
-    raise ERROR_CLASSES[name](_ERRORS[name])
-
-
-class _Obj(types.SimpleNamespace):
-    """Attribute bag standing in for the ctypes structs pynvml returns."""
-
-
-class _Device:
-    __slots__ = ("mig", "uuid")
-
-    def __init__(self, uuid: str, mig: bool) -> None:
-        self.uuid, self.mig = uuid, mig
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Device) and other.uuid == self.uuid
-
-    def __hash__(self) -> int:
-        return hash(self.uuid)
-
-
-class _EventSet:
-    def __init__(self, baseline: int) -> None:
-        self.baseline = baseline
-        self.devices: set[str] = set()
-        self.delivered: set[int] = set()
-        self.freed = False
-
-
-def _num(value: Any) -> int | float:
-    """Percentages as the state gives them: NVML reports whole numbers, but a simulator may keep
-    fractions so that its ground truth and the attributed shares can be compared exactly."""
-    number = float(value)
-    return int(number) if number.is_integer() else number
-
-
-def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
-    """Write the state so that readers never see a partial file (temp file + rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".nvml-", dir=target.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, target)
-
-
-def read_nvml_state(path: str | Path) -> dict[str, Any]:
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
-    return data
-
-
-def add_xid(
-    state: dict[str, Any], gpu_uuid: str, code: int, gi: int | None = None, ci: int | None = None
-) -> dict[str, Any]:
-    xids = state.setdefault("xids", [])
-    seq = max((int(x.get("seq", 0)) for x in xids), default=0) + 1
-    xids.append({"seq": seq, "gpu": gpu_uuid, "code": code, "gi": gi, "ci": ci})
-    return state
-
-
-class FakePynvml(types.ModuleType):
+class FakePynvml(NvmlBase):
     """Module object exposing the pynvml API over one state file."""
-
-    NVMLError = NVMLError
-    NVML_SUCCESS = 0
-    NVML_TEMPERATURE_GPU = 0
-    NVML_DEVICE_MIG_DISABLE = 0
-    NVML_DEVICE_MIG_ENABLE = 1
-    nvmlEventTypeNone = 0
-    nvmlEventTypeXidCriticalError = 0x8
-    nvmlMemory_v2 = 0x02000028
-    NVML_COMPUTEMODE_DEFAULT = 0
-    NVML_COMPUTEMODE_PROHIBITED = 2
-    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
-    NVMLLibraryMismatchError = NVMLLibraryMismatchError
-    NVML_VALUE_NOT_AVAILABLE_ulonglong = ctypes.c_ulonglong(-1)
-
-    def __init__(self, state_path: str | Path) -> None:
-        super().__init__("pynvml")
-        self.state_path = Path(state_path)
-        for name, cls in ERROR_CLASSES.items():
-            setattr(self, f"NVMLError_{name}", cls)
-            setattr(
-                self,
-                "NVML_ERROR_" + "".join("_" + ch if ch.isupper() else ch for ch in name)[1:].upper(),
-                _ERRORS[name],
-            )
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int, int] | None = None
-        self._state: dict[str, Any] = {}
-        self._initialized = 0
-
-    # ------------------------------------------------------------------ state access
-
-    def _load(self) -> dict[str, Any]:
-        with self._lock:
-            try:
-                st = os.stat(self.state_path)
-            except OSError:
-                _raise("DriverNotLoaded")
-            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if stamp != self._stamp:
-                self._state = read_nvml_state(self.state_path)
-                self._stamp = stamp
-            return self._state
-
-    def _ready(self) -> dict[str, Any]:
-        if not self._initialized:
-            _raise("Uninitialized")
-        return self._load()
-
-    def _find(
-        self, dev: _Device, call: str, metric: bool = True
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """(gpu, mig-or-None) for a handle; applies `lost` and injected failures."""
-        if not isinstance(dev, _Device):
-            _raise("InvalidArgument")
-        for gpu in self._ready().get("gpus", []):
-            if gpu["uuid"] == dev.uuid:
-                found: tuple[dict[str, Any], dict[str, Any] | None] = (gpu, None)
-                break
-            mig = next((m for m in gpu.get("mig") or [] if m["uuid"] == dev.uuid), None)
-            if mig is not None:
-                found = (gpu, mig)
-                break
-        else:
-            _raise("GpuIsLost")  # the device vanished from the bus
-        gpu = found[0]
-        if metric and gpu.get("lost"):
-            _raise("GpuIsLost")
-        failure = gpu.get("fail", {}).get(call)
-        if failure:
-            _raise(failure)
-        return found
 
     # ------------------------------------------------------------------ init / system
 
@@ -245,7 +41,7 @@ class FakePynvml(types.ModuleType):
 
     def nvmlShutdown(self) -> None:
         if not self._initialized:
-            _raise("Uninitialized")
+            fail("Uninitialized")
         self._initialized -= 1
 
     def nvmlSystemGetDriverVersion(self) -> str:
@@ -262,7 +58,7 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Device:
         gpus = self._ready().get("gpus", [])
         if not 0 <= index < len(gpus):
-            _raise("InvalidArgument")
+            fail("InvalidArgument")
         return _Device(gpus[index]["uuid"], False)
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Device:
@@ -271,8 +67,7 @@ class FakePynvml(types.ModuleType):
                 return _Device(uuid, False)
             if any(m["uuid"] == uuid for m in gpu.get("mig") or []):
                 return _Device(uuid, True)
-        _raise("NotFound")
-        raise AssertionError
+        fail("NotFound")
 
     def nvmlDeviceGetUUID(self, handle: _Device) -> str:
         self._find(handle, "nvmlDeviceGetUUID", metric=False)
@@ -290,7 +85,7 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetMinorNumber(self, handle: _Device) -> int:
         gpu, mig = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False)
         if mig is not None:
-            _raise("NotSupported")
+            fail("NotSupported")
         return int(gpu.get("minor", self.nvmlDeviceGetIndex(handle)))
 
     def nvmlDeviceGetPciInfo(self, handle: _Device) -> _Obj:
@@ -303,7 +98,7 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetUtilizationRates(self, handle: _Device) -> _Obj:
         gpu, mig = self._find(handle, "nvmlDeviceGetUtilizationRates")
         if mig is not None or gpu.get("mig") is not None:
-            _raise("NotSupported")  # as on real MIG-enabled GPUs
+            fail("NotSupported")  # as on real MIG-enabled GPUs
         return _Obj(gpu=_num(gpu.get("util_pct", 0)), memory=_num(gpu.get("mem_util_pct", 0)))
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Obj:
@@ -322,13 +117,13 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetPowerUsage(self, handle: _Device) -> int:
         gpu, mig = self._find(handle, "nvmlDeviceGetPowerUsage")
         if mig is not None:
-            _raise("NotSupported")
+            fail("NotSupported")
         return int(float(gpu.get("power_w", 0.0)) * 1000)
 
     def nvmlDeviceGetTemperature(self, handle: _Device, sensor: int) -> int:
         gpu, mig = self._find(handle, "nvmlDeviceGetTemperature")
         if mig is not None or sensor != 0:
-            _raise("NotSupported")
+            fail("NotSupported")
         return int(gpu.get("temp_c", 0))
 
     def _listed(self, handle: _Device, call: str, kind: str) -> list[_Obj]:
@@ -343,7 +138,7 @@ class FakePynvml(types.ModuleType):
             sources = [(mig, mig.get("processes", []) if kind == "compute" else [])]
         elif gpu.get("mig") is not None:
             if gpu.get("mig_list_needs_privilege"):
-                _raise("NoPermission")  # the whole-GPU list on MIG needs root; the instances answer
+                fail("NoPermission")  # the whole-GPU list on MIG needs root; the instances answer
             sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in gpu["mig"]]
         elif mps is not None:
             server = {"pid": mps.get("server_pid", 0), "used_mib": mps.get("server_used_mib", 0)}
@@ -367,25 +162,21 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
 
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
-
     def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
-
-    def nvmlDeviceGetMPSComputeRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: _Device) -> list[_Obj]:
-        return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
+    # pynvml's unversioned names call the _v3 ones
+    nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
+    nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
+    nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetGraphicsRunningProcesses
 
     def nvmlDeviceGetComputeMode(self, handle: _Device) -> int:
         gpu, mig = self._find(handle, "nvmlDeviceGetComputeMode")
         if mig is not None:
-            _raise("NotSupported")
+            fail("NotSupported")
         # The MPS control daemon sets EXCLUSIVE_PROCESS so that only its server opens the GPU.
         return self.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else self.NVML_COMPUTEMODE_DEFAULT
 
@@ -399,25 +190,24 @@ class FakePynvml(types.ModuleType):
             for p in procs:
                 if int(p["pid"]) == pid:
                     return str(p.get("name", "python3"))
-        _raise("NotFound")
-        raise AssertionError
+        fail("NotFound")
 
     def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
         gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
         if mig is not None or gpu.get("mig") is not None:
-            _raise("NotSupported")
+            fail("NotSupported")
         sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
         mps = gpu.get("mps")
         by = "clients" if mps is None else str(mps.get("utilization", "clients"))
         if by == "none":
-            _raise("NotSupported")
+            fail("NotSupported")
         if mps is not None and by == "server" and sampled:
             # Some drivers charge the clients' work to the server's PID.
             sm = min(sum(float(p["sm_util"]) for p in sampled), 100.0)
             mu = min(sum(float(p.get("mem_util", 0)) for p in sampled), 100.0)
             sampled = [{"pid": mps["server_pid"], "sm_util": sm, "mem_util": mu}]
         if not sampled:
-            _raise("NotFound")  # no sample newer than timeStamp
+            fail("NotFound")  # no sample newer than timeStamp
         ts = max(int(time.time() * 1_000_000), int(timeStamp) + 1)
         return [
             _Obj(
@@ -436,7 +226,7 @@ class FakePynvml(types.ModuleType):
     def nvmlDeviceGetMigMode(self, device: _Device) -> list[int]:
         gpu, mig = self._find(device, "nvmlDeviceGetMigMode", metric=False)
         if mig is not None or (gpu.get("mig") is None and not gpu.get("mig_capable")):
-            _raise("NotSupported")
+            fail("NotSupported")
         return [1, 1] if gpu.get("mig") is not None else [0, 0]
 
     def nvmlDeviceGetMaxMigDeviceCount(self, device: _Device) -> int:
@@ -447,13 +237,13 @@ class FakePynvml(types.ModuleType):
         gpu, _ = self._find(device, "nvmlDeviceGetMigDeviceHandleByIndex", metric=False)
         migs = gpu.get("mig") or []
         if not 0 <= index < len(migs):
-            _raise("NotFound")
+            fail("NotFound")
         return _Device(migs[index]["uuid"], True)
 
     def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: _Device) -> _Device:
         gpu, mig = self._find(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
         if mig is None:
-            _raise("InvalidArgument")
+            fail("InvalidArgument")
         return _Device(gpu["uuid"], False)
 
     def nvmlDeviceIsMigDeviceHandle(self, device: _Device) -> ctypes.c_uint:
@@ -463,7 +253,7 @@ class FakePynvml(types.ModuleType):
     def _mig(self, dev: _Device, call: str) -> dict[str, Any]:
         _, mig = self._find(dev, call, metric=False)
         if mig is None:
-            _raise("InvalidArgument")
+            fail("InvalidArgument")
         assert mig is not None
         return mig
 
@@ -478,8 +268,7 @@ class FakePynvml(types.ModuleType):
         for m in gpu.get("mig") or []:
             if int(m.get("gi", 0)) == gpuInstanceId:
                 return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
-        _raise("NotFound")
-        raise AssertionError
+        fail("NotFound")
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance: _Obj) -> _Obj:
         m = gpuInstance.mig
@@ -510,7 +299,7 @@ class FakePynvml(types.ModuleType):
         deadline = time.monotonic() + timeoutms / 1000.0
         while True:
             if eventSet.freed:
-                _raise("Uninitialized")
+                fail("Uninitialized")
             for x in self._ready().get("xids", []):
                 seq = int(x.get("seq", 0))
                 if (
@@ -528,7 +317,7 @@ class FakePynvml(types.ModuleType):
                         computeInstanceId=0xFFFFFFFF if ci is None else int(ci),
                     )
             if time.monotonic() >= deadline:
-                _raise("Timeout")
+                fail("Timeout")
             time.sleep(min(0.02, max(deadline - time.monotonic(), 0.0)))
 
     def nvmlEventSetFree(self, eventSet: _EventSet) -> None:

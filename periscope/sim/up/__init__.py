@@ -5,7 +5,7 @@ simulator, one probe per simulated node, the watcher, the joiner and the API), w
 every simulated GPU, start the scenario clock and print the ready lines, then supervise until Ctrl-C,
 SIGTERM or, with `--exit-at-end`, the scenario's end. This module is the entry point and owns the
 signals: SIGINT and SIGTERM both interrupt the run, and both are ignored while the stack stops. Every
-child runs in its own process group with PR_SET_PDEATHSIG (see `periscope.sim.child`), so Ctrl-C
+child runs in its own process group with PR_SET_PDEATHSIG (see `periscope.sim.up.child`), so Ctrl-C
 reaches only this orchestrator, which then stops the children in reverse order, and a killed
 orchestrator takes them along. The options, the snapshot path and the stack's parts are re-exported
 here for the callers of `periscope.sim.up`.
@@ -21,10 +21,10 @@ import time
 from typing import Any
 
 from periscope.bus.broker import BrokerError
-from periscope.sim.child import Child, Emit
-from periscope.sim.cluster import ClusterModel
-from periscope.sim.sampler import Sampler, snapshots_path
-from periscope.sim.stack import Stack, UpError, UpOptions, banner
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.up.child import Child, Emit
+from periscope.sim.up.sampler import Sampler, snapshots_path
+from periscope.sim.up.stack import Stack, UpError, UpOptions, banner
 
 __all__ = [
     "Child",

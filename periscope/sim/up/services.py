@@ -1,0 +1,89 @@
+"""The services `periscope up` runs against the simulated cluster: one probe per node, the watcher, the
+joiner and the API, each as the command line and PERISCOPE_* settings (lower-case, without the
+prefix) its process is started with. The broker and clock settings every child shares are added by
+the `Stack`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from periscope.bus.broker import free_port
+from periscope.core.duration import format_duration_ms
+from periscope.sim.scenario import Scenario
+
+if TYPE_CHECKING:  # the stack imports this module
+    from periscope.sim.up.stack import UpOptions
+
+Service = tuple[str, list[str], dict[str, str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """What the stack derives from the scenario and the speed, shared by several services."""
+
+    run_dir: Path  # each child's working directory lies below it
+    idle_bucket_ms: int  # the joiner's aggregation window
+    stale_after: str  # seconds without an output after which a service counts as stale
+
+
+def py(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def seconds(ms: float) -> str:
+    """A duration setting in seconds, as short as it can be written (`0.5`, `2`)."""
+    return f"{ms / 1000:.6f}".rstrip("0").rstrip(".") or "0"
+
+
+def services(
+    opts: UpOptions, scenario: Scenario, ready: dict[str, Any], api_url: str, tune: Tuning
+) -> list[Service]:
+    """Every service, in start order; `ready` is what the simulator wrote once its cluster was up."""
+    cli = "periscope.cli.main"
+    out: list[Service] = [
+        (
+            f"probe/{node}",
+            py(cli, "probe"),
+            {
+                "node_name": node,
+                "kubelet_root": paths["kubelet_root"],
+                "podresources_socket": paths["socket"],
+                "checkpoint_path": paths["checkpoint"],
+                "proc_root": paths["proc_root"],
+                "nvml_backend": f"fake:{paths['nvml_state']}",
+                "tick": seconds(scenario.tick_ms / opts.speed),
+                "allocation_interval": seconds(5 * scenario.tick_ms / opts.speed),
+                "health_port": str(free_port()),
+                "stale_after": tune.stale_after,
+            },
+        )
+        for node, paths in ready["nodes"].items()
+    ]
+    watcher = {"kubeconfig": ready["kubeconfig"], "health_port": str(free_port())}
+    out.append(("watcher", py(cli, "watch"), watcher))
+    # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
+    # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
+    # worker: there is no one to rebalance with).
+    joiner = {
+        "app_id": "periscope-up",
+        "web_host": "127.0.0.1",
+        "web_port": str(free_port()),
+        "data_dir": str(tune.run_dir / "joiner" / "data"),
+        "window": seconds(tune.idle_bucket_ms),
+        "lateness": seconds(max(1000.0, 500 * opts.speed)),
+        "session_timeout": "3",
+        "stale_after": tune.stale_after,
+        "idle_window": format_duration_ms(opts.idle_window_ms),
+        "idle_threshold": f"{opts.idle_threshold:g}",
+    }
+    out.append(("joiner", py(cli, "join"), joiner))
+    api_port = api_url.rsplit(":", 1)[1]
+    api = {"api_host": "127.0.0.1", "api_port": api_port, "api_stale_after": tune.stale_after}
+    if opts.api_auth:
+        api |= {"api_auth": "kubernetes", "kubeconfig": ready["kubeconfig"]}
+    out.append(("api", py(cli, "api"), api))
+    return out
