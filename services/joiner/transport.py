@@ -12,6 +12,8 @@ from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
 
+MAX_CACHED_KEYS = 200_000  # per output topic; the cache starts over beyond it (pods come and go)
+
 
 def transport_class(fetch_max_wait_ms: int) -> type[faust_aiokafka.Transport]:
     """An aiokafka Transport whose worker consumer waits at most `fetch_max_wait_ms` per fetch."""
@@ -44,17 +46,27 @@ class RecordBatches:
 
     def __init__(self, producer: Any) -> None:
         self._producer = producer  # Faust's aiokafka Producer
-        self._known: set[str] = set()
+        # (topic, key) -> partition under the topic's partition count: keys (pod UIDs, GPU UUIDs)
+        # repeat every tick, and the partitioner's hash is pure Python.
+        self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
+
+    def _partition(self, topic: str, count: int, key: bytes) -> int:
+        known = self._partitions.get(topic)
+        if known is None or known[0] != count or len(known[1]) > MAX_CACHED_KEYS:
+            known = self._partitions[topic] = (count, {})
+        partition = known[1].get(key)
+        if partition is None:
+            partition = known[1][key] = self._producer.key_partition(topic, key).partition
+        return partition
 
     async def send(self, records: list[tuple[str, bytes, bytes]]) -> list[Any]:
         aio = self._producer._ensure_producer()  # Faust exposes no batch API of its own
-        for topic in {r[0] for r in records} - self._known:
-            await aio.partitions_for(topic)  # the partitioner needs the topic's metadata
-            self._known.add(topic)
+        # Known metadata answers at once; the partitioner needs it, and its count keys the cache.
+        counts = {topic: len(await aio.partitions_for(topic)) for topic in {r[0] for r in records}}
         futures: list[Any] = []
         open_: dict[tuple[str, int], Any] = {}
         for topic, key, value in records:
-            partition = self._producer.key_partition(topic, key).partition
+            partition = self._partition(topic, counts[topic], key)
             builder = open_.get((topic, partition))
             if builder is None:
                 builder = open_[(topic, partition)] = aio.create_batch()
