@@ -231,9 +231,10 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
     ratio = raw_rate / joiner_rate
     util, butil = setup["worker_cpu_util"], setup["broker_cpu_util"]
     limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} (2 cores in all); per "
-             "sample the worker decodes, steps the core, encodes a PodAttribution and a GpuState, writes a "
-             "mark and state records to changelog tables, and Faust/aiokafka schedule and partition every "
-             "record (hot spots: bench/run.py --profile)")
+             "sample the worker decodes, steps the core, encodes a PodAttribution and a GpuState (handed to "
+             "the producer as whole record batches), writes a mark per input record and state records to "
+             "changelog tables; Faust and the event loop schedule every input record (hot spots: "
+             "bench/run.py --profile)")
     if util is not None and util < 0.8:
         limit = (f"not CPU-bound (worker {util:.0%} of a core, broker {butil:.0%}): waits on broker round "
                  "trips")

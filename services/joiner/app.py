@@ -27,7 +27,7 @@ from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
 from services.joiner.settings import JoinerSettings
 from services.joiner.slots import Message
-from services.joiner.transport import transport_class
+from services.joiner.transport import RecordBatches, transport_class
 from services.joiner.watch import ProgressWatch, ready
 from services.joiner.web import JoinerWeb
 
@@ -136,11 +136,9 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         await dead_letter(publishers[0], msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"",
                           error, SERVICE)
 
-    async def send(topic: str, key: bytes, value: bytes) -> Any:
-        return await app.producer.send(topic, key, value, None, None, None)
-
-    sender = OutputSender(send, tables["marks"].fence, lambda topic: metrics.events_out.labels(topic).inc(),
-                          app.crash)
+    batches = RecordBatches(app.producer)
+    sender = OutputSender(batches.send, tables["marks"].fence,
+                          lambda topic, n: metrics.events_out.labels(topic).inc(n), app.crash)
     joiner = Joiner(
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,

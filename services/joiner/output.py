@@ -24,8 +24,9 @@ from periscope.core.model import Finding, GpuState, Output, PodAttribution
 log = logging.getLogger(__name__)
 
 Record = tuple[str, bytes, bytes]  # topic name, key, value
-# Hands one record to the producer; the awaitable it returns completes when the broker has it.
-SendFn = Callable[[str, bytes, bytes], Awaitable[Awaitable[Any]]]
+# Hands records to the producer in order (per key order kept); the awaitables it returns complete when
+# the broker has all of them.
+SendFn = Callable[[list[Record]], Awaitable[list[Awaitable[Any]]]]
 MAX_BATCHES = 500  # batches published behind one round of mark and fence writes
 
 
@@ -56,7 +57,8 @@ class _Batch:
 
 
 class OutputSender:
-    def __init__(self, send: SendFn, fence: Callable[[int], Awaitable[Any]], on_sent: Callable[[str], None],
+    def __init__(self, send: SendFn, fence: Callable[[int], Awaitable[Any]],
+                 on_sent: Callable[[str, int], None],  # topic, records handed to the producer
                  on_error: Callable[[BaseException], Awaitable[None]]) -> None:
         self._send = send
         self._fence = fence
@@ -105,22 +107,30 @@ class OutputSender:
         if marked:
             await asyncio.gather(*(b.mark for b in marked if b.mark is not None))
             await asyncio.gather(*(self._fence(p) for p in sorted({b.partition for b in marked})))
-        for b in batches:
-            futures = [await self._send(*r) for r in b.records]
-            for topic, _, _ in b.records:
-                self._on_sent(topic)
-            task = asyncio.ensure_future(self._delivered(futures, b.done))
-            self._watching.add(task)
-            task.add_done_callback(self._watching.discard)
+        # One hand-over for the whole round: the producer gets whole record batches, not a future per
+        # record (per-record sends were most of the worker's producer time). A batch of this round
+        # counts as delivered once the round is, which is what barrier() needs.
+        records = [r for b in batches for r in b.records]
+        futures = await self._send(records)
+        sent: dict[str, int] = {}
+        for topic, _, _ in records:
+            sent[topic] = sent.get(topic, 0) + 1
+        for topic, n in sent.items():
+            self._on_sent(topic, n)
+        task = asyncio.ensure_future(self._delivered(futures, [b.done for b in batches]))
+        self._watching.add(task)
+        task.add_done_callback(self._watching.discard)
 
-    async def _delivered(self, futures: list[Awaitable[Any]], done: asyncio.Future[None]) -> None:
+    async def _delivered(self, futures: list[Awaitable[Any]], done: list[asyncio.Future[None]]) -> None:
         try:
             await asyncio.gather(*futures)
         except Exception as e:
             log.error("the broker did not take outputs: %r", e)
-            if not done.done():
-                done.set_exception(e)
+            for d in done:
+                if not d.done():
+                    d.set_exception(e)
             await self._on_error(e)
         else:
-            if not done.done():
-                done.set_result(None)
+            for d in done:
+                if not d.done():
+                    d.set_result(None)
