@@ -67,8 +67,8 @@ def _serve(rows: int, history_min: int, conn: Connection) -> None:
     for i in range(rows // shape.gpus):
         for o in _renamespaced(i, node_outputs(i, pods, gpus, shape)):
             view.apply(o)
-    users = (UserSpec("alice", "alice-token", namespaces=TENANT_NAMESPACES),
-             UserSpec("ops", "ops-token", cluster=True))
+    users = (UserSpec(name="alice", token="alice-token", namespaces=TENANT_NAMESPACES),
+             UserSpec(name="ops", token="ops-token", cluster=True))
 
     async def main() -> None:
         with FakeApiServer(users=users) as apiserver, tempfile.TemporaryDirectory() as tmp:

@@ -18,9 +18,9 @@ from services.api.settings import ApiSettings
 from tests.unit.test_api_samples import sample_view
 
 USERS = (
-    UserSpec("alice", "alice-token", namespaces=("infer", "team-d")),
-    UserSpec("carol", "carol-token", namespaces=("ml",)),
-    UserSpec("ops", "ops-token", cluster=True),
+    UserSpec(name="alice", token="alice-token", namespaces=("infer", "team-d")),
+    UserSpec(name="carol", token="carol-token", namespaces=("ml",)),
+    UserSpec(name="ops", token="ops-token", cluster=True),
 )
 ALICE = {"Authorization": "Bearer alice-token"}
 OPS = {"Authorization": "Bearer ops-token"}

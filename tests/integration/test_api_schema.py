@@ -41,7 +41,7 @@ def test_no_server_errors_and_documented_shapes(case: schemathesis.Case) -> None
 
 # The same, with access control on: a namespace-scoped caller's token checked against the simulated
 # apiserver over HTTP. 401/403/503 must be documented wherever they can be answered.
-_apiserver = FakeApiServer(users=(UserSpec("alice", "alice-token", namespaces=("infer",)),))
+_apiserver = FakeApiServer(users=(UserSpec(name="alice", token="alice-token", namespaces=("infer",)),))
 
 
 def _scoped_app() -> Any:

@@ -28,7 +28,8 @@ from tests.unit.test_api_samples import GPU_A0, GPU_A1, GPU_B0, sample_view
 pytestmark = NEEDS_CHROMIUM
 TOKEN = "ops-token"  # cluster-wide
 TENANT = "alice-token"  # the infer namespace only
-USERS = (UserSpec("ops", TOKEN, cluster=True), UserSpec("alice", TENANT, namespaces=("infer",)))
+USERS = (UserSpec(name="ops", token=TOKEN, cluster=True),
+         UserSpec(name="alice", token=TENANT, namespaces=("infer",)))
 
 
 @pytest.fixture(scope="module")

@@ -415,7 +415,10 @@ def test_users_section() -> None:
         ],
     )
     s = parse(doc)
-    assert s.users == (UserSpec("alice", "t-a", ("ml",), False), UserSpec("ops", "t-o", (), True))
+    assert s.users == (
+        UserSpec(name="alice", token="t-a", namespaces=("ml",)),
+        UserSpec(name="ops", token="t-o", cluster=True),
+    )
     assert parse(BASE).users == ()
     doc["users"][1]["token"] = "t-a"
     with pytest.raises(ScenarioError, match=r"users\[1\].token: the same token as users\[0\]$"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -75,7 +74,7 @@ def test_same_scenario_same_cluster(scenario: Scenario, model: ClusterModel) -> 
         c.pids for p in model.pods for c in p.containers
     ]
     assert again.devices.keys() == model.devices.keys()
-    other = ClusterModel(replace(scenario, seed=6))
+    other = ClusterModel(scenario.model_copy(update={"seed": 6}))
     assert not {p.uid for p in other.pods} & {p.uid for p in model.pods}
     assert not other.devices.keys() & (
         model.devices.keys()
@@ -88,8 +87,9 @@ def test_same_scenario_same_cluster(scenario: Scenario, model: ClusterModel) -> 
 
 
 def test_adding_a_pod_keeps_everyone_elses_identity(scenario: Scenario, model: ClusterModel) -> None:
-    extra = replace(scenario.pods[5], name="late", start_ms=90_000)  # one more time-sliced pod
-    bigger = ClusterModel(replace(scenario, pods=(*scenario.pods, extra)))
+    # one more time-sliced pod
+    extra = scenario.pods[5].model_copy(update={"name": "late", "start_ms": 90_000})
+    bigger = ClusterModel(scenario.model_copy(update={"pods": (*scenario.pods, extra)}))
     assert [p.uid for p in bigger.pods[:-1]] == [p.uid for p in model.pods]
     assert [c.container_id for p in bigger.pods[:-1] for c in p.containers] == [
         c.container_id for p in model.pods for c in p.containers

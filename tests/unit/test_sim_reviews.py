@@ -12,8 +12,8 @@ from periscope.sim.apiserver.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, revie
 from periscope.sim.scenario import ScenarioError, UserSpec, load_scenario
 
 USERS = (
-    UserSpec("alice", "alice-token", namespaces=("team-a", "team-d")),
-    UserSpec("ops", "ops-token", cluster=True),
+    UserSpec(name="alice", token="alice-token", namespaces=("team-a", "team-d")),
+    UserSpec(name="ops", token="ops-token", cluster=True),
 )
 
 

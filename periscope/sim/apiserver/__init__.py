@@ -25,7 +25,7 @@ from aiohttp import web
 from periscope.sim.apiserver.kinds import KINDS, VERSION, Kind, Obj
 from periscope.sim.apiserver.routes import ApiRoutes
 from periscope.sim.apiserver.store import rfc3339, wall_ms
-from periscope.sim.scenario.specs import UserSpec
+from periscope.sim.scenario.document import UserSpec
 
 __all__ = ["KINDS", "VERSION", "FakeApiServer", "Kind", "Obj", "rfc3339"]
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from periscope.sim.apiserver.kinds import Obj, status
-from periscope.sim.scenario.specs import UserSpec
+from periscope.sim.scenario.document import UserSpec
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -21,7 +21,7 @@ from aiohttp import web
 from periscope.sim.apiserver.kinds import KINDS, VERSION, Kind, Obj, group_document, resource_list, status
 from periscope.sim.apiserver.reviews import REVIEW_PATHS, review
 from periscope.sim.apiserver.store import ObjectStore, Watch
-from periscope.sim.scenario.specs import UserSpec
+from periscope.sim.scenario.document import UserSpec
 
 
 class ApiRoutes(ObjectStore):

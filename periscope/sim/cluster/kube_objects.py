@@ -25,29 +25,7 @@ _CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 def pod_object(
     p: PodModel, created_ms: int, deleted_ms: int | None = None, runtime: str = "containerd"
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": p.name,
-        "namespace": p.namespace,
-        "uid": p.uid,
-        "creationTimestamp": rfc3339(created_ms),
-        "labels": dict(p.spec.labels),
-    }
-    if p.spec.owner_kind:
-        api = "batch/v1" if p.spec.owner_kind in ("Job", "CronJob") else "apps/v1"
-        meta["ownerReferences"] = [
-            {
-                "apiVersion": api,
-                "kind": p.spec.owner_kind,
-                "name": p.spec.owner_name,
-                "controller": True,
-                "blockOwnerDeletion": True,
-                "uid": gen_uuid(0, "owner", p.namespace, p.spec.owner_kind, p.spec.owner_name),
-            }
-        ]
-    if deleted_ms is not None:
-        meta["deletionTimestamp"] = rfc3339(deleted_ms)
-        meta["deletionGracePeriodSeconds"] = 0
-    containers, statuses = [], []
+    containers = []
     for c in p.containers:
         qty = str(c.spec.count)
         res: dict[str, Any] = {"limits": {c.spec.resource: qty}, "requests": {c.spec.resource: qty}}
@@ -55,27 +33,68 @@ def pod_object(
             res["requests"].update({"cpu": "2", "memory": "8Gi"})
             if p.spec.qos == "guaranteed":
                 res["limits"].update({"cpu": "2", "memory": "8Gi"})
-        containers.append(
-            {"name": c.name, "image": f"registry.example/{p.namespace}/{c.name}:1", "resources": res}
-        )
-        statuses.append(
+        containers.append((c.name, f"registry.example/{p.namespace}/{c.name}:1", res, c.container_id))
+    owner = None if p.spec.owner is None else (p.spec.owner.kind, p.spec.owner.name)
+    return pod_document(
+        p.namespace, p.name, p.uid, p.node, dict(p.spec.labels or {}), owner,
+        containers, p.spec.qos, runtime, created_ms, deleted_ms,
+    )
+
+
+def pod_document(
+    namespace: str,
+    name: str,
+    uid: str,
+    node: str,
+    labels: dict[str, str],
+    owner: tuple[str, str] | None,
+    containers: list[tuple[str, str, dict[str, Any], str]],  # (name, image, resources, container ID)
+    qos: str,
+    runtime: str,
+    created_ms: int,
+    deleted_ms: int | None = None,
+) -> dict[str, Any]:
+    """A running pod as the apiserver returns it (with its deletion stamped once it is going away)."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "labels": labels}
+    meta["creationTimestamp"] = rfc3339(created_ms)
+    if owner is not None:
+        kind, owner_name = owner
+        meta["ownerReferences"] = [
             {
-                "name": c.name,
-                "containerID": f"{_CRI_SCHEME[runtime]}://{c.container_id}",
-                "ready": deleted_ms is None,
-                "restartCount": 0,
-                "image": f"registry.example/{p.namespace}/{c.name}:1",
-                "state": {"running": {"startedAt": rfc3339(created_ms)}},
+                "apiVersion": "batch/v1" if kind in ("Job", "CronJob") else "apps/v1",
+                "kind": kind,
+                "name": owner_name,
+                "controller": True,
+                "blockOwnerDeletion": True,
+                "uid": gen_uuid(0, "owner", namespace, kind, owner_name),
             }
-        )
+        ]
+    if deleted_ms is not None:
+        meta["deletionTimestamp"] = rfc3339(deleted_ms)
+        meta["deletionGracePeriodSeconds"] = 0
+    statuses = [
+        {
+            "name": c,
+            "containerID": f"{_CRI_SCHEME[runtime]}://{cid}",
+            "ready": deleted_ms is None,
+            "restartCount": 0,
+            "image": image,
+            "state": {"running": {"startedAt": rfc3339(created_ms)}},
+        }
+        for c, image, _, cid in containers
+    ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": meta,
-        "spec": {"nodeName": p.node, "containers": containers, "restartPolicy": "Always"},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": c, "image": image, "resources": res} for c, image, res, _ in containers],
+            "restartPolicy": "Always",
+        },
         "status": {
             "phase": "Running",
-            "qosClass": p.spec.qos.capitalize().replace("Besteffort", "BestEffort"),
+            "qosClass": qos.capitalize().replace("Besteffort", "BestEffort"),
             "startTime": rfc3339(created_ms),
             "containerStatuses": statuses,
             "conditions": [
@@ -149,7 +168,7 @@ def cluster_policy_object(model: ClusterModel) -> dict[str, Any] | None:
     if policy is None:
         return None
     spec: dict[str, Any] = {"operator": {"defaultRuntime": "containerd"}, "mig": {"strategy": "mixed"}}
-    for comp, c in policy.components:
+    for comp, c in policy.components.items():
         if c.enabled is not None:
             spec[comp] = {"enabled": c.enabled}
     return {

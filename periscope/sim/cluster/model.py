@@ -21,8 +21,8 @@ from periscope.sim.cluster.hardware import (
     model_profile,
 )
 from periscope.sim.scenario import (
-    ContainerSpec,
-    PodSpec,
+    Container,
+    Pod,
     Scenario,
     ScenarioError,
     XidSpec,
@@ -33,7 +33,7 @@ from periscope.sim.scenario import (
 
 @dataclass(frozen=True, slots=True)
 class ContainerModel:
-    spec: ContainerSpec
+    spec: Container
     container_id: str  # 64 hex, as the CRI reports it
     device_ids: tuple[str, ...]
     pids: tuple[int, ...]
@@ -47,7 +47,7 @@ class ContainerModel:
 class PodModel:
     index: int  # position in the scenario's `pods:` list
     uid: str
-    spec: PodSpec
+    spec: Pod
     containers: tuple[ContainerModel, ...]
 
     @property
@@ -165,7 +165,7 @@ class ClusterModel:
                     pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
                     mig=tuple(instances),
                     sharing=shared,
-                    replicas=spec.sharing.replicas if shared != "none" else 1,
+                    replicas=spec.sharing.replicas or 1 if shared != "none" else 1,
                 )
             )
         return tuple(out)
@@ -191,7 +191,7 @@ class ClusterModel:
         return tuple(built[i] for i in range(len(self.scenario.pods)))
 
     def _pick(
-        self, pod: PodSpec, c: ContainerSpec, busy: dict[str, int | None], path: str
+        self, pod: Pod, c: Container, busy: dict[str, int | None], path: str
     ) -> tuple[str, ...]:
         def free(d: Device) -> bool:
             stop = busy.get(d.id, -1)
@@ -329,7 +329,7 @@ def _gpu_devices(g: Gpu, shared_resource: str) -> list[Device]:
     return [Device(g.uuid, "nvidia.com/gpu", g)]
 
 
-def _util(c: ContainerSpec, t_ms: int) -> float:
+def _util(c: Container, t_ms: int) -> float:
     return c.util_at(t_ms) if c.processes > 0 else 0.0
 
 

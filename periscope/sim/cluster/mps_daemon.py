@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from periscope.sim.cluster.hardware import digest, gen_uuid
+from periscope.sim.cluster.kube_objects import pod_document
 from periscope.sim.cluster.model import ClusterModel
-from periscope.wirejson import rfc3339
 
 DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
 NAMESPACE = "gpu-operator"
 CONTAINER = "mps-control-daemon-ctr"
 SERVER_COMM = "nvidia-cuda-mps-server"
 SERVER_USED_MIB = 30.0  # the server's own context on each GPU
-_CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,45 +54,8 @@ def nvml_mps_state(d: MpsDaemon) -> dict[str, Any]:
 
 def mps_daemon_pod_object(d: MpsDaemon, created_ms: int, runtime: str) -> dict[str, Any]:
     image = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": d.name,
-            "namespace": NAMESPACE,
-            "uid": d.uid,
-            "creationTimestamp": rfc3339(created_ms),
-            "labels": {"app.kubernetes.io/name": "nvidia-device-plugin-mps-control-daemon"},
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "DaemonSet",
-                    "name": DAEMONSET,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                    "uid": gen_uuid(0, "owner", NAMESPACE, "DaemonSet", DAEMONSET),
-                }
-            ],
-        },
-        "spec": {
-            "nodeName": d.node,
-            "containers": [{"name": CONTAINER, "image": image, "resources": {}}],
-            "restartPolicy": "Always",
-        },
-        "status": {
-            "phase": "Running",
-            "qosClass": "BestEffort",
-            "startTime": rfc3339(created_ms),
-            "containerStatuses": [
-                {
-                    "name": CONTAINER,
-                    "containerID": f"{_CRI_SCHEME[runtime]}://{d.container_id}",
-                    "ready": True,
-                    "restartCount": 0,
-                    "image": image,
-                    "state": {"running": {"startedAt": rfc3339(created_ms)}},
-                }
-            ],
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(created_ms)}],
-        },
-    }
+    labels = {"app.kubernetes.io/name": DAEMONSET}
+    return pod_document(
+        NAMESPACE, d.name, d.uid, d.node, labels, ("DaemonSet", DAEMONSET),
+        [(CONTAINER, image, {}, d.container_id)], "besteffort", runtime, created_ms,
+    )

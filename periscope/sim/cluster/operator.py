@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from periscope.core.policy import OPERANDS
 from periscope.sim.cluster.hardware import mig_capable
-from periscope.sim.scenario import Scenario
+from periscope.sim.scenario import ComponentSpec, Scenario
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ def operands(s: Scenario) -> list[Operand]:
     wanted+absent = missing, unwanted+absent = disabled-as-intended, unwanted+running = unexpected)."""
     if s.policy is None:
         return []
-    spec = dict(s.policy.components)
+    spec: dict[str, ComponentSpec] = {str(k): v for k, v in s.policy.components.items()}
     out: list[Operand] = []
     for op in OPERANDS:
         c = spec.get(op.component)

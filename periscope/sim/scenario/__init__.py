@@ -2,9 +2,9 @@
 
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
-The file's shape is pydantic models (`scenario.document`, published as docs/scenario.schema.json), the
-rules across its sections are `rules`, and the frozen specs the simulator reads are
-`specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
+The file's shape is pydantic models (`scenario.document`, published as docs/scenario.schema.json),
+which are also what the simulator reads; the rules across its sections are `rules`, the vocabularies
+and field types `specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
 the command line does, finds built-in scenarios, and keeps every public name importable from here.
 Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster.model`,
 which raises the same `ScenarioError`.
@@ -25,10 +25,11 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario.document import ScenarioDocument
+from periscope.sim.scenario.document import *  # noqa: F403  (every model stays importable from here)
+from periscope.sim.scenario.document import Scenario, ScenarioDocument
 from periscope.sim.scenario.rules import build_scenario
-from periscope.sim.scenario.specs import *  # noqa: F403  (every spec and constant stays importable from here)
-from periscope.sim.scenario.specs import Invalid, Scenario, ScenarioError, describe_value
+from periscope.sim.scenario.specs import *  # noqa: F403  (every type and constant stays importable from here)
+from periscope.sim.scenario.specs import Invalid, ScenarioError, describe_value
 
 # ---------------------------------------------------------------- loading
 

@@ -1,102 +1,58 @@
 """A scenario file as pydantic models: the YAML keys, their types and the rules inside one object.
 
 The models mirror the file exactly (docs/scenarios.md), so their JSON Schema is what an editor
-checks a scenario file against (docs/scenario.schema.json). Validation is strict (no "3" for 3, no `yes`
-for true) and unknown keys are errors. A rule that needs two fields of one object (MIG layout against
-memory, exactly one of xid or fault) is a model validator raising `Invalid` with the path inside that
-object; rules across sections (a pod's node exists, a pin names a real MIG instance) are in
-`rules`. A field's `description` doubles as the words of its error ("'x' is not <description>").
+checks a scenario file against (docs/scenario.schema.json), and they are also what the simulator
+reads: a time field is held in ms under a `_ms` name (`start_ms` for the file's `start`), and the
+small queries the simulator asks (which resources a node advertises, a container's utilisation at a
+moment, the timeline of Xid errors and faults) are methods here. Validation is strict (no "3" for 3,
+no `yes` for true) and unknown keys are errors. A rule that needs two fields of one object (MIG
+layout against memory, exactly one of xid or fault) is a model validator raising `Invalid` with the
+path inside that object; rules across sections (a pod's node exists, a pin names a real MIG
+instance) are in `rules`. A field's `description` doubles as the words of its error ("'x' is not
+<description>").
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BeforeValidator,
-    Discriminator,
-    Field,
-    PlainValidator,
-    Tag,
-    WithJsonSchema,
-    model_validator,
-)
-from pydantic_core import PydanticCustomError
+from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 
-from periscope.core.duration import parse_duration_ms
 from periscope.sim.scenario.specs import (
+    DNS_LABEL,
+    DNS_NAME,
     FAULT_DEFAULT_MS,
     GPU_RESOURCE,
+    LAX,
     NODE_FAULTS,
+    SHARED_RESOURCE,
+    UUID_RE,
     Checkpoint,
     Component,
     ComponentSpec,
+    Count,
     Document,
+    Duration,
     Fault,
+    FaultSpec,
     GpuSpec,
+    Index,
     Invalid,
+    Namespace,
+    NodeName,
+    Pin,
     PolicyState,
     Qos,
     Strategy,
-    describe_value,
+    Text,
+    Util,
+    XidSpec,
 )
 
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-_DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-PIN = r"^(\d+)(?::(\d+))?$"
 
-
-def _duration_ms(v: Any) -> int:
-    """A duration string (`90s`, via periscope.core.duration) or a plain number of seconds, in ms."""
-    if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise PydanticCustomError(
-            "duration", "expected a duration such as 30s, got {got}", {"got": describe_value(v)}
-        )
-    if not isinstance(v, str):
-        if v < 0:
-            raise PydanticCustomError("duration", "must not be negative")
-        return round(v * 1000)
-    try:
-        return parse_duration_ms(v)
-    except ValueError as e:
-        raise PydanticCustomError("duration", "{problem}", {"problem": str(e)}) from None
-
-
-def _pin_text(v: Any) -> Any:
-    return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads `devices: [0]`
-
-
-Duration = Annotated[
-    int,
-    PlainValidator(_duration_ms),
-    WithJsonSchema(
-        {
-            "description": "a duration such as 90s, 10m, 1h30m or 500ms, or a number of seconds",
-            "anyOf": [
-                {"type": "number", "minimum": 0},
-                {"type": "string", "pattern": r"^\s*((\d+(\.\d+)?)([mM][sS]|[sSmMhHdD]))+\s*$"},
-            ],
-        }
-    ),
-]
-Text = Annotated[str, Field(min_length=1)]
-Count = Annotated[int, Field(ge=1, le=64)]
-Pct = Annotated[float, Field(ge=0, le=100)]
-Index = Annotated[int, Field(ge=0)]
-NodeName = Annotated[str, Field(pattern=_DNS_NAME, description="a valid node name (lowercase DNS name)")]
-Namespace = Annotated[str, Field(pattern=_DNS_LABEL, description="a valid namespace")]
-Step = Annotated[tuple[Duration, Pct], Field(description="a step [offset, pct] such as [30s, 80]")]
-# A bare number is one step at 0s; the callable discriminator keeps each shape's errors apart.
-Util = Annotated[
-    Annotated[Pct, Tag("<pct>")] | Annotated[list[Step], Field(min_length=1), Tag("<steps>")],
-    Discriminator(lambda v: "<steps>" if isinstance(v, list) else "<pct>"),
-]
-Pin = Annotated[
-    str,
-    BeforeValidator(_pin_text, json_schema_input_type=int | str),
-    Field(pattern=PIN, description='a GPU index ("0") or a GPU:MIG index pair ("0:1")'),
-]
+def _absent_as(empty: Any, shape: Any) -> Any:
+    """A section the file may leave out or write as null (`pods:`), read as `empty`."""
+    return BeforeValidator(lambda v: empty if v is None else v, json_schema_input_type=shape | None)
 
 
 # ---------------------------------------------------------------- nodes
@@ -105,7 +61,7 @@ Pin = Annotated[
 class Sharing(Document):
     strategy: Strategy = "none"
     replicas: Annotated[int, Field(ge=2, le=64)] | None = None
-    rename: bool | None = None  # unset: follows what the node's pods ask for
+    rename: bool | None = None  # unset: follows what the node's pods ask for (resolved by `rules`)
 
     @model_validator(mode="after")
     def _replicas(self) -> Sharing:
@@ -120,37 +76,51 @@ class Sharing(Document):
 
 class Node(Document):
     name: NodeName
-    gpus: Annotated[list[GpuSpec], Field(min_length=1)]
+    gpus: Annotated[tuple[GpuSpec, ...], Field(min_length=1)]
     sharing: Annotated[
-        Sharing | None,
+        Sharing,
         BeforeValidator(
-            lambda v: None if v == "none" else v, json_schema_input_type=Literal["none"] | Sharing | None
+            lambda v: {} if v in (None, "none") else v,
+            json_schema_input_type=Literal["none"] | Sharing | None,
         ),
-    ] = None
+    ] = Field(default_factory=Sharing)
     checkpoint: Checkpoint = "v2"
 
     @model_validator(mode="after")
     def _shareable(self) -> Node:
-        if self.sharing is not None and self.sharing.strategy != "none" and all(g.mig for g in self.gpus):
+        if self.sharing.strategy != "none" and all(g.mig for g in self.gpus):
             raise Invalid("sharing", f"{self.sharing.strategy} needs a GPU without MIG on this node")
         return self
+
+    @property
+    def shared_resource(self) -> str:
+        return SHARED_RESOURCE if self.sharing.rename else GPU_RESOURCE
+
+    def resources(self) -> tuple[str, ...]:
+        """Extended resources the node's device plugin advertises (mixed MIG strategy)."""
+        out: list[str] = []
+        if any(not g.mig for g in self.gpus):
+            out.append(self.shared_resource if self.sharing.strategy != "none" else GPU_RESOURCE)
+        for g in self.gpus:
+            out.extend(f"nvidia.com/mig-{p}" for p in g.mig if f"nvidia.com/mig-{p}" not in out)
+        return tuple(out)
 
 
 # ---------------------------------------------------------------- pods
 
 
 class Container(Document):
-    name: Annotated[str, Field(pattern=_DNS_LABEL, description="a valid container name")]
+    name: Annotated[str, Field(pattern=DNS_LABEL, description="a valid container name")]
     resource: Text = GPU_RESOURCE
     count: Count = 1
     util_pct: Util = 0.0
     memory_mib: Annotated[float, Field(ge=0)] = 0.0  # per device held
     processes: Annotated[int, Field(ge=0, le=64)] = 1
-    devices: list[Pin] | None = None
+    devices: Annotated[tuple[Pin, ...], LAX] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Container:
-        steps = self.steps()
+        steps = self.util
         for k in range(1, len(steps)):
             if steps[k][0] <= steps[k - 1][0]:
                 raise Invalid(f"util_pct[{k}][0]", "step offsets must increase")
@@ -160,8 +130,14 @@ class Container(Document):
             raise Invalid("devices", f"pins {len(self.devices)} devices but count is {self.count}")
         return self
 
-    def steps(self) -> tuple[tuple[int, float], ...]:
+    @property
+    def util(self) -> tuple[tuple[int, float], ...]:
+        """The steps [(offset_ms from scenario start, pct)]; a bare number is one step at 0s."""
         return ((0, self.util_pct),) if isinstance(self.util_pct, float) else tuple(self.util_pct)
+
+    def util_at(self, t_ms: int) -> float:
+        """The step value in force at scenario time t (0 before the first step)."""
+        return next((pct for at, pct in reversed(self.util) if at <= t_ms), 0.0)
 
 
 class Owner(Document):
@@ -171,13 +147,13 @@ class Owner(Document):
 
 class Pod(Document):
     namespace: Namespace = "default"
-    name: Annotated[str, Field(pattern=_DNS_NAME, description="a valid pod name (lowercase DNS name)")]
-    uid: Annotated[str, Field(pattern=f"^{_UUID}$", description="a pod UID (lowercase uuid)")] | None = None
+    name: Annotated[str, Field(pattern=DNS_NAME, description="a valid pod name (lowercase DNS name)")]
+    uid: Annotated[str, Field(pattern=f"^{UUID_RE}$", description="a pod UID (lowercase uuid)")] | None = None
     node: Text
     owner: Owner | None = None
-    start: Duration = 0
-    stop: Duration | None = None
-    containers: Annotated[list[Container], Field(min_length=1)]
+    start_ms: Duration = Field(0, alias="start")
+    stop_ms: Duration | None = Field(None, alias="stop")
+    containers: Annotated[tuple[Container, ...], LAX, Field(min_length=1)]
     qos: Qos = "burstable"
     labels: dict[str, Text] | None = None
 
@@ -187,6 +163,9 @@ class Pod(Document):
             if any(o.name == c.name for o in self.containers[:j]):
                 raise Invalid(f"containers[{j}].name", f"container {c.name!r} is listed twice")
         return self
+
+    def alive_at(self, t_ms: int) -> bool:
+        return self.start_ms <= t_ms and (self.stop_ms is None or t_ms < self.stop_ms)
 
 
 # ---------------------------------------------------------------- events, users, policy
@@ -200,11 +179,11 @@ class Xid(Document):
 
 
 class Event(Document):
-    at: Duration
+    at_ms: Duration = Field(alias="at")
     xid: Xid | None = None
     fault: Fault | None = None
     node: Text | None = None
-    duration: Duration | None = None
+    duration_ms: Duration | None = Field(None, alias="duration")
 
     @model_validator(mode="after")
     def _one_kind(self) -> Event:
@@ -212,28 +191,39 @@ class Event(Document):
             raise Invalid("", "needs exactly one of xid or fault")
         if self.xid is not None:
             for key in ("node", "duration"):
-                if key in self.model_fields_set:
+                if key in self.model_fields_set or f"{key}_ms" in self.model_fields_set:
                     raise Invalid(key, "only applies to faults (an xid names its node inside xid:)")
         elif self.fault in NODE_FAULTS and self.node is None:
             raise Invalid("node", "required")
         elif self.fault not in NODE_FAULTS and self.node is not None:
             raise Invalid("node", f"{self.fault} is cluster-wide and takes no node")
-        if self.fault is not None and self.duration is not None and self.fault not in FAULT_DEFAULT_MS:
+        if self.fault is not None and self.duration_ms is not None and self.fault not in FAULT_DEFAULT_MS:
             raise Invalid("duration", f"only applies to {', '.join(FAULT_DEFAULT_MS)}")
         return self
 
 
 class User(Document):
+    """A user the simulated apiserver knows: TokenReview accepts `token` as `name`, and
+    SubjectAccessReview allows reading pods in `namespaces` (everything, with `cluster`)."""
+
     name: Text
     token: Text
-    namespaces: list[Namespace] = []
+    namespaces: Annotated[tuple[Namespace, ...], LAX] = ()
     cluster: bool = False  # may read every namespace
 
 
 class Policy(Document):
-    name: Annotated[str, Field(pattern=_DNS_NAME, description="a valid name")] = "cluster-policy"
+    name: Annotated[str, Field(pattern=DNS_NAME, description="a valid name")] = "cluster-policy"
     state: PolicyState = "ready"
-    components: dict[Component, ComponentSpec | None] | None = None
+    components: Annotated[
+        dict[Component, ComponentSpec],
+        BeforeValidator(
+            lambda v: {k: {} if c is None else c for k, c in (v or {}).items()}
+            if isinstance(v, dict | None)
+            else v,
+            json_schema_input_type=dict[Component, ComponentSpec | None] | None,
+        ),
+    ] = {}
 
 
 class ScenarioDocument(Document):
@@ -241,10 +231,45 @@ class ScenarioDocument(Document):
 
     name: Text | None = None
     seed: Index = 0
-    duration: Duration
-    tick: Duration = 1000
-    nodes: Annotated[list[Node], Field(min_length=1)]
-    pods: list[Pod] | None = None
-    events: list[Event] | None = None
-    users: list[User] | None = None
+    duration_ms: Duration = Field(alias="duration")
+    tick_ms: Duration = Field(1000, alias="tick")
+    nodes: Annotated[tuple[Node, ...], Field(min_length=1)]
+    pods: Annotated[tuple[Pod, ...], _absent_as((), list[Pod]), LAX] = ()
+    events: Annotated[tuple[Event, ...], _absent_as((), list[Event]), LAX] = ()
+    users: Annotated[tuple[User, ...], _absent_as((), list[User]), LAX] = ()
     policy: Policy | None = None
+    _source: str = PrivateAttr("")  # the file or built-in name it was read from
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    @property
+    def xids(self) -> tuple[XidSpec, ...]:
+        """The Xid errors to inject, in time order."""
+        return tuple(
+            XidSpec(e.at_ms, e.xid.node, e.xid.gpu, e.xid.code, e.xid.mig)
+            for e in sorted(self.events, key=lambda e: e.at_ms)
+            if e.xid is not None
+        )
+
+    @property
+    def faults(self) -> tuple[FaultSpec, ...]:
+        """The faults to inject, in time order, each with its length (the fault's default when unset)."""
+        return tuple(
+            FaultSpec(e.at_ms, e.fault, e.node, FAULT_DEFAULT_MS.get(e.fault, 0) if e.duration_ms is None
+                      else e.duration_ms)
+            for e in sorted(self.events, key=lambda e: e.at_ms)
+            if e.fault is not None
+        )
+
+
+# The names the simulator and its tests know them by.
+Scenario = ScenarioDocument
+UserSpec = User

@@ -1,11 +1,7 @@
-"""The frozen specs a scenario file becomes, and the vocabularies its fields draw from.
-
-A `Scenario` holds the simulated cluster's nodes (with their GPUs, MIG instances, sharing and checkpoint
-format), the pods placed on them with each container's utilisation steps, the Xid errors and faults to
-inject, the apiserver's users, and an optional GPU Operator ClusterPolicy. Everything here is plain
-immutable data plus the small queries the simulator asks of it (which resources a node advertises, a
-container's utilisation at a moment, MIG profile arithmetic). The file format is `document`;
-`GpuSpec` and `ComponentSpec` have the file's shape exactly, so they are its models too.
+"""What every part of a scenario file is built from: vocabularies, field types, the strict `Document`
+base, the `Invalid` a rule raises, the two leaf models (a GPU, an operator component), MIG profile
+arithmetic, and the Xid errors and faults of the timeline the simulator fires. The models of the
+file itself are `document`.
 """
 
 from __future__ import annotations
@@ -14,7 +10,21 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PlainValidator,
+    Strict,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from periscope.core.duration import parse_duration_ms
 
 Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
 Strategy = Literal["none", "time-slicing", "mps"]
@@ -81,7 +91,71 @@ def describe_value(v: Any) -> str:
     return f"{type(v).__name__} {v!r}"
 
 
-# ---------------------------------------------------------------- specs
+# ---------------------------------------------------------------- field types
+
+UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+PIN = r"^(\d+)(?::(\d+))?$"
+
+
+def _duration_ms(v: Any) -> int:
+    """A duration string (`90s`, via periscope.core.duration) or a plain number of seconds, in ms."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise PydanticCustomError(
+            "duration", "expected a duration such as 30s, got {got}", {"got": describe_value(v)}
+        )
+    if not isinstance(v, str):
+        if v < 0:
+            raise PydanticCustomError("duration", "must not be negative")
+        return round(v * 1000)
+    try:
+        return parse_duration_ms(v)
+    except ValueError as e:
+        raise PydanticCustomError("duration", "{problem}", {"problem": str(e)}) from None
+
+
+def _pin_text(v: Any) -> Any:
+    return str(v) if isinstance(v, int) and not isinstance(v, bool) else v  # YAML reads `devices: [0]`
+
+
+Duration = Annotated[
+    int,
+    PlainValidator(_duration_ms),
+    WithJsonSchema(
+        {
+            "description": "a duration such as 90s, 10m, 1h30m or 500ms, or a number of seconds",
+            "anyOf": [
+                {"type": "number", "minimum": 0},
+                {"type": "string", "pattern": r"^\s*((\d+(\.\d+)?)([mM][sS]|[sSmMhHdD]))+\s*$"},
+            ],
+        }
+    ),
+]
+# A section behind a `BeforeValidator` is validated as Python data, where a strict tuple refuses the list
+# that JSON gives; LAX tuples take it (their items stay strict).
+LAX = Strict(False)
+Text = Annotated[str, Field(min_length=1)]
+Count = Annotated[int, Field(ge=1, le=64)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Index = Annotated[int, Field(ge=0)]
+NodeName = Annotated[str, Field(pattern=DNS_NAME, description="a valid node name (lowercase DNS name)")]
+Namespace = Annotated[str, Field(pattern=DNS_LABEL, description="a valid namespace")]
+Step = Annotated[tuple[Duration, Pct], LAX, Field(description="a step [offset, pct] such as [30s, 80]")]
+# A bare number is one step at 0s; the callable discriminator keeps each shape's errors apart.
+Util = Annotated[
+    Annotated[Pct, Tag("<pct>")] | Annotated[list[Step], Field(min_length=1), Tag("<steps>")],
+    Discriminator(lambda v: "<steps>" if isinstance(v, list) else "<pct>"),
+]
+Pin = Annotated[
+    str,
+    BeforeValidator(_pin_text, json_schema_input_type=int | str),
+    Field(pattern=PIN, description='a GPU index ("0") or a GPU:MIG index pair ("0:1")'),
+]
+
+
+
+# ---------------------------------------------------------------- leaf models
 
 
 class GpuSpec(Document):
@@ -101,70 +175,30 @@ class GpuSpec(Document):
         return self
 
 
-@dataclass(frozen=True, slots=True)
-class SharingSpec:
-    strategy: str = "none"  # none | time-slicing | mps
-    replicas: int = 1
-    rename: bool = False  # advertise nvidia.com/gpu.shared instead of nvidia.com/gpu
+class ComponentSpec(Document):
+    enabled: bool | None = None  # None = not set in the spec (operator default)
+    desired: Annotated[int, Field(ge=0)] | None = None
+    ready: Annotated[int, Field(ge=0)] | None = None
+    present: bool | None = None  # whether its DaemonSet exists; default: when effectively enabled
+
+    @model_validator(mode="after")
+    def _ready(self) -> ComponentSpec:
+        if self.desired is not None and self.ready is not None and self.ready > self.desired:
+            raise Invalid("ready", f"{self.ready} is more than desired ({self.desired})")
+        return self
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSpec:
-    name: str
-    gpus: tuple[GpuSpec, ...]
-    sharing: SharingSpec = SharingSpec()
-    checkpoint: str = "v2"
-
-    @property
-    def shared_resource(self) -> str:
-        return SHARED_RESOURCE if self.sharing.rename else GPU_RESOURCE
-
-    def resources(self) -> tuple[str, ...]:
-        """Extended resources the node's device plugin advertises (mixed MIG strategy)."""
-        out: list[str] = []
-        if any(not g.mig for g in self.gpus):
-            out.append(self.shared_resource if self.sharing.strategy != "none" else GPU_RESOURCE)
-        for g in self.gpus:
-            out.extend(f"nvidia.com/mig-{p}" for p in g.mig if f"nvidia.com/mig-{p}" not in out)
-        return tuple(out)
+# ---------------------------------------------------------------- MIG profiles
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerSpec:
-    name: str
-    resource: str = GPU_RESOURCE
-    count: int = 1
-    util: tuple[tuple[int, float], ...] = ((0, 0.0),)  # [(offset_ms from scenario start, pct)]
-    memory_mib: float = 0.0  # per device held
-    processes: int = 1
-    devices: tuple[str, ...] | None = None
-
-    def util_at(self, t_ms: int) -> float:
-        """The step value in force at scenario time t (0 before the first step)."""
-        value = 0.0
-        for at, pct in self.util:
-            if at > t_ms:
-                break
-            value = pct
-        return value
+def mig_slices(profile: str) -> int:
+    m = MIG_PROFILE.match(profile)
+    return int(m.group(1)) if m else 0
 
 
-@dataclass(frozen=True, slots=True)
-class PodSpec:
-    name: str
-    node: str
-    containers: tuple[ContainerSpec, ...]
-    namespace: str = "default"
-    uid: str | None = None
-    owner_kind: str = ""
-    owner_name: str = ""
-    start_ms: int = 0
-    stop_ms: int | None = None
-    qos: str = "burstable"
-    labels: tuple[tuple[str, str], ...] = ()
-
-    def alive_at(self, t_ms: int) -> bool:
-        return self.start_ms <= t_ms and (self.stop_ms is None or t_ms < self.stop_ms)
+def mig_memory_mib(profile: str) -> int:
+    m = MIG_PROFILE.match(profile)
+    return int(m.group(2)) * 1024 if m else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,68 +216,3 @@ class FaultSpec:
     fault: str
     node: str | None = None
     duration_ms: int = 0
-
-
-class ComponentSpec(Document):
-    enabled: bool | None = None  # None = not set in the spec (operator default)
-    desired: Annotated[int, Field(ge=0)] | None = None
-    ready: Annotated[int, Field(ge=0)] | None = None
-    present: bool | None = None  # whether its DaemonSet exists; default: when effectively enabled
-
-    @model_validator(mode="after")
-    def _ready(self) -> ComponentSpec:
-        if self.desired is not None and self.ready is not None and self.ready > self.desired:
-            raise Invalid("ready", f"{self.ready} is more than desired ({self.desired})")
-        return self
-
-
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
-    name: str = "cluster-policy"
-    state: str = "ready"
-    components: tuple[tuple[str, ComponentSpec], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class UserSpec:
-    """A user the simulated apiserver knows: TokenReview accepts `token` as `name`, and
-    SubjectAccessReview allows reading pods in `namespaces` (everything, with `cluster`)."""
-
-    name: str
-    token: str
-    namespaces: tuple[str, ...] = ()
-    cluster: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Scenario:
-    name: str
-    seed: int
-    duration_ms: int
-    tick_ms: int
-    nodes: tuple[NodeSpec, ...]
-    pods: tuple[PodSpec, ...] = ()
-    xids: tuple[XidSpec, ...] = ()
-    faults: tuple[FaultSpec, ...] = ()
-    policy: PolicySpec | None = None
-    source: str = ""
-    users: tuple[UserSpec, ...] = ()
-
-    def node(self, name: str) -> NodeSpec:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
-
-
-# ---------------------------------------------------------------- MIG profiles
-
-
-def mig_slices(profile: str) -> int:
-    m = MIG_PROFILE.match(profile)
-    return int(m.group(1)) if m else 0
-
-
-def mig_memory_mib(profile: str) -> int:
-    m = MIG_PROFILE.match(profile)
-    return int(m.group(2)) * 1024 if m else 0
