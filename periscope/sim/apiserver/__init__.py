@@ -60,31 +60,44 @@ class FakeApiServer(ApiRoutes):
         """Serve on `port` (the same one again after a stop); returns the base URL."""
         if self._thread is not None:
             return self.url
-        loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failure: list[BaseException] = []
-        self._loop = loop
-        self._thread = threading.Thread(target=self._serve, args=(loop, ready, failure),
-                                        name="fake-apiserver", daemon=True)
+        self._loop = loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="fake-apiserver", daemon=True)
         self._thread.start()
-        if not ready.wait(15) or failure:
-            self._thread.join(5)
-            self._loop = self._thread = None
-            raise RuntimeError(f"fake apiserver failed to start on {self.host}:{self.port}: {failure[:1]}")
+        try:
+            asyncio.run_coroutine_threadsafe(self._boot(), loop).result(15)
+        except Exception as e:
+            self._runner = None
+            self._halt()
+            raise RuntimeError(f"fake apiserver failed to start on {self.host}:{self.port}: {e!r}") from e
         return self.url
+
+    async def _boot(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0).start()
+        self.port = self._runner.addresses[0][1]
 
     def stop(self) -> None:
         """Stop serving and close every connection; objects and history are kept for a restart."""
-        loop, thread = self._loop, self._thread
-        if loop is None or thread is None:
+        loop = self._loop
+        if loop is None or self._thread is None:
             return
         with self._lock:
             for w in list(self._watches):
                 loop.call_soon_threadsafe(w.queue.put_nowait, ("close", None))
-        asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(15)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(15)
+            self._runner = None
+        self._halt()
+
+    def _halt(self) -> None:
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+            loop.close()
         self._loop = self._thread = None
 
     def restart(self, keep_state: bool = True) -> str:
@@ -112,33 +125,3 @@ class FakeApiServer(ApiRoutes):
         out = Path(path)
         out.write_text(yaml.safe_dump(cfg, sort_keys=False))
         return out
-
-    def _serve(self, loop: asyncio.AbstractEventLoop, ready: threading.Event,
-               failure: list[BaseException]) -> None:
-        asyncio.set_event_loop(loop)
-
-        async def boot() -> None:
-            app = web.Application()
-            app.router.add_route("*", "/{tail:.*}", self._handle)
-            self._runner = web.AppRunner(app, access_log=None)
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self.port, shutdown_timeout=1.0)
-            await site.start()
-            server = getattr(site, "_server", None)
-            if server is not None and server.sockets:
-                self.port = server.sockets[0].getsockname()[1]
-
-        try:
-            loop.run_until_complete(boot())
-        except BaseException as exc:  # reported by start()
-            failure.append(exc)
-            ready.set()
-            loop.close()
-            return
-        ready.set()
-        loop.run_forever()
-
-    async def _shutdown(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
