@@ -11,7 +11,7 @@ from periscope.core.cgroup import parse_cgroup
 from periscope.core.mps import is_mps_daemon
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.cluster.mps_daemon import mps_daemon, mps_daemon_pod_object
-from periscope.sim.cluster.runner import NodeSim, node_paths
+from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.nvml import fake_pynvml
 from periscope.sim.scenario import load_scenario
 from services.kube_watcher import mappers

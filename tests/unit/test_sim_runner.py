@@ -11,15 +11,14 @@ from periscope.core.cgroup import parse_cgroup
 from periscope.core.model import Meta
 from periscope.core.policy import policy_view
 from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint
-from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.cluster.runner import (
-    NodeSim,
+from periscope.sim.cluster.kube_objects import (
     cluster_policy_object,
     daemonset_objects,
     node_object,
-    node_paths,
     pod_object,
 )
+from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.nvml import read_nvml_state
 from periscope.sim.scenario import load_scenario
 from services.kube_watcher import mappers

@@ -96,10 +96,9 @@ class ApiRoutes(ObjectStore):
     def _list(self, kind: Kind, namespace: str | None) -> web.Response:
         with self._lock:
             self.stats["list", kind.plural] += 1
-            items = [o for key, o in sorted(self._objects.items())
-                     if key[0] == kind.plural and namespace in (None, key[1])]
             body = json.dumps({"kind": f"{kind.kind}List", "apiVersion": kind.api_version,
-                               "metadata": {"resourceVersion": str(self._rv)}, "items": items})
+                               "metadata": {"resourceVersion": str(self._rv)},
+                               "items": self._select(kind, namespace)})
         return web.Response(text=body, content_type="application/json")
 
     async def _watch(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
@@ -116,9 +115,8 @@ class ApiRoutes(ObjectStore):
                 self.stats["gone", kind.plural] += 1
                 expired = f"too old resource version: {since} ({self._floor})"
             elif since in ("", "0"):
-                backlog = [{"type": "ADDED", "object": copy.deepcopy(o)}
-                           for key, o in sorted(self._objects.items())
-                           if key[0] == kind.plural and namespace in (None, key[1])]
+                current = self._select(kind, namespace)
+                backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in current]
             else:
                 backlog = [{"type": t, "object": o} for rv, k, t, o in self._history
                            if rv > int(since) and k is kind
@@ -179,18 +177,17 @@ class ApiRoutes(ObjectStore):
 
     async def _object(self, request: web.Request, kind: Kind, namespace: str | None,
                       name: str | None) -> web.Response:
-        ns = (namespace or "default") if kind.namespaced else ""
         if request.method == "POST" and name is None:
             body = await request.json()
             body.setdefault("metadata", {})["namespace"] = namespace
             with self._lock:
-                if (kind.plural, ns, body["metadata"].get("name", "")) in self._objects:
+                if self.key(kind.plural, namespace, body["metadata"].get("name", "")) in self._objects:
                     name = body["metadata"].get("name")
                     return self._error(409, "AlreadyExists", f"{kind.plural} {name!r} already exists")
                 return web.json_response(self.upsert(kind.plural, body), status=201)
         if name is None:
             return self._error(405, "MethodNotAllowed", f"{request.method} needs an object name")
-        key = (kind.plural, ns, name)
+        key = self.key(kind.plural, namespace, name)
         if request.method == "GET":
             obj = self.get(kind.plural, namespace, name)
             if obj is None:

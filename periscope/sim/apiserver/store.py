@@ -106,22 +106,28 @@ class ObjectStore:
             self._record(k, "ADDED" if old is None else "MODIFIED", new)
             return copy.deepcopy(new)
 
-    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+    def key(self, kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
+        """Where an object is stored: a namespaced kind's default namespace is `default`."""
         k = self.kind(kind)
+        return k.plural, (namespace or "default") if k.namespaced else "", name
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> bool:
         with self._lock:
-            return self._remove((k.plural, (namespace or "default") if k.namespaced else "", name))
+            return self._remove(self.key(kind, namespace, name))
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
-        k = self.kind(kind)
         with self._lock:
-            obj = self._objects.get((k.plural, (namespace or "default") if k.namespaced else "", name))
+            obj = self._objects.get(self.key(kind, namespace, name))
             return copy.deepcopy(obj) if obj is not None else None
 
     def objects(self, kind: str, namespace: str | None = None) -> list[Obj]:
-        k = self.kind(kind)
         with self._lock:
-            return [copy.deepcopy(o) for key, o in sorted(self._objects.items())
-                    if key[0] == k.plural and namespace in (None, key[1])]
+            return [copy.deepcopy(o) for o in self._select(self.kind(kind), namespace)]
+
+    def _select(self, kind: Kind, namespace: str | None) -> list[Obj]:
+        """The stored objects of a kind (in one namespace, or all), in key order; not copies."""
+        return [o for key, o in sorted(self._objects.items())
+                if key[0] == kind.plural and namespace in (None, key[1])]
 
     def set_crd_installed(self, installed: bool) -> None:
         """Install or remove the ClusterPolicy CRD; removing it deletes every ClusterPolicy."""

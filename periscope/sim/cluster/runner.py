@@ -7,7 +7,7 @@ stdin, so every service can come up first; then the `simulator` applies each tic
 ground truth. Faults of the node itself (kubelet-restart, checkpoint-corrupt) are executed there;
 process restarts are the orchestrator's (`periscope up` reads the same fault schedule). It writes
 `ready.json` into the work directory once everything serves; stdin EOF (the orchestrator is gone),
-`stop`, SIGTERM or SIGINT ends it. The names other modules import from here are re-exported.
+`stop`, SIGTERM or SIGINT ends it.
 """
 
 from __future__ import annotations
@@ -21,28 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from periscope.sim.cluster.kube_objects import (
-    OPERATOR_NAMESPACE,
-    cluster_policy_object,
-    daemonset_objects,
-    node_object,
-    pod_object,
-)
-from periscope.sim.cluster.node import NodePaths, NodeSim, node_paths
 from periscope.sim.cluster.simulator import Simulator
-
-__all__ = [
-    "OPERATOR_NAMESPACE",
-    "NodePaths",
-    "NodeSim",
-    "Simulator",
-    "cluster_policy_object",
-    "daemonset_objects",
-    "main",
-    "node_object",
-    "node_paths",
-    "pod_object",
-]
 
 
 def _read_commands(sim: Simulator, loop: asyncio.AbstractEventLoop) -> None:

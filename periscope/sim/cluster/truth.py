@@ -14,6 +14,7 @@ Times are simulated Unix ms plus RFC 3339 strings, the same clock every service 
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -177,13 +178,7 @@ class TruthWriter:
         meta = meta_row(model, start_ms, speed, idle_window_ms, idle_threshold)
         self._emit({**meta, "prestart_ms": prestart_ms, **(extra_meta or {})})
         self._done = -1
-        self._utils: dict[tuple[str, int], float] = {}
-
-    def _util(self, device_id: str, t_ms: int) -> float:
-        key = (device_id, t_ms)
-        if key not in self._utils:
-            self._utils[key] = self.model.util_of(device_id, t_ms)
-        return self._utils[key]
+        self._util = functools.cache(model.util_of)  # each idle window re-reads the ticks before it
 
     def _emit(self, row: dict[str, Any]) -> None:
         self._f.write(json.dumps(row, separators=(",", ":")) + "\n")

@@ -7,8 +7,8 @@ SIGTERM or, with `--exit-at-end`, the scenario's end. This module is the entry p
 signals: SIGINT and SIGTERM both interrupt the run, and both are ignored while the stack stops. Every
 child runs in its own process group with PR_SET_PDEATHSIG (see `periscope.sim.up.child`), so Ctrl-C
 reaches only this orchestrator, which then stops the children in reverse order, and a killed
-orchestrator takes them along. The options, the snapshot path and the stack's parts are re-exported
-here for the callers of `periscope.sim.up`.
+orchestrator takes them along. The options and the snapshot path are re-exported for
+the command line.
 """
 
 from __future__ import annotations
@@ -22,21 +22,11 @@ from typing import Any
 
 from periscope.bus.broker import BrokerError
 from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.up.child import Child, Emit
-from periscope.sim.up.sampler import Sampler, snapshots_path
+from periscope.sim.up.child import Emit
+from periscope.sim.up.sampler import snapshots_path
 from periscope.sim.up.stack import Stack, UpError, UpOptions, banner
 
-__all__ = [
-    "Child",
-    "Emit",
-    "Sampler",
-    "Stack",
-    "UpError",
-    "UpOptions",
-    "banner",
-    "run_up",
-    "snapshots_path",
-]
+__all__ = ["UpOptions", "run_up", "snapshots_path"]  # what `periscope up` and `periscope report` use
 
 
 def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> int:
