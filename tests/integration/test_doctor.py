@@ -156,7 +156,7 @@ async def test_broken_nvml_fails(node: NodeSim) -> None:
     rc, out, _ = await run_cli("--root", str(root_of(node)), "--nvml-backend", f"fake:{state}")
     assert rc == 1
     line = next(x for x in out.splitlines() if x.split()[1] == "nvml.init")
-    assert line.startswith("fail") and "nvmlInit: DriverNotLoaded" in line and "NVIDIA runtime" in line
+    assert line.startswith("fail") and "nvmlInit: Driver Not Loaded" in line and "NVIDIA runtime" in line
 
 
 async def test_no_gpus_fails(node: NodeSim) -> None:

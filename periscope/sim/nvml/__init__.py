@@ -4,8 +4,8 @@ The simulator process owns the state and rewrites it (atomically) whenever the s
 each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml` (probe setting
 NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
 Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
-are `NVMLError` subclasses with the pynvml names and codes (`NVMLError_NotSupported`, ...).
-The state file's format is in `periscope.sim.nvml.state`, the errors in `periscope.sim.nvml.base`.
+are pynvml's own `NVMLError` subclasses (`NVMLError_NotSupported`, ...).
+The state file's format is in `periscope.sim.nvml.state`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pynvml
+from pynvml import NVMLError
+
 from periscope.sim.nvml.base import (
     _MIB,
     MPS_SERVER_PATH,
     NvmlBase,
-    NVMLError,
     _Device,
     _EventSet,
     _num,
@@ -178,7 +180,7 @@ class FakePynvml(NvmlBase):
         if mig is not None:
             fail("NotSupported")
         # The MPS control daemon sets EXCLUSIVE_PROCESS so that only its server opens the GPU.
-        return self.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else self.NVML_COMPUTEMODE_DEFAULT
+        return pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else pynvml.NVML_COMPUTEMODE_DEFAULT
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
         for gpu in self._ready().get("gpus", []):
@@ -292,7 +294,7 @@ class FakePynvml(NvmlBase):
 
     def nvmlDeviceRegisterEvents(self, handle: _Device, eventTypes: int, eventSet: _EventSet) -> None:
         self._find(handle, "nvmlDeviceRegisterEvents", metric=False)
-        if eventTypes & self.nvmlEventTypeXidCriticalError:
+        if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
             eventSet.devices.add(handle.uuid)
 
     def nvmlEventSetWait(self, eventSet: _EventSet, timeoutms: int) -> _Obj:
@@ -311,7 +313,7 @@ class FakePynvml(NvmlBase):
                     gi, ci = x.get("gi"), x.get("ci")
                     return _Obj(
                         device=_Device(str(x["gpu"]), False),
-                        eventType=self.nvmlEventTypeXidCriticalError,
+                        eventType=pynvml.nvmlEventTypeXidCriticalError,
                         eventData=int(x.get("code", 999)),
                         gpuInstanceId=0xFFFFFFFF if gi is None else int(gi),
                         computeInstanceId=0xFFFFFFFF if ci is None else int(ci),
