@@ -10,7 +10,7 @@ node's probe at them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -35,10 +35,7 @@ class NodePaths:
     nvml_state: Path
 
     def to_json(self) -> dict[str, str]:
-        return {
-            k: str(getattr(self, k))
-            for k in ("kubelet_root", "socket", "checkpoint", "proc_root", "nvml_state")
-        }
+        return {k: str(v) for k, v in asdict(self).items()}
 
 
 def node_paths(workdir: Path, node: str) -> NodePaths:
@@ -235,8 +232,8 @@ def _entry(
 ) -> CheckpointEntry:
     numa: dict[str, tuple[str, ...]] = {}
     for i in ids:
-        numa.setdefault(str(model.devices[i].gpu.index // 4), ())
-        numa[str(model.devices[i].gpu.index // 4)] += (i,)
+        zone = str(model.devices[i].gpu.index // 4)
+        numa[zone] = (*numa.get(zone, ()), i)
     visible = ",".join(dict.fromkeys(i.split("::")[0] for i in ids))
     return CheckpointEntry(
         p.uid, container, resource, ids, numa, {"envs": {"NVIDIA_VISIBLE_DEVICES": visible}}

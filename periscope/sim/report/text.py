@@ -9,6 +9,7 @@ import httpx
 
 from periscope.sim.cluster.truth import read_truth
 from periscope.sim.report.score import Row, parse_time
+from periscope.sim.up.sampler import api_get
 
 
 def read_jsonl(path: str | Path) -> list[Row]:
@@ -20,10 +21,7 @@ def live_snapshots(api: str, timeout_s: float = 10.0) -> list[Row]:
     with httpx.Client(base_url=api.rstrip("/"), timeout=timeout_s) as client:
 
         def get(path: str) -> Any:
-            r = client.get(path)
-            r.raise_for_status()
-            doc = r.json()
-            return doc.get("items", doc) if isinstance(doc, dict) and "items" in doc else doc
+            return api_get(client, path)[0]
 
         pods, gpus = get("/v1/pods?active=true"), get("/v1/gpus")
         at = max((parse_time(g.get("sample_at")) or 0 for g in gpus), default=0)

@@ -26,6 +26,24 @@ def snapshots_path(truth: Path) -> Path:
     return truth.with_name(truth.name.removesuffix(".jsonl") + ".api.jsonl")
 
 
+def api_get(client: httpx.Client, path: str) -> tuple[Any, str | None]:
+    """An API answer, with every page of a listing joined into one list, and the listing's `as_of`."""
+    items: list[Any] = []
+    url, as_of = path, None
+    while True:
+        r = client.get(url)
+        r.raise_for_status()
+        doc = r.json()
+        if not isinstance(doc, dict) or "items" not in doc:
+            return doc, as_of
+        if url == path:
+            as_of = doc.get("as_of")
+        items += doc["items"]
+        if not doc.get("continue"):
+            return items, as_of
+        url = f"{path}{'&' if '?' in path else '?'}continue={doc['continue']}"
+
+
 class Sampler(threading.Thread):
     """Records what the API says at every tick (a report after the run cannot see the past)."""
 
@@ -38,21 +56,8 @@ class Sampler(threading.Thread):
         self.as_of: str | None = None  # the API's "newest event time in the view" of the last listing
 
     def _get(self, client: httpx.Client, path: str) -> Any:
-        items: list[Any] = []
-        url = path
-        while True:
-            r = client.get(url)
-            r.raise_for_status()
-            doc = r.json()
-            if "items" not in doc:
-                return doc
-            if url == path:
-                self.as_of = doc.get("as_of")
-            items += doc["items"]
-            token = doc.get("continue")
-            if not token:
-                return items
-            url = f"{path}{'&' if '?' in path else '?'}continue={token}"
+        doc, self.as_of = api_get(client, path)
+        return doc
 
     def run(self) -> None:
         with httpx.Client(base_url=self.api, timeout=5.0) as client:
