@@ -1,4 +1,4 @@
-"""Scenario files for the simulated cluster (docs/scenarios.md): strict parse into frozen specs.
+"""Scenario files for the simulated cluster (docs/scenarios.md): strict parse into frozen models.
 
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
