@@ -111,9 +111,11 @@ def sample_cpu(root: Path, ticks: int, repeats: int) -> tuple[Figure, dict[str, 
                 tel = NodeTelemetry(meta=probe._meta(), devices=probe._sample())
                 codec.encode(tel)
         per_tick.append(whole.seconds / ticks * 1000)
+        identify, probe.nvml.identify = probe.nvml.identify, None  # NVML alone, without /proc
         with CpuTimer() as t_nvml:
             for _ in range(ticks):
                 devices = probe.nvml.sample()
+        probe.nvml.identify = identify
         nvml_ms.append(t_nvml.seconds / ticks * 1000)
         with CpuTimer() as t_proc:
             for _ in range(ticks):

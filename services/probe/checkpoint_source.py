@@ -28,6 +28,11 @@ class CheckpointSource:
             SourceHealth("checkpoint", "absent", f"{path} not read yet"),
         )
 
+    @property
+    def stamp(self) -> _Stamp | None:
+        """The file's stat identity at the last read (None: absent or unreadable)."""
+        return self._stamp
+
     def read(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
         try:
             st = os.stat(self.path)

@@ -4,12 +4,18 @@
 the health of `podresources`, `checkpoint` and `dra`. While the PodResources socket is absent or
 refuses calls, its state is "unavailable" and none of its entries are returned: data from before
 the outage is never re-published as if current, and the checkpoint (if readable) stands alone.
+
+`List` is asked on every poll. The allocatable devices change only when a device plugin registers or
+reports a device change, which the kubelet records in the checkpoint (`RegisteredDevices`), so
+`GetAllocatableResources` is asked again only on a new channel (kubelet restart), when the
+checkpoint file changed, after a failed poll, and otherwise every `allocatable_every` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,10 +44,25 @@ class AllocationView:
 
 
 class AllocationReader:
-    def __init__(self, socket_path: str, checkpoint_path: str, node: str) -> None:
+    def __init__(
+        self,
+        socket_path: str,
+        checkpoint_path: str,
+        node: str,
+        *,
+        allocatable_every: float = 5.0,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.node = node
         self.client = PodResourcesClient(socket_path)
         self.checkpoint = CheckpointSource(checkpoint_path)
+        self.allocatable_every = allocatable_every
+        self._now = now
+        # The last GetAllocatableResources answer and what it was asked under: (connects, checkpoint
+        # stamp, time); None when it must be asked again.
+        self._allocatable: tuple[tuple[str, str], ...] | None = None
+        self._allocatable_key: tuple[int, object] = (0, None)
+        self._allocatable_at = 0.0
         self._health: tuple[SourceHealth, ...] = (
             SourceHealth("podresources", "unavailable", "not polled yet"),
             SourceHealth("checkpoint", "absent", "not read yet"),
@@ -58,13 +79,15 @@ class AllocationReader:
         retry = False
         try:
             pods = await self.client.list_pods()
-            allocatable = allocatable_devices(await self.client.allocatable())
+            allocatable = await self._allocatable_devices()
             get_mode = await self.client.get_mode()
         except PodResourcesUnavailable as e:
+            self._allocatable = None
             retry = socket_identity(self.client.socket_path) is not None
             pr_health = SourceHealth("podresources", "unavailable", str(e))
             dra_health = SourceHealth("dra", "unavailable", "podresources unavailable")
         except aio.AioRpcError as e:
+            self._allocatable = None
             retry = True
             pr_health = SourceHealth("podresources", "error", f"{e.code().name}: {e.details()}")
             dra_health = SourceHealth("dra", "unavailable", "podresources failed")
@@ -75,6 +98,16 @@ class AllocationReader:
             dra_health = self._dra_health(pr, get_mode)
         self._health = (pr_health, cp_health, dra_health)
         return AllocationView(sort_entries(entries), allocatable, self._health, retry)
+
+    async def _allocatable_devices(self) -> tuple[tuple[str, str], ...]:
+        """GetAllocatableResources, asked again only when it may have changed (see the module doc)."""
+        key = (self.client.connects, self.checkpoint.stamp)
+        now = self._now()
+        stale = now - self._allocatable_at >= self.allocatable_every
+        if self._allocatable is None or key != self._allocatable_key or stale:
+            self._allocatable = allocatable_devices(await self.client.allocatable())
+            self._allocatable_key, self._allocatable_at = key, now
+        return self._allocatable
 
     @staticmethod
     def _dra_health(entries: list[AllocationEntry], get_mode: str) -> SourceHealth:

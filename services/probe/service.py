@@ -18,7 +18,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from periscope.bus import topics
@@ -91,9 +90,13 @@ class Probe:
         )
         self.procs = ProcMapper(s.proc_root)
         self.nvml = NvmlBackend(
-            nvml if nvml is not None else load_nvml(s.nvml_backend), proc_name=self.procs.comm
+            nvml if nvml is not None else load_nvml(s.nvml_backend),
+            proc_name=self.procs.comm,
+            identify=self.procs.lookup,
         )
-        self.allocations = AllocationReader(s.podresources_socket, s.checkpoint_path, s.node_name)
+        self.allocations = AllocationReader(
+            s.podresources_socket, s.checkpoint_path, s.node_name, allocatable_every=s.allocation_interval
+        )
         self.health_server = HealthServer(
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
         )
@@ -104,6 +107,7 @@ class Probe:
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
         self._last_inventory: tuple[Any, ...] | None = None
+        self._last_health: tuple[SourceHealth, ...] = ()
         self._last_snapshot: tuple[Any, ...] | None = None
         self._last_snapshot_at = 0.0
         self._nvml_retry_at = 0.0
@@ -130,7 +134,9 @@ class Probe:
             inv.cuda_driver_version,
             tuple((h.source, h.state) for h in health),
         )
-        self.metrics.set_health(health)
+        if health != self._last_health:  # the gauges only move when a source's health does
+            self._last_health = health
+            self.metrics.set_health(health)
         if not force and key == self._last_inventory:
             return
         self._last_inventory = key
@@ -185,22 +191,11 @@ class Probe:
         )
 
     def _sample(self) -> tuple[DeviceSample, ...]:
-        """NVML sample with pod identity on every process (worker thread)."""
+        """NVML sample with pod identity on every process (worker thread): the backend labels each
+        process from /proc as it builds it."""
         devices = self.nvml.sample()
-        out, live = [], []
-        for d in devices:
-            procs = []
-            for p in d.processes:
-                live.append(p.pid)
-                ident = self.procs.lookup(p.pid)
-                procs.append(
-                    replace(p, pod_uid=ident.pod_uid, container_id=ident.container_id, qos=ident.qos)
-                    if ident is not None
-                    else p
-                )
-            out.append(replace(d, processes=tuple(procs)))
-        self.procs.prune(live)
-        return tuple(out)
+        self.procs.prune(p.pid for d in devices for p in d.processes)
+        return devices
 
     async def _telemetry_loop(self) -> None:
         refresh_every = max(1, round(self.settings.allocation_interval / self.settings.tick))
