@@ -5,10 +5,17 @@ the health of `podresources`, `checkpoint` and `dra`. While the PodResources soc
 refuses calls, its state is "unavailable" and none of its entries are returned: data from before
 the outage is never re-published as if current, and the checkpoint (if readable) stands alone.
 
-`List` is asked on every poll. The allocatable devices change only when a device plugin registers or
-reports a device change, which the kubelet records in the checkpoint (`RegisteredDevices`), so
-`GetAllocatableResources` is asked again only on a new channel (kubelet restart), when the
-checkpoint file changed, after a failed poll, and otherwise every `allocatable_every` seconds.
+A poll costs gRPC calls, so the service polls when `due()`: the device manager rewrites its
+checkpoint whenever it allocates devices (a new pod), so a changed checkpoint file (one stat) means
+"poll now"; so does a checkpoint that is absent or unusable (nothing to signal with), and otherwise a
+poll is due every `poll_every` seconds, which bounds how late a change the checkpoint does not show
+(a pod's end: the file keeps ended pods until the next admission; DRA claims) reaches the snapshot.
+The service also polls at once when the socket is replaced (kubelet restart) and soon after a failure.
+
+The allocatable devices change only when a device plugin registers or reports a device change, which
+the kubelet also records in the checkpoint (`RegisteredDevices`), so `GetAllocatableResources` is
+asked again only on a new channel, when the checkpoint changed, after a failed poll, and otherwise
+every `allocatable_every` seconds.
 """
 
 from __future__ import annotations
@@ -51,13 +58,16 @@ class AllocationReader:
         node: str,
         *,
         allocatable_every: float = 5.0,
+        poll_every: float = 2.0,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.client = PodResourcesClient(socket_path)
         self.checkpoint = CheckpointSource(checkpoint_path)
         self.allocatable_every = allocatable_every
+        self.poll_every = poll_every
         self._now = now
+        self._polled_at: float | None = None
         # The last GetAllocatableResources answer and what it was asked under: (connects, checkpoint
         # stamp, time); None when it must be asked again.
         self._allocatable: tuple[tuple[str, str], ...] | None = None
@@ -72,7 +82,15 @@ class AllocationReader:
     def health(self) -> tuple[SourceHealth, ...]:
         return self._health
 
+    def due(self) -> bool:
+        """Whether a poll may see something new (see the module doc): cheap, no gRPC."""
+        if self._polled_at is None or self._now() - self._polled_at >= self.poll_every:
+            return True
+        checkpoint_ok = any(h.source == "checkpoint" and h.state == "ok" for h in self._health)
+        return not checkpoint_ok or self.checkpoint.changed()
+
     async def poll(self, inventory: NvmlInventory) -> AllocationView:
+        self._polled_at = self._now()
         cp_entries, cp_health = self.checkpoint.read()
         entries: list[AllocationEntry] = list(cp_entries)
         allocatable: tuple[tuple[str, str], ...] = ()

@@ -3,8 +3,10 @@
 Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
 - telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
   each process labelled with pod UID / container ID / QoS from /proc;
-- allocations, every `tick` and at once when the kubelet socket appears, vanishes or is replaced:
-  an AllocationSnapshot when it changed, and every `allocation_interval` regardless;
+- allocations: every `tick` one stat of the checkpoint; PodResources is asked when the checkpoint
+  changed or is unusable, at once when the kubelet socket appears, vanishes or is replaced, and
+  otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
+  when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
 - DeviceInventory at start and whenever the hardware or a source's health changes.
 Every event carries EventMeta(node, "probe/<node>", epoch = start time, seq), and its time is the
@@ -95,7 +97,11 @@ class Probe:
             identify=self.procs.lookup,
         )
         self.allocations = AllocationReader(
-            s.podresources_socket, s.checkpoint_path, s.node_name, allocatable_every=s.allocation_interval
+            s.podresources_socket,
+            s.checkpoint_path,
+            s.node_name,
+            allocatable_every=s.allocation_interval,
+            poll_every=s.podresources_every(),
         )
         self.health_server = HealthServer(
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
@@ -228,12 +234,21 @@ class Probe:
     # ------------------------------------------------------------------ allocations
 
     async def _allocation_loop(self) -> None:
+        # Every tick costs one stat of the checkpoint; the gRPC poll runs only when it may see something
+        # new (AllocationReader.due), when the socket changed, soon after a failure, and when the
+        # unchanged snapshot is due again (every allocation_interval, with a fresh List).
+        kick = False
         while not self._stop.is_set():
             self._kubelet_changed.clear()
-            retry_soon = await self._poll_allocations()
+            retry_soon = False
+            resend = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval
+            if kick or resend or self.allocations.due():
+                retry_soon = await self._poll_allocations()
             delay = 0.2 if retry_soon else self.settings.tick
+            kick = retry_soon
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wait_any(self._kubelet_changed, self._stop), delay)
+            kick = kick or self._kubelet_changed.is_set()
 
     async def _poll_allocations(self) -> bool:
         view = await self.allocations.poll(self.nvml.inventory)

@@ -175,3 +175,35 @@ async def test_allocatable_is_asked_again_only_when_it_may_have_changed(
         assert kubelet.calls["GetAllocatableResources"] == 4
     finally:
         await reader.close()
+
+
+async def test_a_poll_is_due_on_checkpoint_change_unusable_checkpoint_or_period(
+    kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "kubelet_internal_checkpoint"
+    checkpoint.write_bytes(render_checkpoint([], {}))
+    now = [1000.0]
+    reader = AllocationReader(
+        str(kubelet.socket_path), str(checkpoint), "node-a", poll_every=2.0, now=lambda: now[0]
+    )
+    try:
+        assert reader.due()  # never polled
+        await reader.poll(NvmlInventory(gpus=()))
+        assert not reader.due()
+        now[0] += 1.9
+        assert not reader.due()
+        now[0] += 0.1
+        assert reader.due()  # the period: a pod's end or a DRA claim shows without a checkpoint write
+        await reader.poll(NvmlInventory(gpus=()))
+        checkpoint.write_bytes(render_checkpoint([], {"nvidia.com/gpu": [GPU + "::0"]}))
+        assert reader.due()  # the device manager wrote its checkpoint: an allocation changed
+        await reader.poll(NvmlInventory(gpus=()))
+        assert not reader.due()
+        checkpoint.write_bytes(b'{"Data": ')  # torn: says nothing about changes, so poll every time
+        await reader.poll(NvmlInventory(gpus=()))
+        assert reader.due()
+        checkpoint.unlink()
+        await reader.poll(NvmlInventory(gpus=()))
+        assert reader.due()
+    finally:
+        await reader.close()
