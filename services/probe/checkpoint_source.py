@@ -28,6 +28,19 @@ class CheckpointSource:
             SourceHealth("checkpoint", "absent", f"{path} not read yet"),
         )
 
+    @property
+    def stamp(self) -> _Stamp | None:
+        """The file's stat identity at the last read (None: absent or unreadable)."""
+        return self._stamp
+
+    def changed(self) -> bool:
+        """Whether the file differs (stat identity) from what the last read saw: one stat, no read."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return self._stamp is not None
+        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) != self._stamp
+
     def read(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
         try:
             st = os.stat(self.path)

@@ -28,6 +28,7 @@ _FIELDS = {
     "proc_root": "proc_root",
     "tick": "tick",
     "allocation_interval": "allocation_interval",
+    "podresources_interval": "podresources_interval",
     "nvml_backend": "nvml_backend",
     "buffer_limit": "buffer_limit",
     "health_host": "health_host",
@@ -112,6 +113,13 @@ async def _serve(settings: ProbeSettings) -> None:
     default=None,
     metavar="DURATION",
     help="Allocation snapshot period, besides on change [default 5s].",
+)
+@click.option(
+    "--podresources-interval",
+    default=None,
+    metavar="DURATION",
+    help="PodResources List period when the checkpoint shows no change [default 2 ticks, at most the "
+    "allocation interval].",
 )
 @click.option(
     "--nvml-backend", default=None, metavar="pynvml|fake:PATH", help="NVML source [default pynvml]."

@@ -9,7 +9,8 @@ other devices are still sampled. Calls block, so the service runs them in a work
 Processes come from the compute, MPS-compute and graphics lists (newest versioned call first), one
 per PID. On an MPS GPU the driver lists the clients only in the MPS list and the MPS control server
 (`nvidia-cuda-mps-server`) in the compute list; the server, named by NVML or by /proc, is left out:
-it runs the clients' work, it is not a consumer of its own.
+it runs the clients' work, it is not a consumer of its own. With `identify` (the probe's /proc
+lookup), each process is built with its pod UID, container ID and QoS at once, not copied afterwards.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from periscope.core.model import DeviceSample, GpuInfo, MigDeviceInfo, MigRef, ProcessSample
+from services.probe.procfs import ProcIdentity
 
 _MIB = 1024.0 * 1024.0
 _NO_INSTANCE = 0xFFFFFFFF
@@ -87,9 +89,15 @@ def _cuda_version(v: int) -> str:
 
 
 class NvmlBackend:
-    def __init__(self, nvml: Any, proc_name: Callable[[int], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        proc_name: Callable[[int], str | None] | None = None,
+        identify: Callable[[int], ProcIdentity | None] | None = None,
+    ) -> None:
         self.nvml = nvml
         self.proc_name = proc_name  # PID -> command from /proc, where NVML cannot name a process
+        self.identify = identify  # PID -> pod identity from /proc (None: gone, or not looked up)
         self._names: dict[int, str] = {}  # PID -> process name, for PIDs still on a GPU
         self.mps_servers: dict[str, tuple[int, ...]] = {}  # device UUID -> MPS server PIDs seen
         self.opened = False
@@ -322,11 +330,23 @@ class NvmlBackend:
             # utilization is then unknown (None), not zero, so the core falls back to their memory.
             util = None
         out = []
+        identify = self.identify
         for pid, used in running.items():
             sm, mu = (None, None) if util is None else util.get(pid, (0.0, 0.0))
+            ident = identify(pid) if identify is not None else None
             out.append(
                 ProcessSample(
                     pid=pid,
+                    sm_util_pct=sm,
+                    mem_util_pct=mu,
+                    used_mib=used / _MIB if used is not None else None,
+                )
+                if ident is None
+                else ProcessSample(
+                    pid=pid,
+                    pod_uid=ident.pod_uid,
+                    container_id=ident.container_id,
+                    qos=ident.qos,
                     sm_util_pct=sm,
                     mem_util_pct=mu,
                     used_mib=used / _MIB if used is not None else None,

@@ -3,8 +3,10 @@
 Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
 - telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
   each process labelled with pod UID / container ID / QoS from /proc;
-- allocations, every `tick` and at once when the kubelet socket appears, vanishes or is replaced:
-  an AllocationSnapshot when it changed, and every `allocation_interval` regardless;
+- allocations: every `tick` one stat of the checkpoint; PodResources is asked when the checkpoint
+  changed or is unusable, at once when the kubelet socket appears, vanishes or is replaced, and
+  otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
+  when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
 - DeviceInventory at start and whenever the hardware or a source's health changes.
 Every event carries EventMeta(node, "probe/<node>", epoch = start time, seq), and its time is the
@@ -18,7 +20,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from periscope.bus import topics
@@ -91,9 +92,17 @@ class Probe:
         )
         self.procs = ProcMapper(s.proc_root)
         self.nvml = NvmlBackend(
-            nvml if nvml is not None else load_nvml(s.nvml_backend), proc_name=self.procs.comm
+            nvml if nvml is not None else load_nvml(s.nvml_backend),
+            proc_name=self.procs.comm,
+            identify=self.procs.lookup,
         )
-        self.allocations = AllocationReader(s.podresources_socket, s.checkpoint_path, s.node_name)
+        self.allocations = AllocationReader(
+            s.podresources_socket,
+            s.checkpoint_path,
+            s.node_name,
+            allocatable_every=s.allocation_interval,
+            poll_every=s.podresources_every(),
+        )
         self.health_server = HealthServer(
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
         )
@@ -104,6 +113,7 @@ class Probe:
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
         self._last_inventory: tuple[Any, ...] | None = None
+        self._last_health: tuple[SourceHealth, ...] = ()
         self._last_snapshot: tuple[Any, ...] | None = None
         self._last_snapshot_at = 0.0
         self._nvml_retry_at = 0.0
@@ -130,7 +140,9 @@ class Probe:
             inv.cuda_driver_version,
             tuple((h.source, h.state) for h in health),
         )
-        self.metrics.set_health(health)
+        if health != self._last_health:  # the gauges only move when a source's health does
+            self._last_health = health
+            self.metrics.set_health(health)
         if not force and key == self._last_inventory:
             return
         self._last_inventory = key
@@ -185,22 +197,11 @@ class Probe:
         )
 
     def _sample(self) -> tuple[DeviceSample, ...]:
-        """NVML sample with pod identity on every process (worker thread)."""
+        """NVML sample with pod identity on every process (worker thread): the backend labels each
+        process from /proc as it builds it."""
         devices = self.nvml.sample()
-        out, live = [], []
-        for d in devices:
-            procs = []
-            for p in d.processes:
-                live.append(p.pid)
-                ident = self.procs.lookup(p.pid)
-                procs.append(
-                    replace(p, pod_uid=ident.pod_uid, container_id=ident.container_id, qos=ident.qos)
-                    if ident is not None
-                    else p
-                )
-            out.append(replace(d, processes=tuple(procs)))
-        self.procs.prune(live)
-        return tuple(out)
+        self.procs.prune(p.pid for d in devices for p in d.processes)
+        return devices
 
     async def _telemetry_loop(self) -> None:
         refresh_every = max(1, round(self.settings.allocation_interval / self.settings.tick))
@@ -233,12 +234,21 @@ class Probe:
     # ------------------------------------------------------------------ allocations
 
     async def _allocation_loop(self) -> None:
+        # Every tick costs one stat of the checkpoint; the gRPC poll runs only when it may see something
+        # new (AllocationReader.due), when the socket changed, soon after a failure, and when the
+        # unchanged snapshot is due again (every allocation_interval, with a fresh List).
+        kick = False
         while not self._stop.is_set():
             self._kubelet_changed.clear()
-            retry_soon = await self._poll_allocations()
+            retry_soon = False
+            resend = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval
+            if kick or resend or self.allocations.due():
+                retry_soon = await self._poll_allocations()
             delay = 0.2 if retry_soon else self.settings.tick
+            kick = retry_soon
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._wait_any(self._kubelet_changed, self._stop), delay)
+            kick = kick or self._kubelet_changed.is_set()
 
     async def _poll_allocations(self) -> bool:
         view = await self.allocations.poll(self.nvml.inventory)

@@ -25,6 +25,10 @@ class ProbeSettings(ServiceSettings):
     proc_root: str = "/proc"
     tick: float = 1.0
     allocation_interval: float = 5.0
+    # How often PodResources `List` is asked when nothing signals a change (the checkpoint file changed,
+    # the socket was replaced, the checkpoint is unusable, a call failed). Unset: twice the tick, at most
+    # allocation_interval. It bounds how late a pod's end or a DRA claim shows in the snapshot.
+    podresources_interval: float | None = None
     nvml_backend: str = "pynvml"
     buffer_limit: int = 1000
     health_host: str = "127.0.0.1"
@@ -47,6 +51,22 @@ class ProbeSettings(ServiceSettings):
         if value <= 0:
             raise ValueError("must be a positive duration")
         return value
+
+    @field_validator("podresources_interval", mode="before")
+    @classmethod
+    def _optional_duration(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        parsed = seconds(value)
+        if isinstance(parsed, (int, float)) and parsed <= 0:
+            raise ValueError("must be a positive duration")
+        return parsed
+
+    def podresources_every(self) -> float:
+        """The PodResources List period in effect (see podresources_interval)."""
+        if self.podresources_interval is not None:
+            return self.podresources_interval
+        return min(2 * self.tick, self.allocation_interval)
 
     @field_validator("buffer_limit")
     @classmethod

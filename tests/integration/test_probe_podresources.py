@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from periscope.kubelet.checkpoint import render_checkpoint
 from periscope.sim.kubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeDevices, FakeKubelet, FakePod
+from services.probe.kubelet import AllocationReader
+from services.probe.nvml import NvmlInventory
 from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, watch_socket
 
 GPU = "GPU-8a1b2c3d-0000-1111-2222-333344445555"
@@ -132,3 +135,75 @@ async def test_watch_socket_sees_delete_and_recreate(kubelet: FakeKubelet) -> No
         stop.set()
         await task
     assert len(seen) == 2 and seen[0] is None and seen[1] is not None
+
+
+async def test_allocatable_is_asked_again_only_when_it_may_have_changed(
+    kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "kubelet_internal_checkpoint"
+    checkpoint.write_bytes(render_checkpoint([], {"nvidia.com/gpu": [GPU + "::0", GPU + "::1"]}))
+    now = [1000.0]
+    reader = AllocationReader(
+        str(kubelet.socket_path), str(checkpoint), "node-a", allocatable_every=5.0, now=lambda: now[0]
+    )
+    inventory = NvmlInventory(gpus=())
+
+    async def poll() -> tuple[tuple[str, str], ...]:
+        view = await reader.poll(inventory)
+        assert {h.source: h.state for h in view.health}["podresources"] == "ok"
+        return view.allocatable
+
+    try:
+        assert len(await poll()) == 2
+        assert len(await poll()) == 2
+        assert (kubelet.calls["List"], kubelet.calls["GetAllocatableResources"]) == (2, 1)
+        # A device plugin registered a device: the kubelet rewrites its checkpoint.
+        kubelet.set_allocatable([("nvidia.com/gpu", GPU + f"::{i}") for i in range(3)])
+        checkpoint.write_bytes(render_checkpoint([], {"nvidia.com/gpu": [GPU + f"::{i}" for i in range(3)]}))
+        assert len(await poll()) == 3
+        assert kubelet.calls["GetAllocatableResources"] == 2
+        # A change the checkpoint does not show is still picked up within `allocatable_every`.
+        kubelet.set_allocatable([("nvidia.com/gpu", GPU + "::0")])
+        now[0] += 4.9
+        assert len(await poll()) == 3
+        now[0] += 0.1
+        assert len(await poll()) == 1
+        # A restarted kubelet (new socket, new channel) is asked at once.
+        await kubelet.restart(down_s=0.05)
+        kubelet.set_allocatable([("nvidia.com/gpu", GPU + "::1"), ("nvidia.com/gpu", GPU + "::2")])
+        assert len(await poll()) == 2
+        assert kubelet.calls["GetAllocatableResources"] == 4
+    finally:
+        await reader.close()
+
+
+async def test_a_poll_is_due_on_checkpoint_change_unusable_checkpoint_or_period(
+    kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "kubelet_internal_checkpoint"
+    checkpoint.write_bytes(render_checkpoint([], {}))
+    now = [1000.0]
+    reader = AllocationReader(
+        str(kubelet.socket_path), str(checkpoint), "node-a", poll_every=2.0, now=lambda: now[0]
+    )
+    try:
+        assert reader.due()  # never polled
+        await reader.poll(NvmlInventory(gpus=()))
+        assert not reader.due()
+        now[0] += 1.9
+        assert not reader.due()
+        now[0] += 0.1
+        assert reader.due()  # the period: a pod's end or a DRA claim shows without a checkpoint write
+        await reader.poll(NvmlInventory(gpus=()))
+        checkpoint.write_bytes(render_checkpoint([], {"nvidia.com/gpu": [GPU + "::0"]}))
+        assert reader.due()  # the device manager wrote its checkpoint: an allocation changed
+        await reader.poll(NvmlInventory(gpus=()))
+        assert not reader.due()
+        checkpoint.write_bytes(b'{"Data": ')  # torn: says nothing about changes, so poll every time
+        await reader.poll(NvmlInventory(gpus=()))
+        assert reader.due()
+        checkpoint.unlink()
+        await reader.poll(NvmlInventory(gpus=()))
+        assert reader.due()
+    finally:
+        await reader.close()

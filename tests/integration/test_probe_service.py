@@ -560,3 +560,85 @@ async def test_broker_outage_loses_no_snapshot_or_xid(tmp_path: Path, unique: st
         assert expected in pods_seen
     assert pods_seen[-1] == {"train-1"}
     assert f'periscope_probe_dropped_total{{kind="telemetry",node="{node.name}"}}' in metrics
+
+
+async def test_allocations_are_polled_on_checkpoint_change_and_on_their_own_cadence(
+    broker: str, node: Node, collector: Collector
+) -> None:
+    # Long PodResources and snapshot periods: what arrives early arrives because the checkpoint changed.
+    probe = Probe(node.settings(broker, podresources_interval=30.0, allocation_interval=30.0))
+    await probe.start()
+    try:
+        await collector.wait(lambda: latest_with(collector, AllocationSnapshot, lambda s: bool(s.entries)))
+        lists = node.kubelet.calls["List"]
+        await asyncio.sleep(1.5)  # ~7 ticks, nothing changed: no gRPC call, no snapshot
+        assert node.kubelet.calls["List"] == lists
+        assert len(collector.of(AllocationSnapshot)) == 1
+
+        # A new pod gets devices: the device manager rewrites its checkpoint, the next tick polls.
+        node.kubelet.set_pods([POD_A, POD_B, POD_C, POD_D])
+        node.checkpoint.write_bytes(
+            render_checkpoint(
+                [*CHECKPOINT, CheckpointEntry(UID_B, "cuda", "nvidia.com/gpu", (GPU0 + "::2",))], {}
+            )
+        )
+        changed_at = time.monotonic()
+        grown = await collector.wait(
+            lambda: latest_with(
+                collector, AllocationSnapshot, lambda s: "train-1" in {e.pod for e in s.entries}
+            ),
+            timeout=5,
+        )
+        seen_at = next(t for t, o in collector.records if o is grown)
+    finally:
+        await probe.stop()
+    assert seen_at - changed_at < 3.0  # a tick (0.2 s) and the broker hop, with room for a busy machine
+    assert len([e for e in grown.entries if e.source is AllocSource.CHECKPOINT]) == 3
+
+
+async def test_unusable_checkpoint_means_podresources_every_tick(
+    broker: str, node: Node, collector: Collector
+) -> None:
+    node.checkpoint.unlink()  # nothing signals a change: List on every tick, as before
+    probe = Probe(node.settings(broker, podresources_interval=30.0, allocation_interval=30.0))
+    await probe.start()
+    try:
+        await collector.wait(lambda: latest_with(collector, AllocationSnapshot, lambda s: bool(s.entries)))
+        node.kubelet.set_pods([POD_D])
+        shrunk = await collector.wait(
+            lambda: latest_with(
+                collector, AllocationSnapshot, lambda s: {e.pod for e in s.entries} == {"train-1"}
+            ),
+            timeout=5,
+        )
+    finally:
+        await probe.stop()
+    assert health(shrunk)["checkpoint"] == "absent"
+
+
+async def test_unchanged_allocations_are_asked_and_resent_on_their_periods(
+    broker: str, node: Node, collector: Collector
+) -> None:
+    probe = Probe(node.settings(broker, podresources_interval=0.5, allocation_interval=1.0))  # tick 0.2 s
+    await probe.start()
+    try:
+        await collector.wait(lambda: latest_with(collector, AllocationSnapshot, lambda s: bool(s.entries)))
+        lists, since = node.kubelet.calls["List"], time.monotonic()
+        await asyncio.sleep(3.0)
+        lists = node.kubelet.calls["List"] - lists
+        # A pod that ended shows without any checkpoint change, within the PodResources period.
+        node.kubelet.set_pods([POD_A, POD_C])
+        ended_at = time.monotonic()
+        shrunk = await collector.wait(
+            lambda: latest_with(
+                collector, AllocationSnapshot, lambda s: "infer-0" not in {e.pod for e in s.entries}
+            ),
+            timeout=5,
+        )
+        shrunk_at = next(t for t, o in collector.records if o is shrunk)
+    finally:
+        await probe.stop()
+    resent = [s for s in collector.of(AllocationSnapshot, since) if s.meta.seq < shrunk.meta.seq]
+    assert 1 <= lists <= 3.0 / 0.5 + 1  # not once per tick (15 ticks)
+    assert 1 <= len(resent) <= 3.0 / 1.0 + 1  # the unchanged snapshot, once per allocation_interval
+    assert shrunk_at - ended_at < 3.0

@@ -13,6 +13,7 @@ import pytest
 
 from periscope.sim.nvml import FakePynvml, add_xid, fake_pynvml, write_nvml_state
 from services.probe.nvml import NvmlBackend, NvmlUnavailable
+from services.probe.procfs import NOT_IN_POD, ProcIdentity
 from services.probe.xid import RawXid, XidWatcher
 
 GPU0 = "GPU-11111111-2222-3333-4444-555555555555"
@@ -241,3 +242,20 @@ def test_nvml_error_maps_codes_to_subclasses(nv: FakePynvml) -> None:
     assert isinstance(err, nv.NVMLError_GpuIsLost) and isinstance(err, nv.NVMLError) and err.value == 15
     with pytest.raises(nv.NVMLError_Uninitialized):
         nv.nvmlDeviceGetCount()
+
+
+def test_identify_labels_processes_as_they_are_built(nv: FakePynvml) -> None:
+    looked_up: list[int] = []
+
+    def identify(pid: int) -> ProcIdentity | None:
+        looked_up.append(pid)
+        return {10: ProcIdentity("uid-a", "cid-a", "burstable"), 20: NOT_IN_POD}.get(pid)
+
+    backend = NvmlBackend(nv, identify=identify)
+    backend.open()
+    backend.refresh()
+    procs = {p.pid: p for d in backend.sample() for p in d.processes}
+    assert sorted(looked_up) == [10, 11, 20]  # GPU and MIG processes alike, each once
+    assert (procs[10].pod_uid, procs[10].container_id, procs[10].qos) == ("uid-a", "cid-a", "burstable")
+    assert procs[10].sm_util_pct == 40.0 and procs[10].used_mib == 1024.0
+    assert (procs[11].pod_uid, procs[20].pod_uid) == ("", "")  # gone (None) / not in a pod

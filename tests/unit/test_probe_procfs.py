@@ -21,6 +21,7 @@ def test_start_time_counts_fields_after_the_last_parenthesis() -> None:
     assert start_time(line) == 987654
     real = "1 (systemd) S 0 1 1 0 -1 4194560 5 6 7 8 9 10 11 12 20 0 1 0 33 1000 2000 18446744073709551615"
     assert start_time(real) == 33
+    assert start_time(real.encode()) == 33  # the mapper reads the file as bytes
 
 
 @pytest.mark.parametrize(

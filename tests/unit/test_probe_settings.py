@@ -57,3 +57,11 @@ def test_env_overrides_and_durations(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_bad_values_are_rejected(field: str, value: Any) -> None:
     with pytest.raises(ValidationError):
         ProbeSettings(**{field: value})
+
+
+def test_podresources_interval_defaults_to_two_ticks_within_the_snapshot_period() -> None:
+    assert ProbeSettings(tick=1.0).podresources_every() == 2.0
+    assert ProbeSettings(tick=0.2, allocation_interval=0.3).podresources_every() == 0.3
+    assert ProbeSettings(tick=1.0, podresources_interval="500ms").podresources_every() == 0.5
+    with pytest.raises(ValidationError):
+        ProbeSettings(podresources_interval="0s")
