@@ -5,6 +5,8 @@ they arrive. Telemetry and XIDs are buffered and processed in event-time order o
 watermark (the newest probe event time seen) has passed them by `lateness_ms`, so small reorderings
 between topics do not change the result, and the live joiner and replay compute the same outputs.
 Each sample is joined against the allocation snapshot and pod registry *as of the sample's time*.
+An output is published when it changed beyond its thresholds since the last one published under its
+key, or when a heartbeat of event time passed (periscope.core.changes); windows when they close.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
+from periscope.core.changes import ChangeConfig, without_windows, worth_publishing
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
 from periscope.core.model import (
@@ -44,6 +47,7 @@ class EngineConfig:
     lateness_ms: int = 1000  # how far behind the watermark a sample may arrive and still count
     history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
     retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
+    changes: ChangeConfig = field(default_factory=ChangeConfig)  # what is worth publishing again
 
 
 DEFAULT_CONFIG = EngineConfig()
@@ -83,7 +87,7 @@ class NodeState:
     last_xid: dict[str, XidRef] = field(default_factory=dict)
     last_telemetry: NodeTelemetry | None = None
     findings: FindingBook = field(default_factory=FindingBook)
-    emitted: dict[str, Output] = field(default_factory=dict)
+    emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
     devmap: DeviceMap = field(default_factory=DeviceMap)
     # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
@@ -243,7 +247,7 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
     finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
-    return _emit(state, [finding])
+    return _emit(state, [finding], config)
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
@@ -264,7 +268,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
-    return _emit(state, outs)
+    return _emit(state, outs, config)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
@@ -273,28 +277,26 @@ def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
 
 
-def _emit(state: NodeState, outs: list[Output]) -> list[Output]:
-    """Drop outputs identical (apart from as_of) to the last one emitted for the same key."""
+def _emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:
+    """Keep the outputs worth publishing (periscope.core.changes); remember what was published."""
     fresh: list[Output] = []
     for o in outs:
         key = output_key(o)
-        old = state.emitted.get(key)
-        if old is not None and _same(old, o):
+        if not worth_publishing(state.emitted.get(key), o, config.changes):
             continue
-        state.emitted[key] = o
+        state.emitted[key] = without_windows(o)
         fresh.append(o)
+        if isinstance(o, PodAttribution):
+            _published_windows(state, o, config)
     return fresh
 
 
-def _same(old: Output, new: Output) -> bool:
-    # Cheap checks first: on a normal tick the sample time differs and nothing else need be compared.
-    if isinstance(new, Finding):
-        return old == new
-    if isinstance(new, GpuState):
-        return isinstance(old, GpuState) and old.sample_ms == new.sample_ms and replace(
-            old, as_of_ms=new.as_of_ms) == new
-    return isinstance(old, PodAttribution) and old.rows == new.rows and replace(
-        old, as_of_ms=new.as_of_ms) == new
+def _published_windows(state: NodeState, att: PodAttribution, config: EngineConfig) -> None:
+    for r in att.rows:
+        if r.windows:
+            row = state.rows.get((att.pod_uid, r.container, r.device_id))
+            if row is not None:
+                row.mark_published(r.windows[-1].start_ms, config.rows)
 
 
 def output_key(o: Output) -> str:

@@ -36,7 +36,7 @@ def _dumps(obj: Any) -> bytes:
 @dataclass(slots=True)
 class PodVersion:
     seq: int  # persist that wrote these rows
-    rows: bytes  # JSON list of the pod's row dicts
+    rows: bytes  # JSON of the pod's part (periscope.core.snapshot: its rows, its last publication)
     stale: bool = False  # the table holds a newer, unconfirmed record: rewrite it on the next persist
 
 
@@ -105,7 +105,7 @@ def restore(node: str, node_record: bytes | None, get_pod: Callable[[str], bytes
         return Restored(new_state(node), 0)
     rec = _load(node_record, f"node record {node!r}")
     seq = int(rec["seq"])
-    pod_parts: dict[str, list[dict[str, Any]]] = {}
+    pod_parts: dict[str, Any] = {}
     versions: dict[str, PodVersion] = {}
     for uid in rec["pods"]:
         raw = get_pod(uid)
