@@ -11,7 +11,7 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
@@ -35,6 +35,7 @@ from periscope.core.model import (
     XidRef,
 )
 from periscope.core.pods import PodRegistry
+from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
 
@@ -65,7 +66,6 @@ class Counters:
 
 
 Pending = NodeTelemetry | XidEvent
-AllocKey = tuple[int, int, int]  # (time_ms, epoch, seq) of an allocation snapshot; one probe per node
 
 
 @dataclass(slots=True)
@@ -76,7 +76,7 @@ class NodeState:
     # event time, and `alloc_repeats` the (time, epoch, seq) of the run's later snapshots. Keeping the
     # repeats' times is what lets a late snapshot of other content split a run exactly where it should.
     allocs: list[AllocationSnapshot] = field(default_factory=list)
-    alloc_repeats: dict[AllocKey, list[AllocKey]] = field(default_factory=dict)
+    alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
     node_event: NodeEvent | None = None
     pending: list[Pending] = field(default_factory=list)
@@ -85,7 +85,7 @@ class NodeState:
     pruned_ms: int = 0
     rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
     last_xid: dict[str, XidRef] = field(default_factory=dict)
-    last_telemetry: NodeTelemetry | None = None
+    last_telemetry: NodeTelemetry | None = None  # the last processed sample, without its processes
     findings: FindingBook = field(default_factory=FindingBook)
     emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
@@ -168,31 +168,29 @@ def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
     key = _alloc_key(snap)
     keys = [_alloc_key(s) for s in state.allocs]
     i = bisect_right(keys, key)  # state.allocs[:i] start at or before the new snapshot
-    run = state.alloc_repeats.get(keys[i - 1], []) if i else []
-    if (i and keys[i - 1] == key) or key in run:
+    run = state.alloc_repeats.get(keys[i - 1]) if i else None
+    if (i and keys[i - 1] == key) or (run is not None and key in run):
         state.counters.duplicates += 1
         return
     prev = state.allocs[i - 1] if i else None
     if prev is not None and _same_content(prev, snap):
-        insort(state.alloc_repeats.setdefault(keys[i - 1], []), key)
+        state.alloc_repeats.setdefault(keys[i - 1], Repeats()).add(key)
         return
-    if prev is not None:
+    if prev is not None and run is not None:
         # New content inside prev's run: the run's members after it resume prev's content after it.
-        j = bisect_right(run, key)
-        after = run[j:]
+        after = run.split_after(key)
         if after:
-            del run[j:]
             if not run:
                 del state.alloc_repeats[keys[i - 1]]
             t, epoch, seq = after[0]
             state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
             if after[1:]:
-                state.alloc_repeats[after[0]] = after[1:]
+                state.alloc_repeats[after[0]] = Repeats(after[1:])
     state.allocs.insert(i, snap)
     if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
         # The next run has the new snapshot's content: it is now part of the new snapshot's run.
         nxt = _alloc_key(state.allocs.pop(i + 1))
-        state.alloc_repeats[key] = [nxt, *state.alloc_repeats.pop(nxt, [])]
+        state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
 
 
 def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
@@ -253,7 +251,9 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
     t = tel.meta.time_ms
     state.processed_ms = t
-    state.last_telemetry = tel
+    # Kept for duplicate detection and the GPU view, which read no per-process detail: not kept.
+    state.last_telemetry = replace(tel, devices=tuple(
+        replace(d, processes=()) if d.processes else d for d in tel.devices))
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)

@@ -1,7 +1,8 @@
 """Per pod-device row state: latest attributed usage, tumbling windows on event time, idle detection.
 
 A row keeps only the windows it still needs: the closed ones that overlap the idle span (for idle
-detection), the closed ones not yet published, and the open one. A window closes when a sample of a
+detection, packed to the three numbers it reads once published), the closed ones not yet published,
+and the open one. A window closes when a sample of a
 later window arrives for the row, or when the row goes inactive; the engine publishes each closed
 window once (`AttributionRow.windows` holds those closed since the row's previous publication) and
 then calls `mark_published`. Subscribers keep the longer history themselves.
@@ -16,6 +17,7 @@ from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
 
 W = 6  # doubles per window: start_ms, samples, util_sum, util_samples, fb_max, power_sum
+IW = 3  # doubles per window kept for idle detection only: start_ms, util_sum, util_samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,16 +47,16 @@ class RowState:
     active: bool = True
     sources: tuple[str, ...] = ()
     usage: Usage | None = None
-    # The windows still needed, W doubles each, oldest first; the last is open while the row is active.
+    # Windows in full, W doubles each, oldest first: the unpublished closed ones and the last one (open
+    # while the row is active; once published it stays here, since the row may come back within it).
     windows: array[float] = field(default_factory=_windows)
+    # Older published windows that overlap the idle span, IW doubles each, oldest first.
+    idle_windows: array[float] = field(default_factory=_windows)
     published_ms: int = -1  # start of the newest window published as closed (-1: none yet)
     low_since_ms: int = 0  # start of the current run of below-threshold samples (0 = none)
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
-    # idle-span sum of the closed windows: (first window's start, window count) -> (util_sum, samples)
-    _span_key: tuple[float, int] = (0.0, -1)
-    _span: tuple[float, float] = (0.0, 0.0)
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
@@ -80,64 +82,60 @@ class RowState:
             w[i + 4] = max(w[i + 4], usage.fb_used_mib)
         if usage.power_w is not None:
             w[i + 5] += usage.power_w
+        self._pack()
         self._trim(cfg)
         self._update_idle(t_ms, cfg)
 
     def _window(self, start: int) -> int:
-        """Offset of the window starting at `start`, appended (or inserted) when new."""
+        """Offset of the window starting at `start`, appended when new."""
         w = self.windows
-        if w and w[-W] == start:
-            return len(w) - W
         if not w or w[-W] < start:
             w.extend((start, 0.0, 0.0, 0.0, 0.0, 0.0))
-            return len(w) - W
-        # An older window: the engine processes a node's samples in event-time order, so only a
-        # hand-built history gets here. Kept correct all the same.
-        self._span_key = (0.0, -1)
-        for i in range(0, len(w), W):
-            if w[i] == start:
-                return i
-            if w[i] > start:
-                w[i:i] = array("d", (start, 0.0, 0.0, 0.0, 0.0, 0.0))
-                return i
-        raise AssertionError("unreachable: the last window starts after `start`")
+        # (An older start never comes: the engine processes a node's samples in event-time order.)
+        return len(w) - W
+
+    def _pack(self) -> None:
+        """Published windows other than the last keep only what idle detection reads."""
+        w, cut = self.windows, 0
+        while cut + W < len(w) and w[cut] <= self.published_ms:
+            self.idle_windows.extend((w[cut], w[cut + 2], w[cut + 3]))
+            cut += W
+        if cut:
+            del w[:cut]
 
     def _trim(self, cfg: RowConfig) -> None:
-        """Drop the oldest windows that are published and no longer needed for idle detection."""
-        w, t = self.windows, self.sample_ms
-        keep_from = t - max(cfg.idle_window_ms, 0)
-        cut = 0
-        while cut + W < len(w) or (cut < len(w) and not self.active):
-            start = w[cut]
-            if start > self.published_ms:
-                break
+        """Drop the oldest published windows that idle detection no longer needs."""
+        t = self.sample_ms
+
+        def needed(start: float) -> bool:
             end = start + cfg.window_ms
-            if end > keep_from and end > t - cfg.window_keep_ms:
-                break
+            return end > t - cfg.idle_window_ms and end > t - cfg.window_keep_ms
+
+        iw, cut = self.idle_windows, 0
+        while cut < len(iw) and not needed(iw[cut]):
+            cut += IW
+        if cut:
+            del iw[:cut]
+        w, cut = self.windows, 0
+        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= self.published_ms
+               and not needed(w[cut])):
             cut += W
         if cut:
             del w[:cut]
 
     def _update_idle(self, t_ms: int, cfg: RowConfig) -> None:
         since = t_ms - cfg.idle_window_ms
-        w = self.windows
-        first = 0
-        while first < len(w) and w[first] + cfg.window_ms <= since:  # windows overlapping [since, t]
-            first += W
-        last = len(w) - W
-        # The closed windows' part is summed once per change of the span; the open one every sample.
-        # Same order of additions as one pass over the span, so the result does not depend on caching.
-        key = (w[first] if first < len(w) else -1.0, len(w))
-        if key != self._span_key:
-            s = n = 0.0
-            for i in range(first, last, W):
+        s = n = 0.0
+        # Oldest first, about a dozen windows (one idle span): the windows overlapping [since, t].
+        iw, w = self.idle_windows, self.windows
+        for i in range(0, len(iw), IW):
+            if iw[i] + cfg.window_ms > since:
+                s += iw[i + 1]
+                n += iw[i + 2]
+        for i in range(0, len(w), W):
+            if w[i] + cfg.window_ms > since:
                 s += w[i + 2]
                 n += w[i + 3]
-            self._span_key, self._span = key, (s, n)
-        s, n = self._span
-        if first <= last:
-            s += w[last + 2]
-            n += w[last + 3]
         self.avg_util_pct = round(s / n, 3) if n else None
         eligible = t_ms - self.first_seen_ms >= cfg.idle_window_ms
         idle = eligible and self.avg_util_pct is not None and self.avg_util_pct < cfg.idle_threshold_pct
@@ -170,6 +168,7 @@ class RowState:
         them."""
         if upto_start_ms > self.published_ms:
             self.published_ms = upto_start_ms
+            self._pack()
             self._trim(cfg)
 
     def to_row(self) -> AttributionRow:

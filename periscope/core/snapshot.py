@@ -27,6 +27,7 @@ from periscope.core.model import (
     XidRef,
 )
 from periscope.core.pods import PodRecord, PodRegistry
+from periscope.core.repeats import Repeats
 from periscope.core.rows import RowState, W
 from periscope.core.serde import from_jsonable, from_positional, to_jsonable, to_positional
 from periscope.core.usage import Usage
@@ -39,8 +40,8 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "uid": r.pod_uid, "ns": r.namespace, "pod": r.pod, "c": r.container, "dev": r.device_id,
         "gpu": r.gpu_uuid, "mig": to_jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,
         "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
-        "win": [_num(x) for x in r.windows], "pub": r.published_ms, "low": r.low_since_ms, "idle": r.idle,
-        "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
+        "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
+        "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
     }
 
 
@@ -66,6 +67,7 @@ def _row_from(d: dict[str, Any]) -> RowState:
         gpu_uuid=d["gpu"], mig=from_jsonable(MigRef | None, d["mig"]), first_seen_ms=d["first"],
         last_seen_ms=d["last"], sample_ms=d["sample"], active=d["active"], sources=tuple(d["src"]),
         usage=from_jsonable(Usage | None, d["usage"]), windows=windows, published_ms=published,
+        idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
     )
 
@@ -83,6 +85,11 @@ def _alloc_key(v: list[int]) -> tuple[int, int, int]:
     return (int(v[0]), int(v[1]), int(v[2]))
 
 
+def _repeats(v: str | list[list[int]]) -> Repeats:
+    # packed text; a list of keys in records written before the repeats were packed
+    return Repeats.from_text(v) if isinstance(v, str) else Repeats(_alloc_key(x) for x in v)
+
+
 def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """(node part, {pod_uid: {"rows": [row dicts], "pub": the pod's last published attribution}}).
 
@@ -97,7 +104,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]
             for _, r in sorted(state.pods.pods.items())
         ],
         "allocs": [to_jsonable(s) for s in state.allocs],
-        "alloc_repeats": [[list(k), [list(x) for x in v]] for k, v in sorted(state.alloc_repeats.items())],
+        "alloc_repeats": [[list(k), v.to_text()] for k, v in sorted(state.alloc_repeats.items())],
         "inventory": to_jsonable(state.inventory),
         "node_event": to_jsonable(state.node_event),
         "pending": [_pending_to(p) for p in state.pending],
@@ -134,7 +141,7 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         pods=reg,
         allocs=[from_jsonable(AllocationSnapshot, s) for s in node["allocs"]],
         # absent in records written before runs kept their repeats: those runs simply have none
-        alloc_repeats={_alloc_key(k): [_alloc_key(x) for x in v] for k, v in node.get("alloc_repeats", [])},
+        alloc_repeats={_alloc_key(k): _repeats(v) for k, v in node.get("alloc_repeats", [])},
         inventory=inventory,
         node_event=from_jsonable(NodeEvent | None, node["node_event"]),
         pending=[_pending_from(p) for p in node["pending"]],

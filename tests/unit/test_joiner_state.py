@@ -16,6 +16,7 @@ from services.joiner.state import (
     StateError,
     decode_mark,
     encode_mark,
+    load_record,
     plan_persist,
     restore,
 )
@@ -99,7 +100,7 @@ def test_a_persist_cut_short_before_its_node_record_restores_the_previous_persis
     view_1 = current_view(state)
     feed(state, [sample(t, 90.0) for t in range(10, 20)])
     tables.write(plan_persist(state, 2, versions), node_record=False)  # crash here
-    assert json.loads(tables.pods[uid(1)])["seq"] == 2
+    assert load_record(tables.pods[uid(1)])["seq"] == 2
     back, seq, back_versions = tables.restore()
     assert seq == 1 and current_view(back) == view_1  # nothing from persist 2, not half of it
     # The pod records still say "persist 2" in the table: the next persist rewrites them even if
@@ -130,7 +131,7 @@ def test_rows_that_are_gone_are_removed_after_the_node_record() -> None:
     versions = {uid(9): PodVersion(1, b"[]")}
     plan = plan_persist(feed(new_state(NODE), [*setup_events(), sample(2, 50.0)]), 2, versions)
     assert plan.removed == [uid(9)] and uid(9) not in versions
-    assert json.loads(plan.node)["pods"] == [uid(1), uid(2)]
+    assert load_record(plan.node)["pods"] == [uid(1), uid(2)]
 
 
 def test_no_record_means_a_fresh_node_and_a_foreign_record_is_an_error() -> None:
