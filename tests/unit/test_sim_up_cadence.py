@@ -1,4 +1,4 @@
-"""`periscope up` gives the joiner a heartbeat of five ticks and the API a stale-after of at least three
+"""`periscope up` gives the joiner a heartbeat of two ticks and the API a stale-after of at least three
 heartbeats of real time, so a quiet simulated cluster keeps /readyz steady at any speed."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_heartbeat_and_stale_after_follow_the_tick_and_the_speed(scenario: str, 
     try:
         tick_ms = stack.scenario.tick_ms
         tune = stack._tuning()
-        assert tune.heartbeat_ms == 5 * tick_ms  # event time
+        assert tune.heartbeat_ms == 2 * tick_ms  # event time
         wall_heartbeat_s = tune.heartbeat_ms / speed / 1000
         assert seconds(tune.stale_after) >= max(5.0, 3 * wall_heartbeat_s)
         ready = {"nodes": {}, "kubeconfig": str(stack.workdir / "kubeconfig")}

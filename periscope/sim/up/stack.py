@@ -80,10 +80,11 @@ class Stack:
         self.crashed: list[str] = []
         # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
         self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
-        # The joiner republishes unchanged outputs every five ticks (event time), as the probe re-sends
-        # allocations; ten ticks and three heartbeats without an output (at least 5 s of real time)
-        # mean stale, so a quiet cluster does not flap /readyz.
-        self.heartbeat_ms = 5 * self.scenario.tick_ms
+        # The joiner republishes unchanged outputs every two ticks (event time), so that data newer than
+        # a fault shows within the five ticks the report allows for recovery; ten ticks and three
+        # heartbeats without an output (at least 5 s of real time) mean stale, so a quiet cluster does
+        # not flap /readyz.
+        self.heartbeat_ms = 2 * self.scenario.tick_ms
         self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed,
                                        3 * self.heartbeat_ms / opts.speed))
 
