@@ -1,5 +1,5 @@
 """Where the joiner's time goes: a py-spy sampling profile of one worker working through the backlog,
-and a cProfile of the pure core in steady state (rows with an hour of windows).
+and a cProfile of the pure core in steady state (after an hour of history).
 
 py-spy is not a project dependency: `--profile` uses it when it is installed (`pip install py-spy`
 into the venv) and says so when it is not. Paths in the report are made relative to the repository or

@@ -4,7 +4,7 @@ Input is the synthetic cluster of bench.workload, encoded to the bus's protobuf 
 timed), as the replay tool reads them from the input topics. The timed part is what the replay tool does
 with them: decode every record, then `periscope.replay.runner.replay_events` (group by node, order by
 event time, step the core, flush, keep the outputs). A second, core-only figure replays the already
-decoded objects, to split the cost; a third measures the core once rows hold an hour of windows.
+decoded objects, to split the cost; a third measures the core after an hour of history.
 What limits each figure is read from a cProfile of the same work (top functions by self time).
 """
 
@@ -57,6 +57,7 @@ def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) ->
         res = replay_records(records)
         dt = time.perf_counter() - t
         info["device_samples"], info["outputs"] = res.device_samples, len(res.outputs)
+        info["outputs_per_device_sample"] = round(len(res.outputs) / max(1, res.device_samples), 3)
         return res.device_samples / dt
 
     def core_only() -> float:
@@ -66,7 +67,8 @@ def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) ->
 
     runs = repeat(repeats, with_decode)
     core_runs = repeat(repeats, core_only)
-    setup |= {"device_samples": info["device_samples"], "outputs": info["outputs"]}
+    setup |= {"device_samples": info["device_samples"], "outputs": info["outputs"],
+              "outputs_per_device_sample": info["outputs_per_device_sample"]}
     small = records[: max(1, len(records) // 4)]
     some = objects[: len(small)]
     t = time.perf_counter()
@@ -91,8 +93,8 @@ def run(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) ->
 
 def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = NodeShape()
                  ) -> tuple[Figure, Figure]:
-    """Core speed once rows hold `minutes` of windows (the joiner's steady state: WINDOW_KEEP=1h), and
-    the memory a joiner worker holds per pod-device row at that point."""
+    """Core speed after `minutes` of history (rows keep the windows of one idle span, the node an
+    hour of allocation history), and the memory a joiner worker holds per pod-device row at that point."""
     events = [ev for _, ev in cluster_events(nodes, minutes * 60, shape)]
     cut = (minutes - measure_min) * 60_000 + T0_MS
     warm = [ev for ev in events if ev.meta.time_ms < cut]
@@ -119,11 +121,11 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
         "replay_steady_device_samples_per_s", rate, "device-samples/s",
         {"nodes": nodes, "history": f"{minutes - measure_min} min of 1 s ticks stepped first (not timed)",
          "measured": f"the following {measure_min} min of ticks, decoded objects -> engine.step",
-         "what": "per-sample core cost once every row holds ~60 one-minute windows, as in a long-running "
-                 "joiner (WINDOW_KEEP=1h)"},
+         "what": "per-sample core cost after an hour of history, as in a long-running joiner (rows keep "
+                 "the windows of one idle span; allocation history is kept for an hour)"},
         limit, None, [rate],
         f"core only, {nodes} nodes, last {measure_min} min after {minutes - measure_min} min of history "
-        "(~60 windows/row)")
+        "(an hour of history)")
     return speed, joiner_state_bytes_per_row(states, minutes)
 
 
@@ -145,11 +147,13 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
         "history": f"{minutes} min of 1 s ticks (window 1m, windows kept 1h)",
         "core_state_bytes_per_row": round(core / rows),
         "table_values_bytes_per_row": round(tables / rows),
-        "what": "periscope.core NodeState per node (pods, allocation history, row windows, last emitted "
-                "outputs kept for de-duplication) walked with sys.getsizeof, plus the node and pod records "
+        "what": "periscope.core NodeState per node (pods, allocation history, row windows, last published "
+                "outputs kept for the change rule) walked with sys.getsizeof, plus the node and pod records "
                 "services.joiner.state.plan_persist writes to the in-memory changelogged tables",
     }
-    limit = ("per-row window lists ([6 floats] per minute), the last emitted PodAttribution with all its "
-             "WindowStats, and the JSON pod record (current and previous rows) in the table")
+    limit = ("per node, shared by its rows: the buffered and last processed telemetry samples, the "
+             "allocation snapshot, the pod registry and the holdings cache; per row: its state with the "
+             "windows idle detection needs (10 packed + the open one), the last published PodAttribution "
+             "and GpuState, and the compressed JSON records in the tables")
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, None, [per_row],
                   f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")

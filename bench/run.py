@@ -3,7 +3,7 @@
 Prints a table and writes bench/results.json: every figure as a top-level number, and under "figures"
 its unit, goal, the repeats its median came from, its setup and what limits it. Sections:
 
-  replay       offline replay through the pure core (and the core at an hour of window history)
+  replay       offline replay through the pure core (and the core after an hour of history)
   replay_hour  `periscope replay` end to end: an hour of 50 nodes x 8 GPUs published to the embedded
                broker, then rebuilt by the CLI in its own process (JSON to a file)
   probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML

@@ -5,15 +5,18 @@ they arrive. Telemetry and XIDs are buffered and processed in event-time order o
 watermark (the newest probe event time seen) has passed them by `lateness_ms`, so small reorderings
 between topics do not change the result, and the live joiner and replay compute the same outputs.
 Each sample is joined against the allocation snapshot and pod registry *as of the sample's time*.
+An output is published when it changed beyond its thresholds since the last one published under its
+key, or when a heartbeat of event time passed (periscope.core.changes); windows when they close.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
+from periscope.core.changes import ChangeConfig, without_windows, worth_publishing
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
 from periscope.core.model import (
@@ -32,6 +35,7 @@ from periscope.core.model import (
     XidRef,
 )
 from periscope.core.pods import PodRegistry
+from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
 
@@ -44,6 +48,7 @@ class EngineConfig:
     lateness_ms: int = 1000  # how far behind the watermark a sample may arrive and still count
     history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
     retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
+    changes: ChangeConfig = field(default_factory=ChangeConfig)  # what is worth publishing again
 
 
 DEFAULT_CONFIG = EngineConfig()
@@ -61,7 +66,6 @@ class Counters:
 
 
 Pending = NodeTelemetry | XidEvent
-AllocKey = tuple[int, int, int]  # (time_ms, epoch, seq) of an allocation snapshot; one probe per node
 
 
 @dataclass(slots=True)
@@ -72,7 +76,7 @@ class NodeState:
     # event time, and `alloc_repeats` the (time, epoch, seq) of the run's later snapshots. Keeping the
     # repeats' times is what lets a late snapshot of other content split a run exactly where it should.
     allocs: list[AllocationSnapshot] = field(default_factory=list)
-    alloc_repeats: dict[AllocKey, list[AllocKey]] = field(default_factory=dict)
+    alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
     node_event: NodeEvent | None = None
     pending: list[Pending] = field(default_factory=list)
@@ -81,9 +85,9 @@ class NodeState:
     pruned_ms: int = 0
     rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
     last_xid: dict[str, XidRef] = field(default_factory=dict)
-    last_telemetry: NodeTelemetry | None = None
+    last_telemetry: NodeTelemetry | None = None  # the last processed sample, without its processes
     findings: FindingBook = field(default_factory=FindingBook)
-    emitted: dict[str, Output] = field(default_factory=dict)
+    emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
     devmap: DeviceMap = field(default_factory=DeviceMap)
     # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
@@ -164,31 +168,29 @@ def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
     key = _alloc_key(snap)
     keys = [_alloc_key(s) for s in state.allocs]
     i = bisect_right(keys, key)  # state.allocs[:i] start at or before the new snapshot
-    run = state.alloc_repeats.get(keys[i - 1], []) if i else []
-    if (i and keys[i - 1] == key) or key in run:
+    run = state.alloc_repeats.get(keys[i - 1]) if i else None
+    if (i and keys[i - 1] == key) or (run is not None and key in run):
         state.counters.duplicates += 1
         return
     prev = state.allocs[i - 1] if i else None
     if prev is not None and _same_content(prev, snap):
-        insort(state.alloc_repeats.setdefault(keys[i - 1], []), key)
+        state.alloc_repeats.setdefault(keys[i - 1], Repeats()).add(key)
         return
-    if prev is not None:
+    if prev is not None and run is not None:
         # New content inside prev's run: the run's members after it resume prev's content after it.
-        j = bisect_right(run, key)
-        after = run[j:]
+        after = run.split_after(key)
         if after:
-            del run[j:]
             if not run:
                 del state.alloc_repeats[keys[i - 1]]
             t, epoch, seq = after[0]
             state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
             if after[1:]:
-                state.alloc_repeats[after[0]] = after[1:]
+                state.alloc_repeats[after[0]] = Repeats(after[1:])
     state.allocs.insert(i, snap)
     if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
         # The next run has the new snapshot's content: it is now part of the new snapshot's run.
         nxt = _alloc_key(state.allocs.pop(i + 1))
-        state.alloc_repeats[key] = [nxt, *state.alloc_repeats.pop(nxt, [])]
+        state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
 
 
 def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
@@ -243,13 +245,15 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
     finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
-    return _emit(state, [finding])
+    return _emit(state, [finding], config)
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
     t = tel.meta.time_ms
     state.processed_ms = t
-    state.last_telemetry = tel
+    # Kept for duplicate detection and the GPU view, which read no per-process detail: not kept.
+    state.last_telemetry = replace(tel, devices=tuple(
+        replace(d, processes=()) if d.processes else d for d in tel.devices))
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
@@ -264,7 +268,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
-    return _emit(state, outs)
+    return _emit(state, outs, config)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
@@ -273,28 +277,26 @@ def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
 
 
-def _emit(state: NodeState, outs: list[Output]) -> list[Output]:
-    """Drop outputs identical (apart from as_of) to the last one emitted for the same key."""
+def _emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:
+    """Keep the outputs worth publishing (periscope.core.changes); remember what was published."""
     fresh: list[Output] = []
     for o in outs:
         key = output_key(o)
-        old = state.emitted.get(key)
-        if old is not None and _same(old, o):
+        if not worth_publishing(state.emitted.get(key), o, config.changes):
             continue
-        state.emitted[key] = o
+        state.emitted[key] = without_windows(o)
         fresh.append(o)
+        if isinstance(o, PodAttribution):
+            _published_windows(state, o, config)
     return fresh
 
 
-def _same(old: Output, new: Output) -> bool:
-    # Cheap checks first: on a normal tick the sample time differs and nothing else need be compared.
-    if isinstance(new, Finding):
-        return old == new
-    if isinstance(new, GpuState):
-        return isinstance(old, GpuState) and old.sample_ms == new.sample_ms and replace(
-            old, as_of_ms=new.as_of_ms) == new
-    return isinstance(old, PodAttribution) and old.rows == new.rows and replace(
-        old, as_of_ms=new.as_of_ms) == new
+def _published_windows(state: NodeState, att: PodAttribution, config: EngineConfig) -> None:
+    for r in att.rows:
+        if r.windows:
+            row = state.rows.get((att.pod_uid, r.container, r.device_id))
+            if row is not None:
+                row.mark_published(r.windows[-1].start_ms, config.rows)
 
 
 def output_key(o: Output) -> str:

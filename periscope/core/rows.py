@@ -1,19 +1,35 @@
-"""Per pod-device row state: latest attributed usage, tumbling windows on event time, idle detection."""
+"""Per pod-device row state: latest attributed usage, tumbling windows on event time, idle detection.
+
+A row keeps only the windows it still needs: the closed ones that overlap the idle span (for idle
+detection, packed to the three numbers it reads once published), the closed ones not yet published,
+and the open one. A window closes when a sample of a
+later window arrives for the row, or when the row goes inactive; the engine publishes each closed
+window once (`AttributionRow.windows` holds those closed since the row's previous publication) and
+then calls `mark_published`. Subscribers keep the longer history themselves.
+"""
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 
 from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
 
+W = 6  # doubles per window: start_ms, samples, util_sum, util_samples, fb_max, power_sum
+IW = 3  # doubles per window kept for idle detection only: start_ms, util_sum, util_samples
+
 
 @dataclass(frozen=True, slots=True)
 class RowConfig:
     window_ms: int = 60_000
-    window_keep_ms: int = 3_600_000
+    window_keep_ms: int = 3_600_000  # at most this much window history, even when idle detection wants more
     idle_window_ms: int = 600_000
     idle_threshold_pct: float = 5.0
+
+
+def _windows() -> array[float]:
+    return array("d")
 
 
 @dataclass(slots=True)
@@ -31,60 +47,95 @@ class RowState:
     active: bool = True
     sources: tuple[str, ...] = ()
     usage: Usage | None = None
-    # windows: [start_ms, samples, util_sum, util_samples, fb_max, power_sum], oldest first
-    windows: list[list[float]] = field(default_factory=list)
+    # Windows in full, W doubles each, oldest first: the unpublished closed ones and the last one (open
+    # while the row is active; once published it stays here, since the row may come back within it).
+    windows: array[float] = field(default_factory=_windows)
+    # Older published windows that overlap the idle span, IW doubles each, oldest first.
+    idle_windows: array[float] = field(default_factory=_windows)
+    published_ms: int = -1  # start of the newest window published as closed (-1: none yet)
     low_since_ms: int = 0  # start of the current run of below-threshold samples (0 = none)
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
-    # to_row cache of the closed windows' stats: (first start, count) -> tuple
-    _closed_key: tuple[float, int] = (0.0, -1)
-    _closed: tuple[WindowStat, ...] = ()
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
         self.last_seen_ms = max(self.last_seen_ms, t_ms)
         self.sample_ms = t_ms
         start = t_ms - t_ms % cfg.window_ms
-        if not self.windows or self.windows[-1][0] < start:
-            self.windows.append([start, 0, 0.0, 0, 0.0, 0.0])
-            cutoff = t_ms - cfg.window_keep_ms
-            while self.windows and self.windows[0][0] + cfg.window_ms <= cutoff:
-                self.windows.pop(0)
-        w = self.windows[-1] if self.windows[-1][0] == start else self._window(start)
-        w[1] += 1
+        i = self._window(start)
+        if start <= self.published_ms:
+            # The row went inactive and came back within one window: that window is open again and is
+            # published once more when it closes (subscribers replace a window by its start).
+            self.published_ms = start - 1
+        w = self.windows
+        w[i + 1] += 1
         if usage.util_pct is not None:
-            w[2] += usage.util_pct
-            w[3] += 1
+            w[i + 2] += usage.util_pct
+            w[i + 3] += 1
             if usage.util_pct < cfg.idle_threshold_pct:
                 if not self.low_since_ms:
                     self.low_since_ms = t_ms
             else:
                 self.low_since_ms = 0
         if usage.fb_used_mib is not None:
-            w[4] = max(w[4], usage.fb_used_mib)
+            w[i + 4] = max(w[i + 4], usage.fb_used_mib)
         if usage.power_w is not None:
-            w[5] += usage.power_w
+            w[i + 5] += usage.power_w
+        self._pack()
+        self._trim(cfg)
         self._update_idle(t_ms, cfg)
 
-    def _window(self, start: int) -> list[float]:
-        # A sample for an older window (reordered within the allowed lateness).
-        self._closed_key = (0.0, -1)  # a closed window may change: drop the to_row cache
-        for w in self.windows:
-            if w[0] == start:
-                return w
-        w = [start, 0, 0.0, 0, 0.0, 0.0]
-        self.windows.append(w)
-        self.windows.sort(key=lambda x: x[0])
-        return w
+    def _window(self, start: int) -> int:
+        """Offset of the window starting at `start`, appended when new."""
+        w = self.windows
+        if not w or w[-W] < start:
+            w.extend((start, 0.0, 0.0, 0.0, 0.0, 0.0))
+        # (An older start never comes: the engine processes a node's samples in event-time order.)
+        return len(w) - W
+
+    def _pack(self) -> None:
+        """Published windows other than the last keep only what idle detection reads."""
+        w, cut = self.windows, 0
+        while cut + W < len(w) and w[cut] <= self.published_ms:
+            self.idle_windows.extend((w[cut], w[cut + 2], w[cut + 3]))
+            cut += W
+        if cut:
+            del w[:cut]
+
+    def _trim(self, cfg: RowConfig) -> None:
+        """Drop the oldest published windows that idle detection no longer needs."""
+        t = self.sample_ms
+
+        def needed(start: float) -> bool:
+            end = start + cfg.window_ms
+            return end > t - cfg.idle_window_ms and end > t - cfg.window_keep_ms
+
+        iw, cut = self.idle_windows, 0
+        while cut < len(iw) and not needed(iw[cut]):
+            cut += IW
+        if cut:
+            del iw[:cut]
+        w, cut = self.windows, 0
+        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= self.published_ms
+               and not needed(w[cut])):
+            cut += W
+        if cut:
+            del w[:cut]
 
     def _update_idle(self, t_ms: int, cfg: RowConfig) -> None:
         since = t_ms - cfg.idle_window_ms
         s = n = 0.0
-        for w in self.windows:
-            if w[0] + cfg.window_ms > since:  # the window overlaps [since, t]
-                s += w[2]
-                n += w[3]
+        # Oldest first, about a dozen windows (one idle span): the windows overlapping [since, t].
+        iw, w = self.idle_windows, self.windows
+        for i in range(0, len(iw), IW):
+            if iw[i] + cfg.window_ms > since:
+                s += iw[i + 1]
+                n += iw[i + 2]
+        for i in range(0, len(w), W):
+            if w[i] + cfg.window_ms > since:
+                s += w[i + 2]
+                n += w[i + 3]
         self.avg_util_pct = round(s / n, 3) if n else None
         eligible = t_ms - self.first_seen_ms >= cfg.idle_window_ms
         idle = eligible and self.avg_util_pct is not None and self.avg_util_pct < cfg.idle_threshold_pct
@@ -96,6 +147,7 @@ class RowState:
         self.idle = idle
 
     def deactivate(self) -> bool:
+        """The row's device is no longer held: its open window closes (published with the row)."""
         if not self.active:
             return False
         self.active, self.idle, self.idle_since_ms = False, False, 0
@@ -106,15 +158,18 @@ class RowState:
             return 0.0
         return round((self.sample_ms - self.idle_since_ms) / 3_600_000 * self.usage.gpu_fraction, 6)
 
-    def _window_stats(self) -> tuple[WindowStat, ...]:
-        if not self.windows:
-            return ()
-        # Closed windows do not change: convert them once, and only the open one every tick.
-        key = (self.windows[0][0], len(self.windows))
-        if key != self._closed_key:
-            self._closed = tuple(_stat(w) for w in self.windows[:-1])
-            self._closed_key = key
-        return (*self._closed, _stat(self.windows[-1]))
+    def closed_unpublished(self) -> tuple[WindowStat, ...]:
+        w = self.windows
+        end = len(w) - W if self.active else len(w)
+        return tuple(_stat(w, i) for i in range(0, max(end, 0), W) if w[i] > self.published_ms)
+
+    def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
+        """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
+        them."""
+        if upto_start_ms > self.published_ms:
+            self.published_ms = upto_start_ms
+            self._pack()
+            self._trim(cfg)
 
     def to_row(self) -> AttributionRow:
         u = self.usage
@@ -137,10 +192,11 @@ class RowState:
             avg_util_pct=self.avg_util_pct,
             wasted_gpu_hours=self.wasted_gpu_hours(),
             gpu_fraction=u.gpu_fraction if u else 1.0,
-            windows=self._window_stats(),
+            windows=self.closed_unpublished(),
             sample_ms=self.sample_ms,
         )
 
 
-def _stat(w: list[float]) -> WindowStat:
-    return WindowStat(int(w[0]), int(w[1]), round(w[2], 3), int(w[3]), w[4], round(w[5], 3))
+def _stat(w: array[float], i: int) -> WindowStat:
+    return WindowStat(int(w[i]), int(w[i + 1]), round(w[i + 2], 3), int(w[i + 3]), w[i + 4],
+                      round(w[i + 5], 3))

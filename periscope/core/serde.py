@@ -66,3 +66,38 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     if tp is float and isinstance(data, int):
         return float(data)
     return data
+
+
+def to_positional(obj: Any) -> Any:
+    """Like to_jsonable, but a dataclass becomes the list of its field values in declaration order:
+    about a third of the size, for records written often (the last published outputs)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [to_positional(getattr(obj, f.name)) for f in _fields(type(obj))]
+    if isinstance(obj, Enum):
+        return obj.value
+    if isinstance(obj, tuple | list):
+        return [to_positional(x) for x in obj]
+    return obj
+
+
+def from_positional(tp: Any, data: Any) -> Any:
+    """Rebuild a value of type `tp` written by to_positional (dataclasses, tuple[X, ...], X | None)."""
+    if data is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return from_positional(args[0], data) if len(args) == 1 else data
+    if origin is tuple:
+        targs = typing.get_args(tp)
+        if len(targs) == 2 and targs[1] is Ellipsis:
+            return tuple(from_positional(targs[0], x) for x in data)
+        return tuple(from_positional(a, x) for a, x in zip(targs, data, strict=True))
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = _hints(tp)
+        return tp(*(from_positional(hints[f.name], x) for f, x in zip(_fields(tp), data, strict=True)))
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return tp(data)
+    if tp is float and isinstance(data, int):
+        return float(data)
+    return data

@@ -1,11 +1,13 @@
 """Engine state <-> JSON-compatible dicts, split into a node part and per-pod-UID parts.
 
 The joiner keeps the node part in a table keyed by node and each pod's rows in a table keyed by pod
-UID (both changelogged), so a restarted or rebalanced worker rebuilds exactly this state.
+UID (both changelogged), so a restarted or rebalanced worker rebuilds exactly this state, including
+what was last published per key (so it goes on publishing exactly what an uninterrupted run would).
 """
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 from periscope.core.devices import DeviceMap
@@ -15,16 +17,19 @@ from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
     Finding,
+    GpuState,
     MigRef,
     NodeEvent,
     NodeTelemetry,
+    PodAttribution,
     PodInfo,
     XidEvent,
     XidRef,
 )
 from periscope.core.pods import PodRecord, PodRegistry
-from periscope.core.rows import RowState
-from periscope.core.serde import from_jsonable, to_jsonable
+from periscope.core.repeats import Repeats
+from periscope.core.rows import RowState, W
+from periscope.core.serde import from_jsonable, from_positional, to_jsonable, to_positional
 from periscope.core.usage import Usage
 
 FORMAT = 1
@@ -35,17 +40,34 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "uid": r.pod_uid, "ns": r.namespace, "pod": r.pod, "c": r.container, "dev": r.device_id,
         "gpu": r.gpu_uuid, "mig": to_jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,
         "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
-        "win": r.windows, "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms,
-        "avg": r.avg_util_pct,
+        "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
+        "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
     }
 
 
+def _num(x: float) -> float | int:
+    return int(x) if x.is_integer() else x  # shorter JSON; read back as the same double
+
+
+def _windows_from(d: dict[str, Any]) -> tuple[array[float], int]:
+    """Windows and publication mark of a row record. Records written before rows kept only what they
+    need hold a list per window, every closed one already published (all were, on every tick)."""
+    win = d["win"]
+    if "pub" in d:
+        return array("d", win), int(d["pub"])
+    flat = array("d", (float(x) for w in win for x in w))
+    closed = len(flat) - W if d["active"] else len(flat)
+    return flat, int(flat[closed - W]) if closed > 0 else -1
+
+
 def _row_from(d: dict[str, Any]) -> RowState:
+    windows, published = _windows_from(d)
     return RowState(
         pod_uid=d["uid"], namespace=d["ns"], pod=d["pod"], container=d["c"], device_id=d["dev"],
         gpu_uuid=d["gpu"], mig=from_jsonable(MigRef | None, d["mig"]), first_seen_ms=d["first"],
         last_seen_ms=d["last"], sample_ms=d["sample"], active=d["active"], sources=tuple(d["src"]),
-        usage=from_jsonable(Usage | None, d["usage"]), windows=[list(w) for w in d["win"]],
+        usage=from_jsonable(Usage | None, d["usage"]), windows=windows, published_ms=published,
+        idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
     )
 
@@ -63,8 +85,16 @@ def _alloc_key(v: list[int]) -> tuple[int, int, int]:
     return (int(v[0]), int(v[1]), int(v[2]))
 
 
-def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """(node part, {pod_uid: [row dicts]})."""
+def _repeats(v: str | list[list[int]]) -> Repeats:
+    # packed text; a list of keys in records written before the repeats were packed
+    return Repeats.from_text(v) if isinstance(v, str) else Repeats(_alloc_key(x) for x in v)
+
+
+def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(node part, {pod_uid: {"rows": [row dicts], "pub": the pod's last published attribution}}).
+
+    The last published outputs (without windows) are kept so that a restored state decides what to
+    publish exactly as the uninterrupted one would (periscope.core.changes compares with them)."""
     node: dict[str, Any] = {
         "format": FORMAT,
         "node": state.node,
@@ -74,7 +104,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str,
             for _, r in sorted(state.pods.pods.items())
         ],
         "allocs": [to_jsonable(s) for s in state.allocs],
-        "alloc_repeats": [[list(k), [list(x) for x in v]] for k, v in sorted(state.alloc_repeats.items())],
+        "alloc_repeats": [[list(k), v.to_text()] for k, v in sorted(state.alloc_repeats.items())],
         "inventory": to_jsonable(state.inventory),
         "node_event": to_jsonable(state.node_event),
         "pending": [_pending_to(p) for p in state.pending],
@@ -85,14 +115,19 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, list[dict[str,
         "last_telemetry": to_jsonable(state.last_telemetry),
         "findings": [to_jsonable(f) for f in state.findings.active()],
         "counters": to_jsonable(state.counters),
+        "pub_gpus": {k[4:]: to_positional(v) for k, v in sorted(state.emitted.items())
+                     if k.startswith("gpu/")},
     }
-    pods: dict[str, list[dict[str, Any]]] = {}
+    pods: dict[str, dict[str, Any]] = {}
     for key in sorted(state.rows):
-        pods.setdefault(key[0], []).append(_row_to(state.rows[key]))
+        part = pods.setdefault(key[0], {"rows": [], "pub": to_positional(state.emitted.get("pod/" + key[0]))})
+        part["rows"].append(_row_to(state.rows[key]))
     return node, pods
 
 
-def from_parts(node: dict[str, Any], pods: dict[str, list[dict[str, Any]]]) -> NodeState:
+def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
+    """Inverse of to_parts. A pod part may also be a plain list of row dicts (records written before
+    the last published outputs were kept: the first output of each key after a restart is published)."""
     if node.get("format") != FORMAT:
         raise ValueError(f"unsupported state format {node.get('format')!r}")
     reg = PodRegistry()
@@ -106,7 +141,7 @@ def from_parts(node: dict[str, Any], pods: dict[str, list[dict[str, Any]]]) -> N
         pods=reg,
         allocs=[from_jsonable(AllocationSnapshot, s) for s in node["allocs"]],
         # absent in records written before runs kept their repeats: those runs simply have none
-        alloc_repeats={_alloc_key(k): [_alloc_key(x) for x in v] for k, v in node.get("alloc_repeats", [])},
+        alloc_repeats={_alloc_key(k): _repeats(v) for k, v in node.get("alloc_repeats", [])},
         inventory=inventory,
         node_event=from_jsonable(NodeEvent | None, node["node_event"]),
         pending=[_pending_from(p) for p in node["pending"]],
@@ -119,8 +154,13 @@ def from_parts(node: dict[str, Any], pods: dict[str, list[dict[str, Any]]]) -> N
         counters=from_jsonable(Counters, node["counters"]),
         devmap=DeviceMap.from_inventory(inventory),
     )
-    for rows in pods.values():
+    for uuid, g in node.get("pub_gpus", {}).items():
+        state.emitted["gpu/" + uuid] = from_positional(GpuState, g)
+    for uid, part in pods.items():
+        rows = part if isinstance(part, list) else part["rows"]
         for d in rows:
             r = _row_from(d)
             state.rows[(r.pod_uid, r.container, r.device_id)] = r
+        if isinstance(part, dict) and part.get("pub") is not None:
+            state.emitted["pod/" + uid] = from_positional(PodAttribution, part["pub"])
     return state

@@ -1,9 +1,9 @@
 """Settings of `periscope replay` (env prefix PERISCOPE_, e.g. PERISCOPE_REPLAY_LOOKBACK).
 
 The engine settings use the joiner's own variable names and formats (PERISCOPE_WINDOW,
-PERISCOPE_IDLE_WINDOW, PERISCOPE_LATENESS, ...), so one environment gives the live joiner and replay
-the same engine configuration, and so the same outputs. Durations accept the project's duration
-strings (`90s`, `10m`, `2h`) or plain seconds.
+PERISCOPE_IDLE_WINDOW, PERISCOPE_LATENESS, PERISCOPE_HEARTBEAT, ...), so one environment gives the live
+joiner and replay the same engine configuration, and so the same outputs. Durations accept the
+project's duration strings (`90s`, `10m`, `2h`) or plain seconds.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from periscope.config import ServiceSettings, seconds
+from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 
 _DURATIONS = ("replay_lookback", "replay_window_lookback", "replay_late_slack", "window", "window_keep",
-              "idle_window", "lateness")
+              "idle_window", "lateness", "heartbeat")
 
 
 class ReplaySettings(ServiceSettings):
@@ -34,6 +35,7 @@ class ReplaySettings(ServiceSettings):
     idle_window: float = 600.0
     idle_threshold: float = Field(default=5.0, ge=0.0, le=100.0)
     lateness: float = 1.0
+    heartbeat: float = 5.0  # an unchanged output is published again after this much event time
 
     @field_validator(*_DURATIONS, mode="before")
     @classmethod
@@ -54,4 +56,5 @@ class ReplaySettings(ServiceSettings):
     def engine_config(self) -> EngineConfig:
         rows = RowConfig(window_ms=max(1, self.ms("window")), window_keep_ms=self.ms("window_keep"),
                          idle_window_ms=self.ms("idle_window"), idle_threshold_pct=self.idle_threshold)
-        return EngineConfig(rows=rows, lateness_ms=self.ms("lateness"))
+        return EngineConfig(rows=rows, lateness_ms=self.ms("lateness"),
+                            changes=ChangeConfig(heartbeat_ms=self.ms("heartbeat")))

@@ -9,7 +9,8 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   recovered state never hides an output that was never published;
 * outputs are published only after their node's high-water mark is durable; after recovery, outputs
   at or before the mark are held back and only the newest per key is published once reprocessing has
-  passed the mark, so no subscriber ever sees an output older than one it already got.
+  passed the mark, so no subscriber ever sees an output older than one it already got (carrying the
+  windows of the held-back ones: a closed window is in one publication only).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from periscope.bus import codec
 from periscope.bus.codec import DecodeError
 from periscope.bus.topics import BY_NAME, NODE_INPUTS
+from periscope.core.changes import carry_windows
 from periscope.core.engine import EngineConfig, advance, output_key, step
 from periscope.core.model import (
     AllocationSnapshot,
@@ -155,7 +157,10 @@ class Joiner:
         fresh: list[Output] = []
         for o in outs:
             if not is_one_shot(o) and time_of(o) <= slot.replay_until_ms:
-                slot.stash[output_key(o)] = o  # published before the crash; keep the newest per key
+                # Published before the crash (perhaps): keep the newest per key, with every window the
+                # held-back ones closed, since each window is in one publication only.
+                key = output_key(o)
+                slot.stash[key] = carry_windows(slot.stash.get(key), o)
             else:
                 fresh.append(o)
         if slot.replay_until_ms and slot.state.processed_ms >= slot.replay_until_ms:

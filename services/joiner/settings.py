@@ -1,7 +1,7 @@
 """Settings of the joiner (env prefix PERISCOPE_, e.g. PERISCOPE_IDLE_WINDOW).
 
 Durations accept the project's duration strings (`1m`, `10m`, `500ms`) or plain seconds. The
-attribution knobs (windows, idle detection, lateness) become the pure core's `EngineConfig`.
+attribution knobs (windows, idle detection, lateness, heartbeat) become the pure core's `EngineConfig`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from periscope.config import ServiceSettings, seconds
+from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 
@@ -26,6 +27,9 @@ class JoinerSettings(ServiceSettings):
     idle_window: float = 600.0  # a row is idle when its average utilization over this span ...
     idle_threshold: float = Field(default=5.0, ge=0.0, le=100.0)  # ... stays below this percentage
     lateness: float = 1.0  # how far behind a node's newest probe event a sample may arrive
+    # An unchanged pod attribution or GPU state is published again after this much event time (changes
+    # beyond the core's thresholds, ownership and closed windows are published at once).
+    heartbeat: float = Field(default=5.0, ge=0.0)
     state_persist_interval: float = 5.0  # at most this often, telemetry-driven row state is persisted
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=9403, ge=0, le=65535)  # 0: any free port (printed at start)
@@ -41,8 +45,8 @@ class JoinerSettings(ServiceSettings):
     stale_after: float = Field(default=30.0, gt=0.0)
 
     @field_validator(
-        "window", "window_keep", "idle_window", "lateness", "state_persist_interval", "session_timeout",
-        "fetch_max_wait", "stale_after", mode="before",
+        "window", "window_keep", "idle_window", "lateness", "heartbeat", "state_persist_interval",
+        "session_timeout", "fetch_max_wait", "stale_after", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
@@ -94,4 +98,5 @@ class JoinerSettings(ServiceSettings):
                 idle_threshold_pct=self.idle_threshold,
             ),
             lateness_ms=_ms(self.lateness),
+            changes=ChangeConfig(heartbeat_ms=_ms(self.heartbeat)),
         )

@@ -11,12 +11,16 @@ cannot write several records atomically, so one persist is numbered (`seq`) and 
 On recovery the node record is the truth: each listed pod takes the newest of its two versions that is
 not newer than the node record. A crash between the steps therefore yields the previous persist as a
 whole, never a mix in which samples are counted twice or lost.
+
+Records are JSON, zlib-compressed (a fifth of the size: the tables' latest values stay in the worker's
+memory, and each persist goes through the changelog); uncompressed records are read as well.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +40,7 @@ def _dumps(obj: Any) -> bytes:
 @dataclass(slots=True)
 class PodVersion:
     seq: int  # persist that wrote these rows
-    rows: bytes  # JSON list of the pod's row dicts
+    rows: bytes  # JSON of the pod's part (periscope.core.snapshot: its rows, its last publication)
     stale: bool = False  # the table holds a newer, unconfirmed record: rewrite it on the next persist
 
 
@@ -62,11 +66,15 @@ class StateError(ValueError):
     """A table record is not in a format this joiner can read."""
 
 
+def _pack(record: bytes) -> bytes:
+    return zlib.compress(record, 1)  # level 1: nearly the ratio of 6 at a third of the CPU
+
+
 def pod_record(node: str, uid: str, seq: int, rows: bytes, prev: PodVersion | None) -> bytes:
     head = _dumps({"format": FORMAT, "node": node, "uid": uid, "seq": seq})
     prev_seq = b"null" if prev is None else str(prev.seq).encode()
     prev_rows = b"null" if prev is None else prev.rows
-    return head[:-1] + b',"rows":' + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}"
+    return _pack(head[:-1] + b',"rows":' + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}")
 
 
 def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) -> Persist:
@@ -84,15 +92,16 @@ def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) ->
     removed = sorted(set(versions) - set(pod_parts))
     for uid in removed:
         del versions[uid]
-    node = _dumps({"format": FORMAT, "node": state.node, "seq": seq, "pods": sorted(pod_parts),
-                   "state": node_part})
+    node = _pack(_dumps({"format": FORMAT, "node": state.node, "seq": seq, "pods": sorted(pod_parts),
+                         "state": node_part}))
     return Persist(seq=seq, pods=pods, node=node, removed=removed, processed_ms=state.processed_ms)
 
 
-def _load(data: bytes, what: str) -> dict[str, Any]:
+def load_record(data: bytes, what: str = "record") -> dict[str, Any]:
+    """A node or pod record as written by plan_persist (compressed or not)."""
     try:
-        obj = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        obj = json.loads(data if data[:1] == b"{" else zlib.decompress(data))
+    except (UnicodeDecodeError, json.JSONDecodeError, zlib.error) as e:
         raise StateError(f"{what}: not JSON ({e})") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise StateError(f"{what}: unsupported record format")
@@ -103,16 +112,16 @@ def restore(node: str, node_record: bytes | None, get_pod: Callable[[str], bytes
     """Rebuild a node's engine state from its node record and its pods' records (a fresh state if none)."""
     if node_record is None:
         return Restored(new_state(node), 0)
-    rec = _load(node_record, f"node record {node!r}")
+    rec = load_record(node_record, f"node record {node!r}")
     seq = int(rec["seq"])
-    pod_parts: dict[str, list[dict[str, Any]]] = {}
+    pod_parts: dict[str, Any] = {}
     versions: dict[str, PodVersion] = {}
     for uid in rec["pods"]:
         raw = get_pod(uid)
         if raw is None:
             log.warning("node %s: record of pod %s is missing; its rows start over", node, uid)
             continue
-        prec = _load(raw, f"pod record {uid!r}")
+        prec = load_record(raw, f"pod record {uid!r}")
         if int(prec["seq"]) <= seq:
             rows, version = prec["rows"], PodVersion(int(prec["seq"]), b"")
         elif prec["prev_seq"] is not None and int(prec["prev_seq"]) <= seq:

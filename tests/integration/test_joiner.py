@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -53,6 +53,7 @@ from periscope.core.model import (
     PodEvent,
     PodInfo,
     ProcessSample,
+    WindowStat,
 )
 from periscope.core.rows import RowConfig
 
@@ -177,18 +178,24 @@ def nodes_on_all_partitions(count: int) -> list[NodeScript]:
 
 def reference(events: list[tuple[T.Topic, NodeInput]]) -> dict[str, Output]:
     """The last output per key that the core computes over the same events (what replay would say)."""
-    states: dict[str, Any] = {}
     last: dict[str, Output] = {}
+    for o in reference_outputs(events):
+        last[output_key(o)] = o
+    return last
+
+
+def reference_outputs(events: list[tuple[T.Topic, NodeInput]]) -> list[Output]:
+    """Every output the core computes over the same events, in order."""
+    states: dict[str, Any] = {}
+    outs: list[Output] = []
     for _, ev in events:
         node = ev.name if isinstance(ev, NodeEvent) else ev.meta.node
         state = states.setdefault(node, new_state(node))
-        for o in step(state, ev, CONFIG)[1]:
-            last[output_key(o)] = o
+        outs.extend(step(state, ev, CONFIG)[1])
     for state in states.values():
-        for o in flush(state, CONFIG):
-            last[output_key(o)] = o
+        outs.extend(flush(state, CONFIG))
     # Through the wire format and back, as a subscriber sees it.
-    return {k: codec.decode(_topic_of(o), codec.encode(o)) for k, o in last.items()}
+    return [codec.decode(_topic_of(o), codec.encode(o)) for o in outs]
 
 
 def _topic_of(o: Output) -> T.Topic:
@@ -272,17 +279,33 @@ class OutputLog:
 
 
 def caught_up(nodes: list[NodeScript], k: int) -> Callable[[OutputLog], bool]:
-    """True once every pod of every node has an attribution as of sample k."""
-    want = {u for n in nodes for u in n.uids.values()}
+    """True once every pod of every node has the attribution the core publishes last up to sample k
+    (published on change or heartbeat: an unchanged pod's latest may be older than sample k)."""
+    want: dict[str, int] = {}
+    for n in nodes:
+        ref = reference([*n.state(), *((T.TELEMETRY, n.telemetry(i)) for i in range(k + 1))])
+        for u in n.uids.values():
+            att = ref.get("pod/" + u)
+            want[u] = att.as_of_ms if isinstance(att, PodAttribution) else sample_time(k)
 
     def cond(log: OutputLog) -> bool:
         latest = log.latest()
         return all(
-            isinstance(a := latest.get("pod/" + u), PodAttribution) and a.as_of_ms >= sample_time(k)
-            for u in want
+            isinstance(a := latest.get("pod/" + u), PodAttribution) and a.as_of_ms >= t
+            for u, t in want.items()
         )
 
     return cond
+
+
+def published_windows(outputs: Iterable[Output], pod_uid: str) -> list[WindowStat]:
+    """The closed windows of a pod's (single) row as a subscriber merges them: by start, a repeat
+    replacing the earlier copy."""
+    merged: dict[int, WindowStat] = {}
+    for o in outputs:
+        if isinstance(o, PodAttribution) and o.pod_uid == pod_uid:
+            merged.update((w.start_ms, w) for w in o.rows[0].windows)
+    return [merged[k] for k in sorted(merged)]
 
 
 async def publish_state(pub: Publisher, nodes: list[NodeScript]) -> list[tuple[T.Topic, NodeInput]]:
@@ -442,7 +465,10 @@ async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(boots
     assert re_.util_pct == node.telemetry(11).devices[4].util_pct
     assert set(re_.sources) >= {"checkpoint", "podresources", "process"}
     assert re_.first_seen_ms == sample_time(0) and re_.sample_ms == sample_time(11)
-    assert [w.samples for w in re_.windows] == [8, 4]  # 10 s tumbling windows on event time
+    # 10 s tumbling windows on event time, each published once it closed: the first (8 samples) closed
+    # at sample 8; the open one (samples 8-11) is not published yet.
+    assert [w.samples for w in published_windows(log.outputs(), node.uids["e"])] == [8]
+    assert re_.windows == ()
     gpu1 = latest["gpu/" + node.g[1]]
     assert isinstance(gpu1, GpuState) and gpu1.sharing == "time-slicing"
     assert {o.pod_uid for o in gpu1.owners} == {node.uids["c"], node.uids["d"]}
@@ -501,8 +527,12 @@ async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes
     assert after["periscope_joiner_node_recoveries_total"] == 1
     assert after["periscope_joiner_redelivered_events_total"] == 0
     assert not any(k.startswith("periscope_joiner_dead_letters_total") for k in after)
+    # Every sample counted once across the restart: the same windows and averages as the core alone
+    # over samples 0-10 (the first window closed at sample 8; samples 8-10 are in the open one).
     e = log.latest()["pod/" + node.uids["e"]]
-    assert isinstance(e, PodAttribution) and sum(w.samples for w in e.rows[0].windows) == 11
+    ref = reference_outputs([*node.state(), *((T.TELEMETRY, node.telemetry(k)) for k in range(11))])
+    assert e == [o for o in ref if output_key(o) == "pod/" + node.uids["e"]][-1]
+    assert sum(w.samples for w in published_windows(log.outputs(), node.uids["e"])) == 8
 
 
 async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstrap: str, tmp_path: Path,
@@ -551,10 +581,14 @@ async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstr
     assert latest.keys() == expected.keys()
     for key, want in expected.items():
         assert latest[key] == want, f"{key}:\n got  {summary(latest[key])}\n want {summary(want)}"
+    # Every closed window reached subscribers (at least once; merged by start) as the core computed it.
+    ref_outputs = reference_outputs(events)
     for n in nodes:
         e = latest["pod/" + n.uids["e"]]
-        assert isinstance(e, PodAttribution)
-        assert e.rows[0].first_seen_ms == sample_time(0) and sum(w.samples for w in e.rows[0].windows) == 60
+        assert isinstance(e, PodAttribution) and e.rows[0].first_seen_ms == sample_time(0)
+        windows = published_windows(log.outputs(), n.uids["e"])
+        assert windows == published_windows(ref_outputs, n.uids["e"])
+        assert sum(w.samples for w in windows) == 58  # samples 58 and 59 are in the open window
 
 
 async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says(

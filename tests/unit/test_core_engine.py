@@ -188,11 +188,14 @@ def test_idle_pod_is_flagged_with_wasted_gpu_hours_and_busy_pod_is_not() -> None
         alloc(S, pr("ml", "notebook", (g0,)), pr("ml", "train", (g1,))),
     ]
     events += [tel(t * S, dev(g0, 1.0), dev(g1, 90.0, index=1)) for t in range(2, 200)]
-    _, outs = run(events, cfg)
+    state, outs = run(events, cfg)
     nb, tr = last_pod(outs, uid(1)).rows[0], last_pod(outs, uid(2)).rows[0]
     assert nb.idle and not tr.idle
     assert nb.idle_since_ms == 2 * S
-    assert nb.wasted_gpu_hours == round((199 - 2) * S / 3_600_000, 6)
+    # Published on change or heartbeat: the last record is as of its own sample, the state as of the last.
+    assert nb.wasted_gpu_hours == round((nb.sample_ms - 2 * S) / 3_600_000, 6)
+    now = last_pod(current_view(state), uid(1)).rows[0]
+    assert now.sample_ms == 199 * S and now.wasted_gpu_hours == round((199 - 2) * S / 3_600_000, 6)
     assert nb.avg_util_pct == 1.0
     [f] = findings(outs, "idle")
     assert f.pod_uid == uid(1) and f.active

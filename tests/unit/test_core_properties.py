@@ -148,3 +148,53 @@ def test_state_survives_a_round_trip_through_its_persisted_form(events: list[Nod
     # After restart the first outputs may repeat (nothing was remembered as emitted); state must agree.
     assert current_view(restored) == current_view(state)
     assert a_out[-5:] == b_out[-5:] if a_out else True
+
+
+def drifting_samples(deltas: list[float]) -> list[NodeInput]:
+    """Samples whose utilization drifts by small steps, so that the change thresholds decide."""
+    out: list[NodeInput] = []
+    util = [30.0, 60.0, 5.0]
+    for t, d in enumerate(deltas, start=1):
+        util = [min(100.0, max(0.0, u + d * (i + 1))) for i, u in enumerate(util)]
+        out.append(tel(t * S, *(dev(g, round(util[i], 2), index=i, fb=1000.0 + round(d * 3, 1),
+                                    procs=(proc(100 + i, uid(1 + (t + i) % 3), util[i], 1.0),))
+                                for i, g in enumerate(GPUS))))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(state_events(), st.lists(st.floats(-1.5, 1.5), min_size=20, max_size=60), st.data())
+def test_the_change_rule_publishes_the_same_under_duplicates_and_reordering(
+        events: list[NodeInput], deltas: list[float], data: st.DataObject) -> None:
+    ordered = sorted([*events, *drifting_samples(deltas)], key=lambda e: e.meta.time_ms)
+    lateness = EngineConfig().lateness_ms
+    delays = [data.draw(st.integers(0, lateness - 1)) for _ in ordered]
+    dups = data.draw(st.lists(st.integers(0, len(ordered) - 1), max_size=15))
+    # Each event delayed below the lateness bound; some delivered a second time, as late as allowed.
+    timed = [(e.meta.time_ms + d, i, e) for i, (e, d) in enumerate(zip(ordered, delays, strict=True))]
+    timed += [(ordered[j].meta.time_ms + lateness - 1, len(ordered) + k, ordered[j])
+              for k, j in enumerate(dups)]
+    arrival = [e for _, _, e in sorted(timed, key=lambda x: (x[0], x[1]))]
+    assert run_outputs(arrival) == run_outputs(ordered)
+
+
+@settings(max_examples=25, deadline=None)
+@given(state_events(), st.lists(st.floats(-1.5, 1.5), min_size=20, max_size=60), st.integers(3, 50))
+def test_a_restored_state_publishes_what_the_uninterrupted_one_publishes(
+        events: list[NodeInput], deltas: list[float], cut: int) -> None:
+    full = sorted([*events, *drifting_samples(deltas)], key=lambda e: e.meta.time_ms)
+    state = new_state(NODE)
+    for e in (e for e in full if e.meta.time_ms <= cut * S):
+        state, _ = step(state, e)
+    node_part, pod_parts = to_parts(state)
+    restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
+    a_out: list[Output] = []
+    b_out: list[Output] = []
+    for e in (e for e in full if e.meta.time_ms > cut * S):
+        state, o1 = step(state, e)
+        restored, o2 = step(restored, e)
+        a_out.extend(o1)
+        b_out.extend(o2)
+    a_out.extend(flush(state))
+    b_out.extend(flush(restored))
+    assert a_out == b_out

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from periscope.cli.errors import InputError
 from periscope.cli.main import main
+from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 from services.joiner.app import create_app
@@ -29,6 +30,7 @@ def test_defaults_are_the_documented_ones_and_make_the_default_engine() -> None:
     assert (s.app_id, s.web_host, s.web_port, s.data_dir) == ("periscope-joiner", "127.0.0.1", 9403, "")
     assert (s.window, s.window_keep, s.idle_window, s.idle_threshold) == (60.0, 3600.0, 600.0, 5.0)
     assert (s.lateness, s.state_persist_interval, s.fetch_max_wait) == (1.0, 5.0, 0.1)
+    assert s.heartbeat == 5.0
     assert s.engine_config() == EngineConfig()
 
 
@@ -45,7 +47,8 @@ async def test_the_worker_consumer_waits_at_most_fetch_max_wait() -> None:
 
 def test_environment_durations_become_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"WINDOW": "30s", "WINDOW_KEEP": "2h", "IDLE_WINDOW": "5m", "IDLE_THRESHOLD": "2.5",
-           "LATENESS": "500ms", "STATE_PERSIST_INTERVAL": "2", "WEB_PORT": "0", "APP_ID": "j-1"}
+           "LATENESS": "500ms", "STATE_PERSIST_INTERVAL": "2", "WEB_PORT": "0", "APP_ID": "j-1",
+           "HEARTBEAT": "30s"}
     for k, v in env.items():
         monkeypatch.setenv("PERISCOPE_" + k, v)
     s = JoinerSettings()
@@ -53,6 +56,7 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
         rows=RowConfig(window_ms=30_000, window_keep_ms=7_200_000, idle_window_ms=300_000,
                        idle_threshold_pct=2.5),
         lateness_ms=500,
+        changes=ChangeConfig(heartbeat_ms=30_000),
     )
     assert (s.state_persist_interval, s.web_port, s.app_id) == (2.0, 0, "j-1")
 
@@ -60,7 +64,8 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(("field", "value"), [
     ("window", "0s"), ("window", "soon"), ("idle_threshold", 101), ("web_port", 70000),
     ("lateness", -1), ("state_persist_interval", "0"), ("session_timeout", "100ms"), ("app_id", "a b"),
-    ("window_keep", "10s"), ("fetch_max_wait", "0"), ("fetch_max_wait", "1m"),
+    ("window_keep", "10s"), ("fetch_max_wait", "0"), ("fetch_max_wait", "1m"), ("heartbeat", "-1s"),
+    ("heartbeat", "often"),
 ])
 def test_invalid_values_are_refused(field: str, value: Any) -> None:
     with pytest.raises(ValidationError):

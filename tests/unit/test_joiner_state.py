@@ -16,6 +16,7 @@ from services.joiner.state import (
     StateError,
     decode_mark,
     encode_mark,
+    load_record,
     plan_persist,
     restore,
 )
@@ -99,7 +100,7 @@ def test_a_persist_cut_short_before_its_node_record_restores_the_previous_persis
     view_1 = current_view(state)
     feed(state, [sample(t, 90.0) for t in range(10, 20)])
     tables.write(plan_persist(state, 2, versions), node_record=False)  # crash here
-    assert json.loads(tables.pods[uid(1)])["seq"] == 2
+    assert load_record(tables.pods[uid(1)])["seq"] == 2
     back, seq, back_versions = tables.restore()
     assert seq == 1 and current_view(back) == view_1  # nothing from persist 2, not half of it
     # The pod records still say "persist 2" in the table: the next persist rewrites them even if
@@ -130,7 +131,7 @@ def test_rows_that_are_gone_are_removed_after_the_node_record() -> None:
     versions = {uid(9): PodVersion(1, b"[]")}
     plan = plan_persist(feed(new_state(NODE), [*setup_events(), sample(2, 50.0)]), 2, versions)
     assert plan.removed == [uid(9)] and uid(9) not in versions
-    assert json.loads(plan.node)["pods"] == [uid(1), uid(2)]
+    assert load_record(plan.node)["pods"] == [uid(1), uid(2)]
 
 
 def test_no_record_means_a_fresh_node_and_a_foreign_record_is_an_error() -> None:
@@ -145,3 +146,32 @@ def test_no_record_means_a_fresh_node_and_a_foreign_record_is_an_error() -> None
 def test_marks_round_trip_and_unreadable_ones_count_as_none() -> None:
     assert decode_mark(encode_mark(1_790_000_000_123)) == 1_790_000_000_123
     assert decode_mark(None) == decode_mark(b"") == decode_mark(b"x") == 0
+
+
+def test_records_written_before_rows_were_packed_and_compressed_still_restore() -> None:
+    """Uncompressed JSON, a pod's rows as a plain list with every window in full, allocation repeats as
+    key lists and no last publications: the format of the previous release."""
+    state = feed(new_state(NODE), [*setup_events(), *(sample(t, 50.0 + t) for t in range(2, 25))])
+    state = feed(state, [alloc(t * S, pr("ml", "train", (gpu(0),)), ck(uid(1), (gpu(0),)),
+                               pr("ml", "notebook", (gpu(1),)), ck(uid(2), (gpu(1),))) for t in (25, 30)])
+    plan = plan_persist(state, 1, {})
+    node = load_record(plan.node)
+    node["state"].pop("pub_gpus")
+    node["state"]["alloc_repeats"] = [[list(k), [list(x) for x in state.alloc_repeats[k]]]
+                                      for k in sorted(state.alloc_repeats)]
+    pods: dict[str, bytes] = {}
+    for u, raw in plan.pods.items():
+        rec = load_record(raw)
+        rows = rec["rows"]["rows"]
+        for r in rows:
+            r.pop("pub")
+            iw = r.pop("iwin")
+            full = [[iw[i], 0, iw[i + 1], iw[i + 2], 0, 0] for i in range(0, len(iw), 3)]
+            full += [r["win"][i:i + 6] for i in range(0, len(r["win"]), 6)]
+            r["win"] = full
+        rec["rows"] = rows
+        pods[u] = json.dumps(rec).encode()
+    got = restore(NODE, json.dumps(node).encode(), pods.get)
+    assert got.seq == 1 and got.state.alloc_repeats == state.alloc_repeats
+    more = [sample(t, 3.0) for t in range(31, 50)]
+    assert current_view(feed(got.state, more)) == current_view(feed(state, more))

@@ -63,7 +63,9 @@ def test_settings_share_the_joiner_names_and_formats(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PERISCOPE_IDLE_WINDOW", "120")
     monkeypatch.setenv("PERISCOPE_LATENESS", "3s")
     monkeypatch.setenv("PERISCOPE_REPLAY_LOOKBACK", "2h")
+    monkeypatch.setenv("PERISCOPE_HEARTBEAT", "20s")
     s = ReplaySettings()
     cfg = s.engine_config()
     assert (cfg.rows.window_ms, cfg.rows.idle_window_ms, cfg.lateness_ms) == (10_000, 120_000, 3000)
+    assert cfg.changes.heartbeat_ms == 20_000
     assert s.ms("replay_lookback") == 7_200_000 and s.ms("replay_window_lookback") == 600_000

@@ -28,6 +28,7 @@ class Tuning:
     run_dir: Path  # each child's working directory lies below it
     idle_bucket_ms: int  # the joiner's aggregation window
     stale_after: str  # seconds without an output after which a service counts as stale
+    heartbeat_ms: int = 5000  # the joiner republishes unchanged outputs this often (event time)
 
 
 def py(*args: str) -> list[str]:
@@ -75,6 +76,7 @@ def services(
         "data_dir": str(tune.run_dir / "joiner" / "data"),
         "window": seconds(tune.idle_bucket_ms),
         "lateness": seconds(max(1000.0, 500 * opts.speed)),
+        "heartbeat": seconds(tune.heartbeat_ms),
         "session_timeout": "3",
         "stale_after": tune.stale_after,
         "idle_window": format_duration_ms(opts.idle_window_ms),

@@ -80,8 +80,13 @@ class Stack:
         self.crashed: list[str] = []
         # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
         self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
-        # Outputs follow every tick, so ten ticks without one (at least 5 s of real time) means stale.
-        self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed))
+        # The joiner republishes unchanged outputs every two ticks (event time), so that data newer than
+        # a fault shows within the five ticks the report allows for recovery; ten ticks and three
+        # heartbeats without an output (at least 5 s of real time) mean stale, so a quiet cluster does
+        # not flap /readyz.
+        self.heartbeat_ms = 2 * self.scenario.tick_ms
+        self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed,
+                                       3 * self.heartbeat_ms / opts.speed))
 
     # ------------------------------------------------------------------ children
 
@@ -136,7 +141,7 @@ class Stack:
             self._add(name, argv, self._env(**settings))
 
     def _tuning(self) -> Tuning:
-        return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after)
+        return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after, self.heartbeat_ms)
 
     # The waits below poll at a fixed short interval under a deadline: everything is local and each
     # poll is cheap, so backoff (and a retry library for it) would only make startup slower.

@@ -1,0 +1,128 @@
+"""When an output is worth publishing: the change rule, compared with the last published one per key.
+
+A PodAttribution or GpuState is published when something a subscriber acts on changed (identity,
+flags, ownership, newly closed windows), when a number moved by at least its threshold since the last
+publication, or when `heartbeat_ms` of event time passed since then. A sample time advancing alone is
+not a change. Findings are published whenever they differ at all (they are rare and carry state
+transitions). Everything here is event time and pure, so the live joiner and replay publish the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from periscope.core.model import AttributionRow, Finding, GpuState, MigState, Output, PodAttribution
+
+_EPS = 1e-9  # 50.3 - 49.3 is 0.99999...: a move of exactly one threshold counts
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeConfig:
+    heartbeat_ms: int = 5000  # publish at least this often (event time) while a key keeps producing
+    util_pct: float = 1.0  # util_pct and avg_util_pct, percentage points
+    fb_mib: float = 1.0
+    power_w: float = 1.0
+    temp_c: float = 1.0
+    wasted_gpu_hours: float = 0.01
+
+
+DEFAULT_CHANGES = ChangeConfig()
+
+
+def _moved(old: float | None, new: float | None, threshold: float) -> bool:
+    if old is None or new is None:
+        return (old is None) != (new is None)
+    return abs(new - old) >= threshold - _EPS
+
+
+# Row fields compared exactly; the numbers are compared with thresholds; last_seen_ms and sample_ms
+# only advance, and windows are compared by whether any closed since the last publication.
+_ROW_EXACT = tuple(f.name for f in fields(AttributionRow) if f.name not in (
+    "util_pct", "avg_util_pct", "fb_used_mib", "power_w", "wasted_gpu_hours", "last_seen_ms", "sample_ms",
+    "windows"))
+_POD_EXACT = tuple(f.name for f in fields(PodAttribution) if f.name not in ("rows", "as_of_ms"))
+_GPU_EXACT = tuple(f.name for f in fields(GpuState) if f.name not in (
+    "util_pct", "fb_used_mib", "power_w", "temp_c", "mig_devices", "sample_ms", "as_of_ms"))
+_MIG_EXACT = tuple(f.name for f in fields(MigState) if f.name not in ("util_pct", "fb_used_mib"))
+
+
+def row_changed(old: AttributionRow, new: AttributionRow, cfg: ChangeConfig) -> bool:
+    if new.windows:
+        return True
+    if any(getattr(old, n) != getattr(new, n) for n in _ROW_EXACT):
+        return True
+    return (_moved(old.util_pct, new.util_pct, cfg.util_pct)
+            or _moved(old.avg_util_pct, new.avg_util_pct, cfg.util_pct)
+            or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib)
+            or _moved(old.power_w, new.power_w, cfg.power_w)
+            or _moved(old.wasted_gpu_hours, new.wasted_gpu_hours, cfg.wasted_gpu_hours))
+
+
+def _mig_changed(old: MigState, new: MigState, cfg: ChangeConfig) -> bool:
+    return (any(getattr(old, n) != getattr(new, n) for n in _MIG_EXACT)
+            or _moved(old.util_pct, new.util_pct, cfg.util_pct)
+            or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib))
+
+
+def pod_changed(old: PodAttribution, new: PodAttribution, cfg: ChangeConfig) -> bool:
+    if any(getattr(old, n) != getattr(new, n) for n in _POD_EXACT) or len(old.rows) != len(new.rows):
+        return True
+    return any(row_changed(a, b, cfg) for a, b in zip(old.rows, new.rows, strict=True))
+
+
+def gpu_changed(old: GpuState, new: GpuState, cfg: ChangeConfig) -> bool:
+    if any(getattr(old, n) != getattr(new, n) for n in _GPU_EXACT):
+        return True
+    if len(old.mig_devices) != len(new.mig_devices) or any(
+            _mig_changed(a, b, cfg) for a, b in zip(old.mig_devices, new.mig_devices, strict=True)):
+        return True
+    return (_moved(old.util_pct, new.util_pct, cfg.util_pct)
+            or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib)
+            or _moved(old.power_w, new.power_w, cfg.power_w)
+            or _moved(old.temp_c, new.temp_c, cfg.temp_c))
+
+
+def worth_publishing(last: Output | None, new: Output, cfg: ChangeConfig) -> bool:
+    """Whether `new` is published, given the last output published under the same key (None: never)."""
+    if last is None:
+        return True
+    if isinstance(new, Finding):
+        return last != new
+    if isinstance(new, GpuState):
+        if not isinstance(last, GpuState):
+            return True
+        return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or gpu_changed(last, new, cfg)
+    if not isinstance(last, PodAttribution):
+        return True
+    return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or pod_changed(last, new, cfg)
+
+
+def _heartbeat(last_ms: int, new_ms: int, cfg: ChangeConfig) -> bool:
+    # A later instant only: heartbeat 0 publishes every sample, never the same one twice.
+    return new_ms > last_ms and new_ms - last_ms >= cfg.heartbeat_ms
+
+
+def without_windows(o: Output) -> Output:
+    """What is kept of a published output to compare later ones with: its windows were published once
+    and are never compared again, so the copy kept need not hold them."""
+    if isinstance(o, PodAttribution) and any(r.windows for r in o.rows):
+        return replace(o, rows=tuple(replace(r, windows=()) for r in o.rows))
+    return o
+
+
+def carry_windows(older: Output | None, newer: Output) -> Output:
+    """`newer` with the windows `older` published and `newer` lacks, for a publisher that sends only the
+    newest output of a key out of several (recovery): each closed window still reaches subscribers."""
+    if not isinstance(older, PodAttribution) or not isinstance(newer, PodAttribution):
+        return newer
+    before = {(r.container, r.device_id): r.windows for r in older.rows if r.windows}
+    if not before:
+        return newer
+    rows = []
+    for r in newer.rows:
+        old = before.get((r.container, r.device_id), ())
+        have = {w.start_ms for w in r.windows}
+        extra = tuple(w for w in old if w.start_ms not in have)
+        rows.append(replace(r, windows=tuple(sorted((*extra, *r.windows), key=lambda w: w.start_ms)))
+                    if extra else r)
+    return replace(newer, rows=tuple(rows))
