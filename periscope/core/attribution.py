@@ -61,7 +61,7 @@ def attribute_sample(
                     h.device.mig, first_seen_ms=t,
                 )
                 state.rows[h.key] = row
-            srcs = tuple(sorted(set(h.sources) | ({"process"} if u.seen_processes else set())))
+            srcs = _sources(h.sources, u.seen_processes)
             row.namespace, row.pod = h.namespace or row.namespace, h.pod or row.pod
             row.observe(t, u, srcs, cfg)
             current.add(h.key)
@@ -78,6 +78,20 @@ def attribute_sample(
         if key not in current and row.deactivate():
             touched.add(key[0])
     return touched, findings
+
+
+_SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
+
+
+def _sources(allocation: tuple[str, ...], seen_processes: bool) -> tuple[str, ...]:
+    """A row's sources, sorted: memoized, as a few combinations recur on every sample."""
+    key = (allocation, seen_processes)
+    srcs = _SOURCES.get(key)
+    if srcs is None:
+        srcs = tuple(sorted(set(allocation) | ({"process"} if seen_processes else set())))
+        if len(_SOURCES) < 1024:
+            _SOURCES[key] = srcs
+    return srcs
 
 
 def _idle(node: str, t: int, row: RowState) -> Finding:
