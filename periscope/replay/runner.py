@@ -8,8 +8,11 @@ give the same outputs. Also here: which input events a replay of a range needs (
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from periscope.bus import topics as t
@@ -102,6 +105,87 @@ def by_node(events: Iterable[NodeInput], to_ms: int | None = None) -> dict[str, 
 
 OnError = Callable[[NodeInput, Exception], None]
 
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (nests, and is thread-safe). A replay builds millions of
+    long-lived, acyclic objects, and each full collection walks all of them: a third of a replay's
+    time, for nothing to collect. Reference counting still frees everything as usual."""
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+def replay_nodes(
+    groups: dict[str, list[NodeInput]],
+    config: ReplayConfig,
+    result: ReplayResult,
+    *,
+    progress: Callable[[int], None] | None = None,
+    on_error: OnError | None = None,
+    keep_states: bool = True,
+) -> Iterator[tuple[str, list[Output]]]:
+    """Replay node by node (in name order), yielding each node's kept outputs in emission order.
+    Each node's events are taken out of `groups` as it is replayed, so they can be freed; counters
+    and (with keep_states) the final states go to `result`, the time spent in the core to its
+    `seconds`."""
+    cfg = config
+    for node in sorted(groups):
+        events = groups.pop(node)
+        started = time.perf_counter()
+        state = new_state(node)
+        kept: list[Output] = []
+        pending = 0
+        for ev in events:
+            try:
+                state, outs = step(state, ev, cfg.engine)
+            except Exception as e:  # a core bug on one event must not lose the whole replay
+                result.failed += 1
+                if on_error is not None:
+                    on_error(ev, e)
+                continue
+            if outs:
+                _keep(outs, cfg, result, kept)
+            result.events += 1
+            pending += 1
+            if pending >= 1000 and progress is not None:
+                progress(pending)
+                pending = 0
+        _keep(flush(state, cfg.engine), cfg, result, kept)
+        del events
+        if keep_states:
+            result.states[node] = state
+        result.samples += state.counters.samples
+        result.device_samples += state.counters.device_samples
+        result.seconds += time.perf_counter() - started
+        if progress is not None and pending:
+            progress(pending)
+        yield node, kept
+
+
+def _keep(outs: list[Output], cfg: ReplayConfig, result: ReplayResult, kept: list[Output]) -> None:
+    result.emitted += len(outs)
+    for o in outs:
+        if cfg.from_ms is not None and output_time(o) < cfg.from_ms:
+            continue
+        if cfg.keep is not None and not cfg.keep(o):
+            continue
+        kept.append(o)
+
 
 def replay_events(
     events: Iterable[NodeInput],
@@ -116,50 +200,17 @@ def replay_events(
     is skipped and counted (and handed to `on_error`), so one bad event cannot end a replay.
     """
     cfg = config or ReplayConfig()
-    groups = by_node(events, cfg.to_ms)
     result = ReplayResult()
     latest: dict[str, Output] = {}
-    started = time.perf_counter()
-
-    def take(outs: list[Output]) -> None:
-        result.emitted += len(outs)
-        for o in outs:
-            if cfg.from_ms is not None and output_time(o) < cfg.from_ms:
-                continue
-            if cfg.keep is not None and not cfg.keep(o):
-                continue
+    with paused_gc():
+        groups = by_node(events, cfg.to_ms)
+        for _, outs in replay_nodes(groups, cfg, result, progress=progress, on_error=on_error):
             if cfg.latest_only:
-                latest[output_key(o)] = o
+                latest.update((output_key(o), o) for o in outs)
             else:
-                result.outputs.append(o)
-
-    for node in sorted(groups):
-        state = new_state(node)
-        result.states[node] = state
-        pending = 0
-        for ev in groups[node]:
-            try:
-                state, outs = step(state, ev, cfg.engine)
-            except Exception as e:  # a core bug on one event must not lose the whole replay
-                result.failed += 1
-                if on_error is not None:
-                    on_error(ev, e)
-                continue
-            take(outs)
-            result.events += 1
-            pending += 1
-            if pending >= 1000 and progress is not None:
-                progress(pending)
-                pending = 0
-        take(flush(state, cfg.engine))
-        result.states[node] = state
-        result.samples += state.counters.samples
-        result.device_samples += state.counters.device_samples
-        if progress is not None and pending:
-            progress(pending)
+                result.outputs += outs
     if cfg.latest_only:
         result.outputs = sorted(latest.values(), key=lambda o: (output_time(o), output_key(o)))
-    result.seconds = time.perf_counter() - started
     return result
 
 
