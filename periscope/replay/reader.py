@@ -38,6 +38,8 @@ from periscope.replay.runner import (
 )
 
 _PROBE_FETCH_BYTES = 64 * 1024
+_FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range
+_BATCH_RECORDS = 20_000
 _IDLE_LIMIT_S = 30.0
 
 
@@ -83,7 +85,8 @@ class _Reader:
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
                                   "enable_auto_commit": False, "client_id": "periscope-replay",
                                   "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
-        self.main = AIOKafkaConsumer(**common)
+        self.main = AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
+                                     **common)
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
         self.end: dict[TopicPartition, int] = {}
@@ -147,6 +150,10 @@ class _Reader:
             raise ReadError(f"no answer from the broker reading {tp.topic}[{tp.partition}]@{offset}")
         finally:
             self.probe.pause(tp)
+            # Seeking drops the rest of the fetched batch: records left unconsumed in a paused
+            # partition hold back the next fetch from the same broker by aiokafka's prefetch backoff
+            # (100 ms), which would cost every later probe that much.
+            self.probe.seek(tp, offset)
 
     async def start_offsets(self, tps: list[TopicPartition], target_ms: int) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose record is at or after target_ms in event time."""
@@ -217,7 +224,11 @@ class _Reader:
         self.main.resume(*active)
         idle_since = asyncio.get_running_loop().time()
         while active:
-            got = await self.main.getmany(*sorted(active), timeout_ms=500, max_records=5000)
+            got = await self.main.getmany(*sorted(active), timeout_ms=500, max_records=_BATCH_RECORDS)
+            # Let the fetcher send its next request before decoding this batch, so the broker reads
+            # the next one while this process decodes.
+            for _ in range(3):
+                await asyncio.sleep(0)
             now = asyncio.get_running_loop().time()
             for tp, recs in got.items():
                 if tp not in active:
@@ -241,17 +252,19 @@ class _Reader:
                 if self.progress is not None and n:
                     self.progress(n, self.total)
                 if done or (recs and recs[-1].offset + 1 >= stop):
-                    self._finish(tp, active)
+                    self._finish(tp, active, stop)
                 idle_since = now
             for tp in [tp for tp in sorted(active) if not got.get(tp)]:
                 if await self.main.position(tp) >= ranges[tp][1]:
-                    self._finish(tp, active)  # a gap (deleted records, markers) up to the stop offset
+                    # a gap (deleted records, markers) up to the stop offset
+                    self._finish(tp, active, ranges[tp][1])
             if active and now - idle_since > _IDLE_LIMIT_S:
                 raise ReadError(f"the broker sent nothing for {_IDLE_LIMIT_S:.0f}s while records remain")
 
-    def _finish(self, tp: TopicPartition, active: set[TopicPartition]) -> None:
+    def _finish(self, tp: TopicPartition, active: set[TopicPartition], stop: int) -> None:
         active.discard(tp)
         self.main.pause(tp)
+        self.main.seek(tp, stop)  # drops fetched records past the stop (see _time_at)
 
 
 async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int], need: set[str]) -> None:
