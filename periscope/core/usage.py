@@ -34,6 +34,8 @@ def _round(v: float | None) -> float | None:
 
 
 def sharing_of(holders: list[Holding], strategy: str) -> str:
+    if len(holders) == 1 and holders[0].device.replica is None:  # the common case, without any()
+        return "mig" if holders[0].device.mig is not None else "exclusive"
     if any(h.device.mig is not None for h in holders):
         return "mig"
     if len(holders) > 1 or any(h.device.replica is not None for h in holders):
