@@ -143,7 +143,8 @@ def _emit_spooled(doc: Json, spool: Spool) -> None:
     sys.stdout.flush()
 
 
-def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | None, seconds: float) -> None:
+def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | None, seconds: float,
+             phases: dict[str, float]) -> None:
     if quiet:
         return
     parts = [f"replay: {what}: read {stats.records} record(s), {stats.events} event(s)"]
@@ -152,6 +153,8 @@ def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | No
         parts.append(f"{result.device_samples} device sample(s) in {result.seconds:.2f}s "
                      f"({speed:.0f} device samples/s)")
     parts.append(f"{stats.bad} bad record(s) skipped; {seconds:.2f}s in all")
+    if phases:
+        parts.append(", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
     click.echo("; ".join(parts), err=True)
 
 
@@ -214,13 +217,19 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
                     doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings, filters)
         except ReadError as e:
             raise click.ClickException(one_line(str(e))) from None
+        replayed = time.perf_counter()
         if spool is not None:
             _emit_spooled(doc, spool)
         else:
             _emit(doc, fmt, owners_table if at_ms is not None else timeline_table)
     if warnings.count and not quiet:
         click.echo(f"periscope: warning: skipped {warnings.count} bad record(s)", err=True)
-    _summary(quiet, "owners" if at_ms is not None else "range", stats, result, time.perf_counter() - started)
+    done = time.perf_counter()
+    # Where the time went: reading (connect, fetch, decode), replaying (the core, and with JSON output
+    # rendering each node's records to the spool), writing the document.
+    phases = {"reading": stats.seconds, "replaying": max(0.0, replayed - started - stats.seconds),
+              "writing": done - replayed} if result is not None else {}
+    _summary(quiet, "owners" if at_ms is not None else "range", stats, result, done - started, phases)
 
 
 def range_plan(from_ms: int, to_ms: int, settings: ReplaySettings, node: str | None = None) -> ReadPlan:

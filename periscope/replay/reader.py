@@ -15,6 +15,7 @@ decode are skipped, counted and reported through `warn`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +55,7 @@ class ReadStats:
     bad: int = 0  # records skipped because they did not decode
     probes: int = 0  # single-record reads spent locating start offsets
     extended: int = 0  # records read further back to find a node's last snapshot
+    seconds: float = 0.0  # wall time of the whole read (connecting, fetching, decoding, selecting)
     bad_by_topic: dict[str, int] = field(default_factory=dict)
 
 
@@ -286,6 +288,7 @@ async def read_inputs(
     security: KafkaSecurity = PLAINTEXT,
 ) -> tuple[list[NodeInput], ReadStats]:
     """Every input event the replay of `plan` needs, unordered (the runner orders them per node)."""
+    started = time.perf_counter()
     try:
         await check_connection(bootstrap, security)  # a certificate or credential problem, in one line
         async with _Reader(bootstrap, plan, warn, progress, security) as r:
@@ -312,4 +315,5 @@ async def read_inputs(
         raise ReadError(f"cannot read from the broker at {bootstrap}: {str(e) or type(e).__name__}") from e
     selected = select(r.events, plan)
     r.stats.events = len(selected)
+    r.stats.seconds = time.perf_counter() - started
     return selected, r.stats
