@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
-from periscope.core.model import NodeInput
 from periscope.replay.owners import owners_with_stats
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
@@ -35,8 +34,10 @@ from periscope.replay.render import (
     timeline_table,
 )
 from periscope.replay.runner import (
+    PendingTelemetry,
     ReadPlan,
     ReplayConfig,
+    ReplayInput,
     ReplayResult,
     output_filter,
     output_time,
@@ -252,11 +253,12 @@ def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, b
     plan = range_plan(from_ms, to_ms, settings, filters["node"])
     with paused_gc():
         events, stats = asyncio.run(read_inputs(
-            server, plan, warn=warnings, security=settings.kafka_security(),
+            server, plan, warn=warnings, security=settings.kafka_security(), lazy=True,
             progress=lambda n, total: bar.update("reading", n, total)))
 
-    def failed(ev: NodeInput, e: Exception) -> None:
-        warnings(f"skipping event {type(ev).__name__} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+    def failed(ev: ReplayInput, e: Exception) -> None:
+        kind = "NodeTelemetry" if isinstance(ev, PendingTelemetry) else type(ev).__name__
+        warnings(f"skipping event {kind} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
                  f"{type(e).__name__}: {e}")
 
     total = len(events)

@@ -32,7 +32,9 @@ from periscope.replay.runner import (
     SAMPLES,
     SNAPSHOTS,
     STATE,
+    PendingTelemetry,
     ReadPlan,
+    ReplayInput,
     node_of,
     nodes_needing_snapshots,
     select,
@@ -79,8 +81,8 @@ def _record_time(topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> int:
 
 class _Reader:
     def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None,
-                 security: KafkaSecurity) -> None:
-        self.plan, self.warn, self.progress = plan, warn, progress
+                 security: KafkaSecurity, lazy: bool = False) -> None:
+        self.plan, self.warn, self.progress, self.lazy = plan, warn, progress, lazy
         self.stats = ReadStats()
         # No group: nothing is committed. If retention removes records while they are read, carry on
         # from the oldest that is left rather than from the end.
@@ -94,7 +96,7 @@ class _Reader:
         self.end: dict[TopicPartition, int] = {}
         self.parts: dict[str, int] = {}  # partition count per topic
         self.total = 0
-        self.events: list[tuple[t.Topic, NodeInput]] = []
+        self.events: list[tuple[t.Topic, ReplayInput]] = []
         # per snapshot topic, the nodes with a record at or before the anchor
         self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
 
@@ -192,11 +194,16 @@ class _Reader:
 
     # ------------------------------------------------------------------ reading
 
-    def _keep(self, topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> NodeInput | None:
+    def _keep(self, topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> ReplayInput | None:
         if self.plan.node is not None and rec.key is not None and rec.key != self.plan.node.encode():
-            return None
+            return None  # another node's record, skipped before decoding
         try:
-            ev: NodeInput = codec.decode(topic, rec.value or b"")
+            ev: ReplayInput
+            if self.lazy and topic is t.TELEMETRY:
+                # Checked now (a bad record is reported while reading), converted when replayed.
+                ev = PendingTelemetry(codec.decode_meta(topic, rec.value or b""), rec.value or b"")
+            else:
+                ev = codec.decode(topic, rec.value or b"")
         except codec.DecodeError as e:
             self.stats.bad += 1
             self.stats.bad_by_topic[topic.name] = self.stats.bad_by_topic.get(topic.name, 0) + 1
@@ -285,13 +292,15 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
 
 async def read_inputs(
     bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
-    security: KafkaSecurity = PLAINTEXT,
-) -> tuple[list[NodeInput], ReadStats]:
-    """Every input event the replay of `plan` needs, unordered (the runner orders them per node)."""
+    security: KafkaSecurity = PLAINTEXT, lazy: bool = False,
+) -> tuple[list[ReplayInput], ReadStats]:
+    """Every input event the replay of `plan` needs, unordered (the runner orders them per node).
+    With `lazy`, telemetry comes as PendingTelemetry (checked, converted when replayed): the bulk of a
+    long range then stays about as small as it was on the wire until its node is replayed."""
     started = time.perf_counter()
     try:
         await check_connection(bootstrap, security)  # a certificate or credential problem, in one line
-        async with _Reader(bootstrap, plan, warn, progress, security) as r:
+        async with _Reader(bootstrap, plan, warn, progress, security, lazy) as r:
             tps = await r.layout()
             ranges = {tp: (r.begin[tp], r.end[tp]) for tp in tps if t.BY_NAME[tp.topic] in STATE}
             await r.read(ranges, stop_after_ms=None)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from periscope.bus import codec
 from periscope.bus import topics as t
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, flush, new_state, output_key, step
 from periscope.core.model import (
@@ -22,6 +23,7 @@ from periscope.core.model import (
     DeviceInventory,
     Finding,
     GpuState,
+    Meta,
     NodeEvent,
     NodeInput,
     NodeTelemetry,
@@ -34,6 +36,23 @@ from periscope.core.model import (
 # Order of event kinds that share an instant: what the world looked like, then what happened in it.
 _RANK: dict[type, int] = {PodEvent: 0, NodeEvent: 1, DeviceInventory: 2, AllocationSnapshot: 3, XidEvent: 4,
                           NodeTelemetry: 5}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTelemetry:
+    """A telemetry record that was read and checked but is converted only when its node is replayed:
+    its header, and its bytes (about a third of the memory the decoded sample takes)."""
+
+    meta: Meta
+    data: bytes
+
+    def decode(self) -> NodeTelemetry:
+        tel: NodeTelemetry = codec.decode(t.TELEMETRY, self.data)
+        return tel
+
+
+ReplayInput = NodeInput | PendingTelemetry
+_RANK[PendingTelemetry] = _RANK[NodeTelemetry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +88,7 @@ class ReplayResult:
         return self.device_samples / self.seconds if self.seconds > 0 else 0.0
 
 
-def node_of(ev: NodeInput) -> str:
+def node_of(ev: ReplayInput) -> str:
     """The node whose partition (and engine state) an event belongs to."""
     if ev.meta.node:
         return ev.meta.node
@@ -84,14 +103,14 @@ def output_time(o: Output) -> int:
     return o.at_ms if isinstance(o, Finding) else o.as_of_ms
 
 
-def order_key(ev: NodeInput) -> tuple[int, int, str, int, int]:
+def order_key(ev: ReplayInput) -> tuple[int, int, str, int, int]:
     m = ev.meta
     return (m.time_ms, _RANK[type(ev)], m.source, m.epoch, m.seq)
 
 
-def by_node(events: Iterable[NodeInput], to_ms: int | None = None) -> dict[str, list[NodeInput]]:
+def by_node(events: Iterable[ReplayInput], to_ms: int | None = None) -> dict[str, list[ReplayInput]]:
     """Events grouped per node and sorted by event time; unscheduled pods (no node) are dropped."""
-    groups: dict[str, list[NodeInput]] = {}
+    groups: dict[str, list[ReplayInput]] = {}
     for ev in events:
         if to_ms is not None and ev.meta.time_ms > to_ms:
             continue
@@ -103,7 +122,7 @@ def by_node(events: Iterable[NodeInput], to_ms: int | None = None) -> dict[str, 
     return groups
 
 
-OnError = Callable[[NodeInput, Exception], None]
+OnError = Callable[[ReplayInput, Exception], None]
 
 _gc_lock = threading.Lock()
 _gc_depth = 0
@@ -131,7 +150,7 @@ def paused_gc() -> Iterator[None]:
 
 
 def replay_nodes(
-    groups: dict[str, list[NodeInput]],
+    groups: dict[str, list[ReplayInput]],
     config: ReplayConfig,
     result: ReplayResult,
     *,
@@ -152,7 +171,7 @@ def replay_nodes(
         pending = 0
         for ev in events:
             try:
-                state, outs = step(state, ev, cfg.engine)
+                state, outs = step(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
             except Exception as e:  # a core bug on one event must not lose the whole replay
                 result.failed += 1
                 if on_error is not None:
@@ -188,7 +207,7 @@ def _keep(outs: list[Output], cfg: ReplayConfig, result: ReplayResult, kept: lis
 
 
 def replay_events(
-    events: Iterable[NodeInput],
+    events: Iterable[ReplayInput],
     config: ReplayConfig | None = None,
     *,
     progress: Callable[[int], None] | None = None,
@@ -263,7 +282,7 @@ class ReadPlan:
         return self.anchor_ms - self.lookback_ms
 
 
-def nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> set[str]:
+def nodes_needing_snapshots(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> set[str]:
     """Nodes the replay will need allocation/inventory state for."""
     if plan.node is not None:
         return {plan.node}
@@ -281,12 +300,12 @@ def nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadP
     return nodes
 
 
-def select(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> list[NodeInput]:
+def select(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> list[ReplayInput]:
     """The events the replay feeds, independent of how far before the range the reading started:
     state up to `to`; snapshots in [cut, to] plus, where a node has none in [cut, anchor], its latest
     before the cut; samples in [anchor, to]."""
-    out: list[NodeInput] = []
-    older: dict[tuple[str, str], NodeInput] = {}
+    out: list[ReplayInput] = []
+    older: dict[tuple[str, str], ReplayInput] = {}
     covered: set[tuple[str, str]] = set()
     for topic, ev in events:
         tm = ev.meta.time_ms

@@ -21,11 +21,12 @@ from typing import IO, Any
 
 import orjson
 
-from periscope.core.model import NodeInput, Output
+from periscope.core.model import Output
 from periscope.replay.render import output_json
 from periscope.replay.runner import (
     OnError,
     ReplayConfig,
+    ReplayInput,
     ReplayResult,
     by_node,
     output_time,
@@ -96,7 +97,7 @@ class Spool:
             yield line
 
 
-def replay_to_spool(events: list[NodeInput], config: ReplayConfig, spool: Spool, *,
+def replay_to_spool(events: list[ReplayInput], config: ReplayConfig, spool: Spool, *,
                     progress: Callable[[int], None] | None = None,
                     on_error: OnError | None = None) -> ReplayResult:
     """Replay `events` (the list is emptied: its events are freed node by node) into `spool`."""

@@ -8,9 +8,11 @@ import json
 import threading
 from typing import Any
 
-from periscope.core.model import NodeInput
+from periscope.bus import codec
+from periscope.bus.topics import TELEMETRY
+from periscope.core.model import NodeInput, NodeTelemetry
 from periscope.replay.render import json_chunks, output_json
-from periscope.replay.runner import ReplayConfig, output_time, paused_gc, replay_events
+from periscope.replay.runner import PendingTelemetry, ReplayConfig, output_time, paused_gc, replay_events
 from periscope.replay.synthetic import ClusterSpec, generate
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from tests.unit.test_replay_owners import reuse_scenario
@@ -84,3 +86,18 @@ def test_paused_gc_nests_across_threads_and_restores_the_collector() -> None:
     release.set()
     t.join()
     assert gc.isenabled()
+
+
+def test_pending_telemetry_replays_like_decoded_telemetry() -> None:
+    events = reuse_scenario()
+    pending = [PendingTelemetry(e.meta, codec.encode(e)) if isinstance(e, NodeTelemetry) else e
+               for e in events]
+    assert any(isinstance(e, PendingTelemetry) for e in pending)
+    assert replay_events(pending).outputs == replay_events(events).outputs
+    # Bytes whose header checks out but whose body does not convert: one failed event, not a lost replay.
+    tel = next(e for e in events if isinstance(e, NodeTelemetry))
+    broken = PendingTelemetry(tel.meta, b"\x12\x03\x0a\x01")  # a device sample cut short
+    failed: list[object] = []
+    result = replay_events([*events, broken], on_error=lambda ev, e: failed.append(ev))
+    assert result.failed == 1 and failed == [broken]
+    assert codec.decode_meta(TELEMETRY, codec.encode(tel)) == tel.meta
