@@ -43,6 +43,7 @@ from periscope.replay.runner import (
 _PROBE_FETCH_BYTES = 64 * 1024
 _FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range
 _BATCH_RECORDS = 20_000
+_FETCH_WAIT_MS = 20
 _IDLE_LIMIT_S = 30.0
 
 
@@ -89,8 +90,10 @@ class _Reader:
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
                                   "enable_auto_commit": False, "client_id": "periscope-replay",
                                   "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
+        # A short fetch wait: a broker may hold a fetch at the end of a partition for that long and
+        # answer the next request on the connection (the offset lookups between phases) only after it.
         self.main = AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
-                                     **common)
+                                     fetch_max_wait_ms=_FETCH_WAIT_MS, **common)
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
         self.end: dict[TopicPartition, int] = {}
