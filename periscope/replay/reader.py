@@ -43,7 +43,6 @@ from periscope.replay.runner import (
 _PROBE_FETCH_BYTES = 64 * 1024
 _FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range
 _BATCH_RECORDS = 20_000
-_FETCH_WAIT_MS = 20
 _IDLE_LIMIT_S = 30.0
 
 
@@ -90,10 +89,9 @@ class _Reader:
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
                                   "enable_auto_commit": False, "client_id": "periscope-replay",
                                   "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
-        # A short fetch wait: a broker may hold a fetch at the end of a partition for that long and
-        # answer the next request on the connection (the offset lookups between phases) only after it.
-        self.main = AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
-                                     fetch_max_wait_ms=_FETCH_WAIT_MS, **common)
+        self._common = common
+        self.main = self._main_consumer()
+        self.tps: list[TopicPartition] = []
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
         self.end: dict[TopicPartition, int] = {}
@@ -102,6 +100,21 @@ class _Reader:
         self.events: list[tuple[t.Topic, ReplayInput]] = []
         # per snapshot topic, the nodes with a record at or before the anchor
         self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
+
+    def _main_consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
+                                **self._common)
+
+    async def fresh_main(self) -> None:
+        """A new consumer for the next phase of reading. The last fetch of the previous phase waits at
+        the end of its partitions for up to fetch_max_wait_ms (500 ms), and aiokafka sends nothing more
+        to that broker until it returns; a new consumer has its own connection."""
+        old, self.main = self.main, self._main_consumer()
+        await old.stop()
+        await self.main.start()
+        if self.tps:
+            self.main.assign(self.tps)
+            self.main.pause(*self.tps)
 
     async def __aenter__(self) -> _Reader:
         try:
@@ -132,6 +145,7 @@ class _Reader:
             return []
         self.begin = await self.main.beginning_offsets(tps)
         self.end = await self.main.end_offsets(tps)
+        self.tps = tps
         self.main.assign(tps)
         self.main.pause(*tps)
         self.probe.assign(tps)
@@ -168,7 +182,10 @@ class _Reader:
         hints: dict[TopicPartition, Any] = {}
         if live:
             try:
-                hints = await self.main.offsets_for_times({tp: max(0, target_ms) for tp in live})
+                # Asked of the probe consumer: the main one's connection may be held by a fetch
+                # waiting at the end of a partition (up to fetch_max_wait_ms, 500 ms), and a broker
+                # may answer the next request on that connection only after it.
+                hints = await self.probe.offsets_for_times({tp: max(0, target_ms) for tp in live})
             except Exception:  # unsupported by the broker: bisect without a hint
                 hints = {}
         out = {tp: self.end[tp] for tp in tps}
@@ -309,14 +326,18 @@ async def read_inputs(
             await r.read(ranges, stop_after_ms=None)
             snap_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SNAPSHOTS]
             snap_starts = await r.start_offsets(snap_tps, plan.cut_ms)
+            await r.fresh_main()
             await r.read({tp: (snap_starts[tp], r.end[tp]) for tp in snap_tps},
                          stop_after_ms=plan.to_ms + plan.late_slack_ms)
             if plan.samples:
                 sample_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SAMPLES]
                 starts = await r.start_offsets(sample_tps, plan.anchor_ms)
+                await r.fresh_main()
                 await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps},
                              stop_after_ms=plan.to_ms + plan.late_slack_ms)
             need = nodes_needing_snapshots(r.events, plan)
+            if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
+                await r.fresh_main()  # records further back are needed
             for topic in SNAPSHOTS:
                 await _extend(r, topic, snap_starts, need)
     except ReadError:
