@@ -91,6 +91,7 @@ class _Reader:
                                   "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
         self._common = common
         self.main = self._main_consumer()
+        self._retired: list[AIOKafkaConsumer] = []
         self.tps: list[TopicPartition] = []
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
@@ -109,8 +110,10 @@ class _Reader:
         """A new consumer for the next phase of reading. The last fetch of the previous phase waits at
         the end of its partitions for up to fetch_max_wait_ms (500 ms), and aiokafka sends nothing more
         to that broker until it returns; a new consumer has its own connection."""
-        old, self.main = self.main, self._main_consumer()
-        await old.stop()
+        # The old one is stopped with the others at the end (all its partitions are paused; stopping
+        # it right away can trip over its own just-started tasks).
+        self._retired.append(self.main)
+        self.main = self._main_consumer()
         await self.main.start()
         if self.tps:
             self.main.assign(self.tps)
@@ -129,6 +132,8 @@ class _Reader:
         # Stopping a consumer whose start failed is safe, and keeps it from warning when collected.
         await self.probe.stop()
         await self.main.stop()
+        for consumer in self._retired:
+            await consumer.stop()
 
     # ------------------------------------------------------------------ layout
 
