@@ -1,10 +1,11 @@
 """Offline replay through the pure core: device-samples per second, and core state memory per row.
 
-Input is the synthetic cluster of bench.workload, encoded to the bus's protobuf bytes beforehand (not
-timed), as the replay tool reads them from the input topics. The timed part is what the replay tool does
-with them: decode every record, then `periscope.replay.runner.replay_events` (group by node, order by
-event time, step the core, flush, keep the outputs). A second, core-only figure replays the already
-decoded objects, to split the cost; a third measures the core after an hour of history.
+Input is the static synthetic cluster (periscope.replay.synthetic via bench.workload), encoded to the
+bus's protobuf bytes beforehand (not timed), as the replay tool reads them from the input topics. The
+timed part is what the replay tool does with them: decode every record, then
+`periscope.replay.runner.replay_events` (group by node, order by event time, step the core, flush, keep
+the outputs). A second, core-only figure replays the already decoded objects, to split the cost; a
+third measures the core after an hour of history.
 What limits each figure is read from a cProfile of the same work (top functions by self time).
 """
 

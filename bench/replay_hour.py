@@ -8,10 +8,11 @@ time, as if the hour had been recorded live. Then the real command runs in its o
     python -m periscope.cli.main replay --bootstrap B --from START --to START+1h --format json
 
 with its output to a file. Measured: publishing (records, seconds), the command's wall time and peak
-memory, and from its stderr summary the device samples it replayed and the seconds in the core. When
-the output file gets its first byte marks the end of reading + replaying and the start of writing
-JSON, which splits the wall time. The output is read back (line by line: it is gigabytes at full size)
-to check that it is attribution: items by kind, pods attributed, GPUs with an owner. The section
+memory, and from its stderr summary the device samples it replayed, the seconds in the core and its
+phases (reading, replaying: the core plus rendering each node's records into the spool, writing: the
+merge into the document), which split the wall time. The output is read back (line by line: it is
+gigabytes at full size) to check that it is attribution: items by kind, pods attributed, GPUs with an
+owner. The section
 fails if the command exits non-zero, replays fewer device samples than the spec holds, or prints no
 attribution.
 """
@@ -50,7 +51,8 @@ CHUNK = 5000  # events handed to the producer per round (one send_many per topic
 MAX_BATCH_BYTES = 1
 TIMEOUT_S = 1800.0
 _SUMMARY = re.compile(r"read (\d+) record\(s\), (\d+) event\(s\); (\d+) device sample\(s\) in ([\d.]+)s "
-                      r"\((\d+) device samples/s\); (\d+) bad record\(s\) skipped; ([\d.]+)s in all")
+                      r"\((\d+) device samples/s\); (\d+) bad record\(s\) skipped; ([\d.]+)s in all"
+                      r"(?:; reading ([\d.]+)s, replaying ([\d.]+)s, writing ([\d.]+)s)?")
 
 
 def topic_of(ev: NodeInput) -> topics.Topic:
@@ -164,13 +166,15 @@ def replay_cli(bootstrap: str, from_ms: int, to_ms: int, out: Path, timeout_s: f
     m = _SUMMARY.search(err)
     if m is None:
         raise RuntimeError(f"periscope replay printed no speed summary: {err.strip()[-2000:]}")
-    records, events, device_samples, core_s, speed, bad, total_s = m.groups()
+    records, events, device_samples, core_s, speed, bad, total_s, read_s, replay_s, write_s = m.groups()
+    phases = {} if read_s is None else {"read_s": float(read_s), "replay_s": float(replay_s),
+                                        "write_s": float(write_s)}
     return {"argv": argv[3:], "wall_s": wall, "first_byte_s": first_byte if first_byte is not None else wall,
             "records": int(records), "events": int(events), "device_samples": int(device_samples),
             "core_s": float(core_s), "reported_device_samples_per_s": int(speed), "bad_records": int(bad),
             "in_all_s": float(total_s), "peak_rss_bytes": usage.ru_maxrss * 1024,
             "cpu_s": usage.ru_utime + usage.ru_stime, "output_bytes": out.stat().st_size,
-            "summary": m.group(0)}
+            "summary": m.group(0), **phases}
 
 
 def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None) -> tuple[list[Figure], dict[str, Any]]:
@@ -211,8 +215,14 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
             baseline: Figure | None, *, encode_s: float, record_bytes: float
             ) -> tuple[list[Figure], dict[str, Any]]:
     wall, core = cli["wall_s"], cli["core_s"]
-    read = max(0.0, cli["first_byte_s"] - core)  # process start, read + decode, sort
-    write = max(0.0, wall - cli["first_byte_s"])  # render + write the JSON
+    if "read_s" in cli:  # the command's own account of its phases
+        start = max(0.0, wall - cli["in_all_s"])  # interpreter start and imports
+        read = start + cli["read_s"]
+        render = max(0.0, cli["replay_s"] - core)  # node by node, into the spool
+        write = cli["write_s"]  # merging the spool into the document
+    else:  # split by the first output byte
+        read = max(0.0, cli["first_byte_s"] - core)  # process start, read + decode, sort
+        render, write = 0.0, max(0.0, wall - cli["first_byte_s"])  # render + write the JSON
     speed = spec.device_samples / wall
     simulated_s = spec.duration_ms / 1000
     shape = (f"{spec.nodes} nodes x {spec.gpus_per_node} GPUs x {simulated_s / 60:g} min of "
@@ -233,6 +243,7 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
         "replay_wall_s": round(wall, 2),
         "replay_read_s": round(read, 2),
         "replay_core_s": round(core, 2),
+        "replay_render_json_s": round(render, 2),
         "replay_write_json_s": round(write, 2),
         "replay_cpu_s": round(cli["cpu_s"], 2),
         "replay_peak_rss_bytes": cli["peak_rss_bytes"],
@@ -254,20 +265,20 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
         setup["vs_in_memory_replay"] = {
             "replay_device_samples_per_s": rounded(baseline.value),
             "ratio": rounded(speed / baseline.value),
-            "note": "same run; the in-memory figure is bench.workload's cluster (8 processes per GPU), "
-                    "decode + replay_events only, no broker, no JSON",
+            "note": "same run; the in-memory figure is the static cluster of periscope.replay.synthetic "
+                    "(no pod churn), decode + replay_events only, no broker, no JSON",
         }
-    shares = {"reading (start, fetch, decode)": read, "the core": core, "writing JSON": write}
+    shares = {"reading (start, fetch, decode)": read, "the core": core, "rendering JSON": render,
+              "writing JSON": write}
     top = max(shares, key=lambda k: shares[k])
     items, size = scan["items"], cli["output_bytes"]
     limit = (f"CPU, one Python process: {cli['cpu_s'] / wall:.0%} of a core over {wall:.0f} s; "
              + ", ".join(f"{k} {v / wall:.0%}" for k, v in shares.items())
-             + f" (most: {top}). The core runs at {cli['reported_device_samples_per_s']:,} device samples/s; "
-             f"every device sample emits a GpuState and a PodAttribution: {items / spec.device_samples:.1f} "
-             f"JSON items per device sample, ~{size / max(1, items):.0f} bytes each "
-             f"({size / 1e9:.2f} GB in all). "
-             f"Peak memory {_mem(cli['peak_rss_bytes'])}: every decoded event and every output of "
-             "the range is held (the JSON itself is written item by item)")
+             + f" (most: {top}). The core runs at {cli['reported_device_samples_per_s']:,} device samples/s "
+             f"and emits {items / spec.device_samples:.1f} JSON items per device sample, "
+             f"~{size / max(1, items):.0f} bytes each ({size / 1e9:.2f} GB in all). "
+             f"Peak memory {_mem(cli['peak_rss_bytes'])}: the decoded events of the range (each node's are "
+             "freed once it is replayed); outputs are spooled to a temporary file as JSON lines")
     encode_share = encode_s * pub["records"] / pub["seconds"]
     pub_limit = (f"CPU, this Python process: protobuf encoding is {encode_share:.0%} of the time "
                  f"(~{record_bytes:.0f} bytes a record), the rest is aiokafka's per-record send path; "

@@ -22,9 +22,10 @@ def _second(s: int) -> str:
     return (_EPOCH + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
 
 
+@lru_cache(maxsize=65536)
 def rfc3339(ms: int) -> str:
-    """Unix ms -> '2026-11-22T04:05:06.789Z'. Integer arithmetic (no float drift); the formatted second
-    is cached because a listing repeats the same few sample times across thousands of rows."""
+    """Unix ms -> '2026-11-22T04:05:06.789Z'. Integer arithmetic (no float drift); cached because a
+    listing or a replay's timeline repeats the same few sample times across thousands of records."""
     sec, milli = divmod(ms, 1000)
     return f"{_second(sec)}.{milli:03d}Z"
 

@@ -162,6 +162,28 @@ def decode(topic: Topic, data: bytes) -> Any:
         raise DecodeError(f"invalid {topic.message}: {e}") from e
 
 
+def decode_meta(topic: Topic, data: bytes) -> m.Meta:
+    """Parse and check `data` as `decode` does, but convert only the event header (for a reader that
+    converts the rest later, when it needs it). Raises DecodeError like `decode`."""
+    try:
+        cls, check, _ = _DECODERS[topic.message]
+    except KeyError:
+        raise DecodeError(f"topic {topic.name} has no known message type {topic.message!r}") from None
+    msg: Any = cls()  # every node input has an EventMeta `meta`
+    try:
+        msg.ParseFromString(data)
+    except Exception as e:  # as in decode
+        raise DecodeError(f"not a {topic.message}: {e or type(e).__name__}") from e
+    if check is not None:
+        try:
+            check(msg)
+        except DecodeError as e:
+            raise DecodeError(f"invalid {topic.message}: {e}") from None
+    if not msg.HasField("meta"):
+        raise DecodeError(f"invalid {topic.message}: missing meta")
+    return cv.meta_from_pb(msg.meta)
+
+
 def encode_dead_letter(letter: DeadLetter) -> bytes:
     return encode(letter)
 

@@ -10,6 +10,8 @@ Validation of required fields lives in `periscope.bus.codec`; these functions on
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import fields
+from typing import TYPE_CHECKING, TypeVar
 
 from periscope.core import model as m
 from periscope.v1 import attribution_pb2 as apb
@@ -17,12 +19,33 @@ from periscope.v1 import cluster_pb2 as cpb
 from periscope.v1 import common_pb2 as pb
 from periscope.v1 import node_pb2 as npb
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T", bound="DataclassInstance")
+
 _SOURCE_TO_PB = {
     m.AllocSource.PODRESOURCES: npb.ALLOCATION_SOURCE_PODRESOURCES,
     m.AllocSource.CHECKPOINT: npb.ALLOCATION_SOURCE_CHECKPOINT,
     m.AllocSource.DRA: npb.ALLOCATION_SOURCE_DRA,
 }
 _SOURCE_FROM_PB = {v: k for k, v in _SOURCE_TO_PB.items()}
+
+
+def _check_order(cls: type[_T], names: str) -> type[_T]:
+    """`cls`, once its fields are known to start with `names` (the converters that pass positional
+    arguments rely on that order; a reordered model fails here, at import, not silently)."""
+    got = tuple(f.name for f in fields(cls))[: len(names.split())]
+    if got != tuple(names.split()):
+        raise TypeError(f"{cls.__name__} fields are {got}, the decoder expects {names.split()}")
+    return cls
+
+
+_Meta = _check_order(m.Meta, "node source epoch seq time_ms")
+_ProcessSample = _check_order(m.ProcessSample,
+                              "pid pod_uid container_id qos sm_util_pct mem_util_pct used_mib")
+_DeviceSample = _check_order(m.DeviceSample, "uuid parent_uuid index mig util_pct mem_util_pct fb_used_mib "
+                                             "fb_total_mib power_w temp_c lost processes error")
 
 
 def _pairs(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -37,7 +60,7 @@ def meta_to_pb(x: m.Meta) -> pb.EventMeta:
 
 
 def meta_from_pb(p: pb.EventMeta) -> m.Meta:
-    return m.Meta(node=p.node, source=p.source, epoch=p.epoch, seq=p.seq, time_ms=p.event_time_ms)
+    return _Meta(p.node, p.source, p.epoch, p.seq, p.event_time_ms)
 
 
 def health_to_pb(x: m.SourceHealth) -> pb.SourceHealth:
@@ -113,12 +136,14 @@ def process_to_pb(x: m.ProcessSample) -> npb.ProcessSample:
 
 
 def process_from_pb(p: npb.ProcessSample) -> m.ProcessSample:
+    # The hot path of decoding telemetry: positional arguments (in the order _check_order verifies)
+    # and one bound HasField, about twice as fast as keywords.
     has = p.HasField
-    return m.ProcessSample(
-        pid=p.pid, pod_uid=p.pod_uid, container_id=p.container_id, qos=p.qos,
-        sm_util_pct=p.sm_util_pct if has("sm_util_pct") else None,
-        mem_util_pct=p.mem_util_pct if has("mem_util_pct") else None,
-        used_mib=p.used_mib if has("used_mib") else None)
+    return _ProcessSample(
+        p.pid, p.pod_uid, p.container_id, p.qos,
+        p.sm_util_pct if has("sm_util_pct") else None,
+        p.mem_util_pct if has("mem_util_pct") else None,
+        p.used_mib if has("used_mib") else None)
 
 
 def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
@@ -131,15 +156,15 @@ def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
 
 def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
     has = p.HasField
-    return m.DeviceSample(
-        uuid=p.uuid, parent_uuid=p.parent_uuid, index=p.index, mig=mig_from_pb(p.mig),
-        util_pct=p.util_pct if has("util_pct") else None,
-        mem_util_pct=p.mem_util_pct if has("mem_util_pct") else None,
-        fb_used_mib=p.fb_used_mib if has("fb_used_mib") else None,
-        fb_total_mib=p.fb_total_mib if has("fb_total_mib") else None,
-        power_w=p.power_w if has("power_w") else None,
-        temp_c=p.temp_c if has("temp_c") else None,
-        lost=p.lost, processes=tuple(process_from_pb(s) for s in p.processes), error=p.error)
+    return _DeviceSample(
+        p.uuid, p.parent_uuid, p.index, mig_from_pb(p.mig) if has("mig") else None,
+        p.util_pct if has("util_pct") else None,
+        p.mem_util_pct if has("mem_util_pct") else None,
+        p.fb_used_mib if has("fb_used_mib") else None,
+        p.fb_total_mib if has("fb_total_mib") else None,
+        p.power_w if has("power_w") else None,
+        p.temp_c if has("temp_c") else None,
+        p.lost, tuple(map(process_from_pb, p.processes)), p.error)
 
 
 def node_telemetry_to_pb(x: m.NodeTelemetry) -> npb.NodeTelemetry:
@@ -147,7 +172,7 @@ def node_telemetry_to_pb(x: m.NodeTelemetry) -> npb.NodeTelemetry:
 
 
 def node_telemetry_from_pb(p: npb.NodeTelemetry) -> m.NodeTelemetry:
-    return m.NodeTelemetry(meta=meta_from_pb(p.meta), devices=tuple(device_from_pb(d) for d in p.devices))
+    return m.NodeTelemetry(meta=meta_from_pb(p.meta), devices=tuple(map(device_from_pb, p.devices)))
 
 
 def xid_event_to_pb(x: m.XidEvent) -> npb.XidEvent:

@@ -47,37 +47,54 @@ def attribute_sample(
 
     touched: set[str] = set()
     current: set[tuple[str, str, str]] = set()
+    rows = state.rows
     for inst, hs in by_instance.items():
         sample = samples.get(inst)
         usage, unattributed = split_instance(
             sample, hs, state.pods, strategy, state.devmap.fraction(hs[0].device), replicas
         )
         for h in hs:
-            u = usage[h.key]
-            row = state.rows.get(h.key)
+            key = h.key
+            u = usage[key]
+            row = rows.get(key)
             if row is None:
                 row = RowState(
                     h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id, h.device.gpu_uuid,
                     h.device.mig, first_seen_ms=t,
                 )
-                state.rows[h.key] = row
-            srcs = tuple(sorted(set(h.sources) | ({"process"} if u.seen_processes else set())))
+                rows[key] = row
+            srcs = _sources(h.sources, u.seen_processes)
             row.namespace, row.pod = h.namespace or row.namespace, h.pod or row.pod
             row.observe(t, u, srcs, cfg)
-            current.add(h.key)
+            current.add(key)
             touched.add(h.pod_uid)
             if row.idle:
                 findings.append(_idle(state.node, t, row))
-        if sample is not None:
+        if sample is not None and unattributed:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
     for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
         if d.uuid not in by_instance and d.uuid not in mig_parents and d.processes:
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
-    for key, row in state.rows.items():
-        if key not in current and row.deactivate():
-            touched.add(key[0])
+    if len(current) < len(rows):  # rows no longer held (all held ones are in `current`)
+        for key, row in rows.items():
+            if key not in current and row.deactivate():
+                touched.add(key[0])
     return touched, findings
+
+
+_SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
+
+
+def _sources(allocation: tuple[str, ...], seen_processes: bool) -> tuple[str, ...]:
+    """A row's sources, sorted: memoized, as a few combinations recur on every sample."""
+    key = (allocation, seen_processes)
+    srcs = _SOURCES.get(key)
+    if srcs is None:
+        srcs = tuple(sorted(set(allocation) | ({"process"} if seen_processes else set())))
+        if len(_SOURCES) < 1024:
+            _SOURCES[key] = srcs
+    return srcs
 
 
 def _idle(node: str, t: int, row: RowState) -> Finding:

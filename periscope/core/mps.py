@@ -27,9 +27,21 @@ def is_mps_daemon(info: PodInfo) -> bool:
     return _DAEMON_POD.search(info.name) is not None
 
 
+def mps_daemon_uids(pods: PodRegistry) -> frozenset[str]:
+    """UIDs of the MPS control-daemon pods; recomputed only when the registry changed (it is asked
+    on every sample)."""
+    memo = pods.memo.get("mps-daemons")
+    if memo is not None and memo[0] == pods.version:
+        uids: frozenset[str] = memo[1]
+        return uids
+    uids = frozenset(uid for uid, rec in pods.pods.items() if is_mps_daemon(rec.info))
+    pods.memo["mps-daemons"] = (pods.version, uids)
+    return uids
+
+
 def without_mps_daemons(devices: tuple[DeviceSample, ...], pods: PodRegistry) -> tuple[DeviceSample, ...]:
     """The samples with every process of an MPS control-daemon pod left out."""
-    daemon_uids = {uid for uid, rec in pods.pods.items() if is_mps_daemon(rec.info)}
+    daemon_uids = mps_daemon_uids(pods)
     if not daemon_uids:
         return devices
     out = []

@@ -34,6 +34,8 @@ class PodRegistry:
     pods: dict[str, PodRecord] = field(default_factory=dict)
     by_name: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     version: int = 0  # bumps on every effective change (cache key for allocation reconciliation)
+    # (version, value) memos of what is derived from the pods alone, e.g. the MPS daemons' UIDs.
+    memo: dict[str, tuple[int, Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def apply(self, ev: PodEvent) -> bool:
         """Apply a state-based pod event; return True if anything changed. Idempotent."""

@@ -34,6 +34,8 @@ def _round(v: float | None) -> float | None:
 
 
 def sharing_of(holders: list[Holding], strategy: str) -> str:
+    if len(holders) == 1 and holders[0].device.replica is None:  # the common case, without any()
+        return "mig" if holders[0].device.mig is not None else "exclusive"
     if any(h.device.mig is not None for h in holders):
         return "mig"
     if len(holders) > 1 or any(h.device.replica is not None for h in holders):
@@ -50,6 +52,8 @@ def split_instance(
     replicas: int,
 ) -> tuple[dict[tuple[str, str, str], Usage], list[ProcessSample]]:
     """Usage per holding key on one measured unit (GPU or MIG instance), and unattributed processes."""
+    if len(holders) == 1 and holders[0].device.replica is None:
+        return _single(sample, holders[0], base_fraction)
     sharing = sharing_of(holders, strategy)
     n = len(holders)
     procs = sample.processes if sample is not None else ()
@@ -118,3 +122,26 @@ def split_instance(
             pw = None
         out[h.key] = Usage(_round(util), _round(mem), _round(pw), sharing, basis, fraction, bool(assigned))
     return out, unattributed
+
+
+def _single(
+    sample: DeviceSample | None, h: Holding, base_fraction: float
+) -> tuple[dict[tuple[str, str, str], Usage], list[ProcessSample]]:
+    """One holder of a whole unit, the common case: what `split_instance` gives it, in one pass over
+    the processes (this runs for every device of every sample)."""
+    sharing = "mig" if h.device.mig is not None else "exclusive"
+    uid = h.pod_uid
+    seen = False
+    unattributed: list[ProcessSample] = []
+    for p in sample.processes if sample is not None else ():
+        owner = p.pod_uid
+        if owner == uid:
+            seen = True
+        if not owner or owner != uid:
+            unattributed.append(p)
+    if sample is None or sample.lost:
+        return {h.key: Usage(None, None, None, sharing, "none", base_fraction, False)}, unattributed
+    util, fb, power = sample.util_pct, sample.fb_used_mib, sample.power_w
+    usage = Usage(None if util is None else round(util, 3), None if fb is None else round(fb, 3),
+                  None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen)
+    return {h.key: usage}, unattributed

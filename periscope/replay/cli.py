@@ -11,6 +11,8 @@ T (JSON: {"at", "items"}). Warnings, the speed summary and the progress bar go t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
 import sys
 import time
@@ -21,7 +23,6 @@ from pydantic import ValidationError
 
 from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
-from periscope.core.model import NodeInput
 from periscope.replay.owners import owners_with_stats
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
@@ -33,14 +34,18 @@ from periscope.replay.render import (
     timeline_table,
 )
 from periscope.replay.runner import (
+    PendingTelemetry,
     ReadPlan,
     ReplayConfig,
+    ReplayInput,
     ReplayResult,
     output_filter,
     output_time,
+    paused_gc,
     replay_events,
 )
 from periscope.replay.settings import ReplaySettings
+from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from periscope.wirejson import parse_time_ms, rfc3339
 
 Json = dict[str, Any]
@@ -101,16 +106,20 @@ def _check_bootstrap(value: str) -> str:
 
 def timeline_document(from_ms: int, to_ms: int, result: ReplayResult, stats: ReadStats,
                       filters: dict[str, str | None]) -> Json:
-    """The range's document. Its items are rendered lazily (an iterator: emit the document once), so
-    the JSON of millions of records is never built all at once."""
+    """The range's document. Its items are rendered lazily (an iterator: emit the document once)."""
     # Ordered by event time; within an instant, the core's own (deterministic) emission order.
     outputs = sorted(result.outputs, key=output_time)
-    return {
-        "from": rfc3339(from_ms), "to": rfc3339(to_ms), "filters": filters,
-        "items": map(output_json, outputs),
-        "stats": {"events": result.events, "samples": result.samples, "device_samples": result.device_samples,
-                  "bad_records": stats.bad, "failed_events": result.failed},
-    }
+    return {**_document_head(from_ms, to_ms, filters), "items": map(output_json, outputs),
+            "stats": _document_stats(result, stats)}
+
+
+def _document_head(from_ms: int, to_ms: int, filters: dict[str, str | None]) -> Json:
+    return {"from": rfc3339(from_ms), "to": rfc3339(to_ms), "filters": filters}
+
+
+def _document_stats(result: ReplayResult, stats: ReadStats) -> Json:
+    return {"events": result.events, "samples": result.samples, "device_samples": result.device_samples,
+            "bad_records": stats.bad, "failed_events": result.failed}
 
 
 def _emit(doc: Json, fmt: str, table: Any) -> None:
@@ -123,7 +132,20 @@ def _emit(doc: Json, fmt: str, table: Any) -> None:
         stdout_console(sys.stdout).print(table(doc))
 
 
-def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | None, seconds: float) -> None:
+def _emit_spooled(doc: Json, spool: Spool) -> None:
+    sys.stdout.flush()
+    out = getattr(sys.stdout, "buffer", None)
+    if out is not None:
+        write_document(out, doc, spool.merged())
+        return
+    buf = io.BytesIO()  # a text-only stdout (an embedding program's): render, then write as text
+    write_document(buf, doc, spool.merged())
+    sys.stdout.write(buf.getvalue().decode())
+    sys.stdout.flush()
+
+
+def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | None, seconds: float,
+             phases: dict[str, float]) -> None:
     if quiet:
         return
     parts = [f"replay: {what}: read {stats.records} record(s), {stats.events} event(s)"]
@@ -132,6 +154,8 @@ def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | No
         parts.append(f"{result.device_samples} device sample(s) in {result.seconds:.2f}s "
                      f"({speed:.0f} device samples/s)")
     parts.append(f"{stats.bad} bad record(s) skipped; {seconds:.2f}s in all")
+    if phases:
+        parts.append(", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
     click.echo("; ".join(parts), err=True)
 
 
@@ -174,7 +198,9 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     server = _check_bootstrap(bootstrap or settings.kafka_bootstrap)
     warnings = _Warnings(quiet)
     started = time.perf_counter()
-    with ProgressBar(sys.stderr, enabled=not quiet) as bar:
+    spool: Spool | None = None
+    with contextlib.ExitStack() as stack:
+        bar = stack.enter_context(ProgressBar(sys.stderr, enabled=not quiet))
         try:
             if at_ms is not None:
                 doc, stats = asyncio.run(owners_with_stats(
@@ -183,14 +209,28 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
                 result = None
             else:
                 assert from_ms is not None and to_ms is not None
-                doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings,
-                                               {"pod": pod, "gpu": gpu, "node": node})
+                filters = {"pod": pod, "gpu": gpu, "node": node}
+                if fmt == "json":
+                    spool = stack.enter_context(Spool())
+                    doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings, filters,
+                                                   spool)
+                else:
+                    doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings, filters)
         except ReadError as e:
             raise click.ClickException(one_line(str(e))) from None
-    _emit(doc, fmt, owners_table if at_ms is not None else timeline_table)
+        replayed = time.perf_counter()
+        if spool is not None:
+            _emit_spooled(doc, spool)
+        else:
+            _emit(doc, fmt, owners_table if at_ms is not None else timeline_table)
     if warnings.count and not quiet:
         click.echo(f"periscope: warning: skipped {warnings.count} bad record(s)", err=True)
-    _summary(quiet, "owners" if at_ms is not None else "range", stats, result, time.perf_counter() - started)
+    done = time.perf_counter()
+    # Where the time went: reading (connect, fetch, decode), replaying (the core, and with JSON output
+    # rendering each node's records to the spool), writing the document.
+    phases = {"reading": stats.seconds, "replaying": max(0.0, replayed - started - stats.seconds),
+              "writing": done - replayed} if result is not None else {}
+    _summary(quiet, "owners" if at_ms is not None else "range", stats, result, done - started, phases)
 
 
 def range_plan(from_ms: int, to_ms: int, settings: ReplaySettings, node: str | None = None) -> ReadPlan:
@@ -206,16 +246,27 @@ def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
 
 
 def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
-              warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
+              warnings: _Warnings, filters: dict[str, str | None], spool: Spool | None = None,
+              ) -> tuple[Json, ReadStats, ReplayResult]:
+    """Read and replay the range. With a spool, the outputs go there (the document's items are then
+    written from it); without one, they are kept in the result and the document."""
     plan = range_plan(from_ms, to_ms, settings, filters["node"])
-    events, stats = asyncio.run(read_inputs(server, plan, warn=warnings, security=settings.kafka_security(),
-                                            progress=lambda n, total: bar.update("reading", n, total)))
+    with paused_gc():
+        events, stats = asyncio.run(read_inputs(
+            server, plan, warn=warnings, security=settings.kafka_security(), lazy=True,
+            progress=lambda n, total: bar.update("reading", n, total)))
 
-    def failed(ev: NodeInput, e: Exception) -> None:
-        warnings(f"skipping event {type(ev).__name__} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+    def failed(ev: ReplayInput, e: Exception) -> None:
+        kind = "NodeTelemetry" if isinstance(ev, PendingTelemetry) else type(ev).__name__
+        warnings(f"skipping event {kind} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
                  f"{type(e).__name__}: {e}")
 
     total = len(events)
-    result = replay_events(events, range_config(from_ms, to_ms, settings, filters),
-                           progress=lambda n: bar.update("replaying", n, total), on_error=failed)
-    return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
+    config = range_config(from_ms, to_ms, settings, filters)
+    progress = lambda n: bar.update("replaying", n, total)  # noqa: E731
+    if spool is None:
+        result = replay_events(events, config, progress=progress, on_error=failed)
+        return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
+    result = replay_to_spool(events, config, spool, progress=progress, on_error=failed)
+    doc = {**_document_head(from_ms, to_ms, filters), "items": [], "stats": _document_stats(result, stats)}
+    return doc, stats, result

@@ -13,9 +13,8 @@ from typing import Any
 from periscope.bus.security import KafkaSecurity
 from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
-from periscope.core.model import NodeInput
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
-from periscope.replay.runner import ReadPlan, ReplayConfig, replay_events
+from periscope.replay.runner import ReadPlan, ReplayConfig, ReplayInput, replay_events
 from periscope.replay.settings import ReplaySettings
 from periscope.wirejson import mig_json, rfc3339
 
@@ -71,7 +70,7 @@ def owners_plan(at_ms: int, settings: ReplaySettings, node: str | None = None) -
 
 
 def owners_from_events(
-    events: Iterable[NodeInput], at_ms: int, *, engine: EngineConfig = DEFAULT_CONFIG,
+    events: Iterable[ReplayInput], at_ms: int, *, engine: EngineConfig = DEFAULT_CONFIG,
     gpu_uuid: str | None = None, node: str | None = None, pod_uid: str | None = None,
 ) -> Json:
     """Owners at `at_ms` from input events. Events up to the engine's lateness after it are fed too:

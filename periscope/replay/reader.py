@@ -15,6 +15,7 @@ decode are skipped, counted and reported through `warn`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,13 +32,17 @@ from periscope.replay.runner import (
     SAMPLES,
     SNAPSHOTS,
     STATE,
+    PendingTelemetry,
     ReadPlan,
+    ReplayInput,
     node_of,
     nodes_needing_snapshots,
     select,
 )
 
 _PROBE_FETCH_BYTES = 64 * 1024
+_FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range
+_BATCH_RECORDS = 20_000
 _IDLE_LIMIT_S = 30.0
 
 
@@ -52,6 +57,7 @@ class ReadStats:
     bad: int = 0  # records skipped because they did not decode
     probes: int = 0  # single-record reads spent locating start offsets
     extended: int = 0  # records read further back to find a node's last snapshot
+    seconds: float = 0.0  # wall time of the whole read (connecting, fetching, decoding, selecting)
     bad_by_topic: dict[str, int] = field(default_factory=dict)
 
 
@@ -75,23 +81,43 @@ def _record_time(topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> int:
 
 class _Reader:
     def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None,
-                 security: KafkaSecurity) -> None:
-        self.plan, self.warn, self.progress = plan, warn, progress
+                 security: KafkaSecurity, lazy: bool = False) -> None:
+        self.plan, self.warn, self.progress, self.lazy = plan, warn, progress, lazy
         self.stats = ReadStats()
         # No group: nothing is committed. If retention removes records while they are read, carry on
         # from the oldest that is left rather than from the end.
         common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
                                   "enable_auto_commit": False, "client_id": "periscope-replay",
                                   "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
-        self.main = AIOKafkaConsumer(**common)
+        self._common = common
+        self.main = self._main_consumer()
+        self._retired: list[AIOKafkaConsumer] = []
+        self.tps: list[TopicPartition] = []
         self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
         self.begin: dict[TopicPartition, int] = {}
         self.end: dict[TopicPartition, int] = {}
         self.parts: dict[str, int] = {}  # partition count per topic
         self.total = 0
-        self.events: list[tuple[t.Topic, NodeInput]] = []
+        self.events: list[tuple[t.Topic, ReplayInput]] = []
         # per snapshot topic, the nodes with a record at or before the anchor
         self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
+
+    def _main_consumer(self) -> AIOKafkaConsumer:
+        return AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
+                                **self._common)
+
+    async def fresh_main(self) -> None:
+        """A new consumer for the next phase of reading. The last fetch of the previous phase waits at
+        the end of its partitions for up to fetch_max_wait_ms (500 ms), and aiokafka sends nothing more
+        to that broker until it returns; a new consumer has its own connection."""
+        # The old one is stopped with the others at the end (all its partitions are paused; stopping
+        # it right away can trip over its own just-started tasks).
+        self._retired.append(self.main)
+        self.main = self._main_consumer()
+        await self.main.start()
+        if self.tps:
+            self.main.assign(self.tps)
+            self.main.pause(*self.tps)
 
     async def __aenter__(self) -> _Reader:
         try:
@@ -106,6 +132,8 @@ class _Reader:
         # Stopping a consumer whose start failed is safe, and keeps it from warning when collected.
         await self.probe.stop()
         await self.main.stop()
+        for consumer in self._retired:
+            await consumer.stop()
 
     # ------------------------------------------------------------------ layout
 
@@ -122,6 +150,7 @@ class _Reader:
             return []
         self.begin = await self.main.beginning_offsets(tps)
         self.end = await self.main.end_offsets(tps)
+        self.tps = tps
         self.main.assign(tps)
         self.main.pause(*tps)
         self.probe.assign(tps)
@@ -147,6 +176,10 @@ class _Reader:
             raise ReadError(f"no answer from the broker reading {tp.topic}[{tp.partition}]@{offset}")
         finally:
             self.probe.pause(tp)
+            # Seeking drops the rest of the fetched batch: records left unconsumed in a paused
+            # partition hold back the next fetch from the same broker by aiokafka's prefetch backoff
+            # (100 ms), which would cost every later probe that much.
+            self.probe.seek(tp, offset)
 
     async def start_offsets(self, tps: list[TopicPartition], target_ms: int) -> dict[TopicPartition, int]:
         """Per partition, the first offset whose record is at or after target_ms in event time."""
@@ -154,7 +187,10 @@ class _Reader:
         hints: dict[TopicPartition, Any] = {}
         if live:
             try:
-                hints = await self.main.offsets_for_times({tp: max(0, target_ms) for tp in live})
+                # Asked of the probe consumer: the main one's connection may be held by a fetch
+                # waiting at the end of a partition (up to fetch_max_wait_ms, 500 ms), and a broker
+                # may answer the next request on that connection only after it.
+                hints = await self.probe.offsets_for_times({tp: max(0, target_ms) for tp in live})
             except Exception:  # unsupported by the broker: bisect without a hint
                 hints = {}
         out = {tp: self.end[tp] for tp in tps}
@@ -183,11 +219,16 @@ class _Reader:
 
     # ------------------------------------------------------------------ reading
 
-    def _keep(self, topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> NodeInput | None:
+    def _keep(self, topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> ReplayInput | None:
         if self.plan.node is not None and rec.key is not None and rec.key != self.plan.node.encode():
-            return None
+            return None  # another node's record, skipped before decoding
         try:
-            ev: NodeInput = codec.decode(topic, rec.value or b"")
+            ev: ReplayInput
+            if self.lazy and topic is t.TELEMETRY:
+                # Checked now (a bad record is reported while reading), converted when replayed.
+                ev = PendingTelemetry(codec.decode_meta(topic, rec.value or b""), rec.value or b"")
+            else:
+                ev = codec.decode(topic, rec.value or b"")
         except codec.DecodeError as e:
             self.stats.bad += 1
             self.stats.bad_by_topic[topic.name] = self.stats.bad_by_topic.get(topic.name, 0) + 1
@@ -217,7 +258,11 @@ class _Reader:
         self.main.resume(*active)
         idle_since = asyncio.get_running_loop().time()
         while active:
-            got = await self.main.getmany(*sorted(active), timeout_ms=500, max_records=5000)
+            got = await self.main.getmany(*sorted(active), timeout_ms=500, max_records=_BATCH_RECORDS)
+            # Let the fetcher send its next request before decoding this batch, so the broker reads
+            # the next one while this process decodes.
+            for _ in range(3):
+                await asyncio.sleep(0)
             now = asyncio.get_running_loop().time()
             for tp, recs in got.items():
                 if tp not in active:
@@ -241,17 +286,19 @@ class _Reader:
                 if self.progress is not None and n:
                     self.progress(n, self.total)
                 if done or (recs and recs[-1].offset + 1 >= stop):
-                    self._finish(tp, active)
+                    self._finish(tp, active, stop)
                 idle_since = now
             for tp in [tp for tp in sorted(active) if not got.get(tp)]:
                 if await self.main.position(tp) >= ranges[tp][1]:
-                    self._finish(tp, active)  # a gap (deleted records, markers) up to the stop offset
+                    # a gap (deleted records, markers) up to the stop offset
+                    self._finish(tp, active, ranges[tp][1])
             if active and now - idle_since > _IDLE_LIMIT_S:
                 raise ReadError(f"the broker sent nothing for {_IDLE_LIMIT_S:.0f}s while records remain")
 
-    def _finish(self, tp: TopicPartition, active: set[TopicPartition]) -> None:
+    def _finish(self, tp: TopicPartition, active: set[TopicPartition], stop: int) -> None:
         active.discard(tp)
         self.main.pause(tp)
+        self.main.seek(tp, stop)  # drops fetched records past the stop (see _time_at)
 
 
 async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int], need: set[str]) -> None:
@@ -270,25 +317,32 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
 
 async def read_inputs(
     bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
-    security: KafkaSecurity = PLAINTEXT,
-) -> tuple[list[NodeInput], ReadStats]:
-    """Every input event the replay of `plan` needs, unordered (the runner orders them per node)."""
+    security: KafkaSecurity = PLAINTEXT, lazy: bool = False,
+) -> tuple[list[ReplayInput], ReadStats]:
+    """Every input event the replay of `plan` needs, unordered (the runner orders them per node).
+    With `lazy`, telemetry comes as PendingTelemetry (checked, converted when replayed): the bulk of a
+    long range then stays about as small as it was on the wire until its node is replayed."""
+    started = time.perf_counter()
     try:
         await check_connection(bootstrap, security)  # a certificate or credential problem, in one line
-        async with _Reader(bootstrap, plan, warn, progress, security) as r:
+        async with _Reader(bootstrap, plan, warn, progress, security, lazy) as r:
             tps = await r.layout()
             ranges = {tp: (r.begin[tp], r.end[tp]) for tp in tps if t.BY_NAME[tp.topic] in STATE}
             await r.read(ranges, stop_after_ms=None)
             snap_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SNAPSHOTS]
             snap_starts = await r.start_offsets(snap_tps, plan.cut_ms)
+            await r.fresh_main()
             await r.read({tp: (snap_starts[tp], r.end[tp]) for tp in snap_tps},
                          stop_after_ms=plan.to_ms + plan.late_slack_ms)
             if plan.samples:
                 sample_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SAMPLES]
                 starts = await r.start_offsets(sample_tps, plan.anchor_ms)
+                await r.fresh_main()
                 await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps},
                              stop_after_ms=plan.to_ms + plan.late_slack_ms)
             need = nodes_needing_snapshots(r.events, plan)
+            if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
+                await r.fresh_main()  # records further back are needed
             for topic in SNAPSHOTS:
                 await _extend(r, topic, snap_starts, need)
     except ReadError:
@@ -299,4 +353,5 @@ async def read_inputs(
         raise ReadError(f"cannot read from the broker at {bootstrap}: {str(e) or type(e).__name__}") from e
     selected = select(r.events, plan)
     r.stats.events = len(selected)
+    r.stats.seconds = time.perf_counter() - started
     return selected, r.stats

@@ -16,7 +16,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from periscope.core.model import AttributionRow, Finding, GpuState, Owner, PodAttribution
-from periscope.replay.runner import output_time
 from periscope.wirejson import mig_json, rfc3339
 from periscope.wirejson import num as _num
 
@@ -45,10 +44,10 @@ def _row(r: AttributionRow) -> Json:
 
 def output_json(o: PodAttribution | GpuState | Finding) -> Json:
     """One timeline item: the record the core emitted, with its event time and bus key."""
-    head: Json = {"at": rfc3339(output_time(o)), "node": o.node}
+    # One dict literal per kind (no merging of a shared head): this runs for every record of a range.
     if isinstance(o, PodAttribution):
-        return {**head, "kind": "attribution", "key": o.pod_uid, "pod_uid": o.pod_uid,
-                "namespace": o.namespace, "pod": o.pod, "phase": o.phase,
+        return {"at": rfc3339(o.as_of_ms), "node": o.node, "kind": "attribution", "key": o.pod_uid,
+                "pod_uid": o.pod_uid, "namespace": o.namespace, "pod": o.pod, "phase": o.phase,
                 "owner": {"kind": o.owner_kind, "name": o.owner_name} if o.owner_kind else None,
                 "created": _time(o.created_ms), "deleted": _time(o.deleted_ms),
                 "rows": [_row(r) for r in o.rows]}
@@ -57,13 +56,15 @@ def output_json(o: PodAttribution | GpuState | Finding) -> Json:
                  "fb_used_mib": _num(m.fb_used_mib), "fb_total_mib": _num(m.fb_total_mib),
                  "owners": [_owner(x) for x in m.owners]} for m in o.mig_devices]
         xid = None if o.last_xid is None else {"code": o.last_xid.code, "at": rfc3339(o.last_xid.at_ms)}
-        return {**head, "kind": "gpu", "key": o.gpu_uuid, "gpu_uuid": o.gpu_uuid, "model": o.model,
-                "index": o.index, "sharing": o.sharing, "util_pct": _num(o.util_pct),
+        return {"at": rfc3339(o.as_of_ms), "node": o.node, "kind": "gpu", "key": o.gpu_uuid,
+                "gpu_uuid": o.gpu_uuid, "model": o.model, "index": o.index, "sharing": o.sharing,
+                "util_pct": _num(o.util_pct),
                 "fb_used_mib": _num(o.fb_used_mib), "fb_total_mib": _num(o.fb_total_mib),
                 "power_w": _num(o.power_w), "temp_c": _num(o.temp_c), "lost": o.lost,
                 "owners": [_owner(x) for x in o.owners], "mig_devices": migs, "last_xid": xid}
-    return {**head, "kind": "finding", "key": o.key, "finding": o.kind, "id": o.id, "active": o.active,
-            "gpu_uuid": o.gpu_uuid or None, "mig": mig_json(o.mig), "pod_uid": o.pod_uid or None,
+    return {"at": rfc3339(o.at_ms), "node": o.node, "kind": "finding", "key": o.key, "finding": o.kind,
+            "id": o.id, "active": o.active, "gpu_uuid": o.gpu_uuid or None, "mig": mig_json(o.mig),
+            "pod_uid": o.pod_uid or None,
             "namespace": o.namespace or None, "pod": o.pod or None, "container": o.container or None,
             "device_id": o.device_id or None, "xid_code": o.xid_code or None,
             "owners": [_owner(x) for x in o.owners], "message": o.message, "since": _time(o.since_ms),

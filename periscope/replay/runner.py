@@ -8,10 +8,14 @@ give the same outputs. Also here: which input events a replay of a range needs (
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from periscope.bus import codec
 from periscope.bus import topics as t
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, flush, new_state, output_key, step
 from periscope.core.model import (
@@ -19,6 +23,7 @@ from periscope.core.model import (
     DeviceInventory,
     Finding,
     GpuState,
+    Meta,
     NodeEvent,
     NodeInput,
     NodeTelemetry,
@@ -31,6 +36,23 @@ from periscope.core.model import (
 # Order of event kinds that share an instant: what the world looked like, then what happened in it.
 _RANK: dict[type, int] = {PodEvent: 0, NodeEvent: 1, DeviceInventory: 2, AllocationSnapshot: 3, XidEvent: 4,
                           NodeTelemetry: 5}
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTelemetry:
+    """A telemetry record that was read and checked but is converted only when its node is replayed:
+    its header, and its bytes (about a third of the memory the decoded sample takes)."""
+
+    meta: Meta
+    data: bytes
+
+    def decode(self) -> NodeTelemetry:
+        tel: NodeTelemetry = codec.decode(t.TELEMETRY, self.data)
+        return tel
+
+
+ReplayInput = NodeInput | PendingTelemetry
+_RANK[PendingTelemetry] = _RANK[NodeTelemetry]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +88,7 @@ class ReplayResult:
         return self.device_samples / self.seconds if self.seconds > 0 else 0.0
 
 
-def node_of(ev: NodeInput) -> str:
+def node_of(ev: ReplayInput) -> str:
     """The node whose partition (and engine state) an event belongs to."""
     if ev.meta.node:
         return ev.meta.node
@@ -81,14 +103,14 @@ def output_time(o: Output) -> int:
     return o.at_ms if isinstance(o, Finding) else o.as_of_ms
 
 
-def order_key(ev: NodeInput) -> tuple[int, int, str, int, int]:
+def order_key(ev: ReplayInput) -> tuple[int, int, str, int, int]:
     m = ev.meta
     return (m.time_ms, _RANK[type(ev)], m.source, m.epoch, m.seq)
 
 
-def by_node(events: Iterable[NodeInput], to_ms: int | None = None) -> dict[str, list[NodeInput]]:
+def by_node(events: Iterable[ReplayInput], to_ms: int | None = None) -> dict[str, list[ReplayInput]]:
     """Events grouped per node and sorted by event time; unscheduled pods (no node) are dropped."""
-    groups: dict[str, list[NodeInput]] = {}
+    groups: dict[str, list[ReplayInput]] = {}
     for ev in events:
         if to_ms is not None and ev.meta.time_ms > to_ms:
             continue
@@ -100,11 +122,92 @@ def by_node(events: Iterable[NodeInput], to_ms: int | None = None) -> dict[str, 
     return groups
 
 
-OnError = Callable[[NodeInput, Exception], None]
+OnError = Callable[[ReplayInput, Exception], None]
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector (nests, and is thread-safe). A replay builds millions of
+    long-lived, acyclic objects, and each full collection walks all of them: a third of a replay's
+    time, for nothing to collect. Reference counting still frees everything as usual."""
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
+
+
+def replay_nodes(
+    groups: dict[str, list[ReplayInput]],
+    config: ReplayConfig,
+    result: ReplayResult,
+    *,
+    progress: Callable[[int], None] | None = None,
+    on_error: OnError | None = None,
+    keep_states: bool = True,
+) -> Iterator[tuple[str, list[Output]]]:
+    """Replay node by node (in name order), yielding each node's kept outputs in emission order.
+    Each node's events are taken out of `groups` as it is replayed, so they can be freed; counters
+    and (with keep_states) the final states go to `result`, the time spent in the core to its
+    `seconds`."""
+    cfg = config
+    for node in sorted(groups):
+        events = groups.pop(node)
+        started = time.perf_counter()
+        state = new_state(node)
+        kept: list[Output] = []
+        pending = 0
+        for ev in events:
+            try:
+                state, outs = step(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
+            except Exception as e:  # a core bug on one event must not lose the whole replay
+                result.failed += 1
+                if on_error is not None:
+                    on_error(ev, e)
+                continue
+            if outs:
+                _keep(outs, cfg, result, kept)
+            result.events += 1
+            pending += 1
+            if pending >= 1000 and progress is not None:
+                progress(pending)
+                pending = 0
+        _keep(flush(state, cfg.engine), cfg, result, kept)
+        del events
+        if keep_states:
+            result.states[node] = state
+        result.samples += state.counters.samples
+        result.device_samples += state.counters.device_samples
+        result.seconds += time.perf_counter() - started
+        if progress is not None and pending:
+            progress(pending)
+        yield node, kept
+
+
+def _keep(outs: list[Output], cfg: ReplayConfig, result: ReplayResult, kept: list[Output]) -> None:
+    result.emitted += len(outs)
+    for o in outs:
+        if cfg.from_ms is not None and output_time(o) < cfg.from_ms:
+            continue
+        if cfg.keep is not None and not cfg.keep(o):
+            continue
+        kept.append(o)
 
 
 def replay_events(
-    events: Iterable[NodeInput],
+    events: Iterable[ReplayInput],
     config: ReplayConfig | None = None,
     *,
     progress: Callable[[int], None] | None = None,
@@ -116,50 +219,17 @@ def replay_events(
     is skipped and counted (and handed to `on_error`), so one bad event cannot end a replay.
     """
     cfg = config or ReplayConfig()
-    groups = by_node(events, cfg.to_ms)
     result = ReplayResult()
     latest: dict[str, Output] = {}
-    started = time.perf_counter()
-
-    def take(outs: list[Output]) -> None:
-        result.emitted += len(outs)
-        for o in outs:
-            if cfg.from_ms is not None and output_time(o) < cfg.from_ms:
-                continue
-            if cfg.keep is not None and not cfg.keep(o):
-                continue
+    with paused_gc():
+        groups = by_node(events, cfg.to_ms)
+        for _, outs in replay_nodes(groups, cfg, result, progress=progress, on_error=on_error):
             if cfg.latest_only:
-                latest[output_key(o)] = o
+                latest.update((output_key(o), o) for o in outs)
             else:
-                result.outputs.append(o)
-
-    for node in sorted(groups):
-        state = new_state(node)
-        result.states[node] = state
-        pending = 0
-        for ev in groups[node]:
-            try:
-                state, outs = step(state, ev, cfg.engine)
-            except Exception as e:  # a core bug on one event must not lose the whole replay
-                result.failed += 1
-                if on_error is not None:
-                    on_error(ev, e)
-                continue
-            take(outs)
-            result.events += 1
-            pending += 1
-            if pending >= 1000 and progress is not None:
-                progress(pending)
-                pending = 0
-        take(flush(state, cfg.engine))
-        result.states[node] = state
-        result.samples += state.counters.samples
-        result.device_samples += state.counters.device_samples
-        if progress is not None and pending:
-            progress(pending)
+                result.outputs += outs
     if cfg.latest_only:
         result.outputs = sorted(latest.values(), key=lambda o: (output_time(o), output_key(o)))
-    result.seconds = time.perf_counter() - started
     return result
 
 
@@ -212,7 +282,7 @@ class ReadPlan:
         return self.anchor_ms - self.lookback_ms
 
 
-def nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> set[str]:
+def nodes_needing_snapshots(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> set[str]:
     """Nodes the replay will need allocation/inventory state for."""
     if plan.node is not None:
         return {plan.node}
@@ -230,12 +300,12 @@ def nodes_needing_snapshots(events: list[tuple[t.Topic, NodeInput]], plan: ReadP
     return nodes
 
 
-def select(events: list[tuple[t.Topic, NodeInput]], plan: ReadPlan) -> list[NodeInput]:
+def select(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> list[ReplayInput]:
     """The events the replay feeds, independent of how far before the range the reading started:
     state up to `to`; snapshots in [cut, to] plus, where a node has none in [cut, anchor], its latest
     before the cut; samples in [anchor, to]."""
-    out: list[NodeInput] = []
-    older: dict[tuple[str, str], NodeInput] = {}
+    out: list[ReplayInput] = []
+    older: dict[tuple[str, str], ReplayInput] = {}
     covered: set[tuple[str, str]] = set()
     for topic, ev in events:
         tm = ev.meta.time_ms

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import api, common, freshness, hotspots, probe, replay, replay_hour, report, run
-from bench.workload import NodeShape, cluster_events, gpu_uuid, pod_uid
+from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
 from periscope.bus.broker import BrokerError, resolve_binary
 from periscope.core import engine
@@ -111,7 +111,7 @@ def test_api_view_copies_are_independent_nodes() -> None:
             view.apply(o)
     assert view.row_count() == 24 and len(view.gpus) == 24
     pa = view.pods[pod_uid(2, 5)]
-    assert pa.rows[0].gpu_uuid == gpu_uuid(2, 5) and pa.node == "bench-00002"
+    assert pa.rows[0].gpu_uuid == gpu_uuid(2, 5) and pa.node == node_name(2)
     g = view.gpus[gpu_uuid(1, 0)]
     assert isinstance(g, GpuState) and g.owners[0].pod_uid == pod_uid(1, 0)
     assert isinstance(next(iter(view.pods.values())), PodAttribution)
