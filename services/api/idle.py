@@ -1,15 +1,18 @@
 """Allocated-but-idle: the joiner's own flags, or a recomputation for a caller's threshold and window.
 
-The joiner publishes each row's tumbling window stats (`AttributionRow.windows`), so /v1/idle can answer
-"idle below P % over the last W" for any P and any W up to the joiner's window retention, without
+The joiner publishes each row's tumbling window stats as the windows close (`AttributionRow.windows`),
+and the view merges them per row for its window retention (PERISCOPE_API_WINDOW_RETENTION, 1h), so
+/v1/idle can answer "idle below P % over the last W" for any P and any W up to that retention, without
 keeping telemetry in the API.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from periscope.core.model import AttributionRow, PodAttribution, WindowStat
+from periscope.core.model import AttributionRow, PodAttribution
+from services.api.windows import Stat
 
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_WINDOW_MS = 10 * 60_000
@@ -23,11 +26,11 @@ class IdleVerdict:
     wasted_gpu_hours: float
 
 
-def _avg(windows: list[WindowStat]) -> float | None:
-    samples = sum(w.util_samples for w in windows)
+def _avg(windows: Sequence[Stat]) -> float | None:
+    samples = sum(w[3] for w in windows)
     if samples <= 0:
         return None
-    return sum(w.util_sum for w in windows) / samples
+    return sum(w[2] for w in windows) / samples
 
 
 def joiner_verdict(row: AttributionRow) -> IdleVerdict | None:
@@ -38,10 +41,11 @@ def joiner_verdict(row: AttributionRow) -> IdleVerdict | None:
 
 
 def recompute(
-    pod: PodAttribution, row: AttributionRow, threshold_pct: float, window_ms: int
+    pod: PodAttribution, row: AttributionRow, windows: Sequence[Stat], threshold_pct: float, window_ms: int
 ) -> IdleVerdict | None:
     """Idle iff the row is active, was allocated for the whole window, and its average utilization over
-    the windows starting at or after `as_of - window` is below the threshold.
+    its merged closed windows (services.api.windows.Stat, any order) starting at or after
+    `as_of - window` is below the threshold.
 
     A row without utilization samples (e.g. a MIG slice without profiling data) is never called idle:
     "unknown" is not "idle". idle_since extends back through the trailing run of below-threshold windows
@@ -50,25 +54,25 @@ def recompute(
     if not row.active:
         return None
     as_of = pod.as_of_ms or row.last_seen_ms or row.sample_ms
-    windows = sorted(row.windows, key=lambda w: w.start_ms)
-    if not as_of or not windows:
+    ws = sorted(windows, key=lambda w: w[0])
+    if not as_of or not ws:
         return None
     cutoff = as_of - window_ms
-    known_from = row.first_seen_ms or windows[0].start_ms
+    known_from = row.first_seen_ms or ws[0][0]
     if known_from > cutoff:
         return None  # not held long enough to judge over this window
-    selected = [w for w in windows if w.start_ms >= cutoff]
+    selected = [w for w in ws if w[0] >= cutoff]
     avg = _avg(selected)
     if avg is None or avg >= threshold_pct:
         return None
-    since = selected[0].start_ms
-    for w in reversed(windows):
-        if w.start_ms >= since:
+    since = selected[0][0]
+    for w in reversed(ws):
+        if w[0] >= since:
             continue
         wavg = _avg([w])
         if wavg is not None and wavg >= threshold_pct:
             break
-        since = w.start_ms
+        since = w[0]
     since = max(since, row.first_seen_ms)
     wasted = max(0, as_of - since) / _HOUR_MS * row.gpu_fraction
     return IdleVerdict(since, avg, wasted)
