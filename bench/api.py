@@ -81,10 +81,21 @@ def _index_of_gpu(uuid: str, shape: NodeShape) -> int:
 
 
 def _as_node(i: int, pa: PodAttribution, shape: NodeShape) -> PodAttribution:
-    p = next(p for p in range(shape.gpus) if pod_uid(0, p) == pa.pod_uid)
-    rows = tuple(replace(r, device_id=gpu_uuid(i, g), gpu_uuid=gpu_uuid(i, g))
-                 for r in pa.rows for g in (_index_of_gpu(r.gpu_uuid, shape),))
-    return replace(pa, pod_uid=pod_uid(i, p), pod=pod_name(i, p), node=node_name(i), rows=rows)
+    p = _TEMPLATE_PODS.get(pa.pod_uid)
+    if p is None:
+        p = _TEMPLATE_PODS[pa.pod_uid] = next(p for p in range(shape.gpus) if pod_uid(0, p) == pa.pod_uid)
+    rows = []
+    for r in pa.rows:
+        g = _TEMPLATE_GPUS.get(r.gpu_uuid)
+        if g is None:
+            g = _TEMPLATE_GPUS[r.gpu_uuid] = _index_of_gpu(r.gpu_uuid, shape)
+        uuid = gpu_uuid(i, g)
+        rows.append(replace(r, device_id=uuid, gpu_uuid=uuid))
+    return replace(pa, pod_uid=pod_uid(i, p), pod=pod_name(i, p), node=node_name(i), rows=tuple(rows))
+
+
+_TEMPLATE_PODS: dict[str, int] = {}  # node 0's pod UID -> pod index
+_TEMPLATE_GPUS: dict[str, int] = {}  # node 0's GPU UUID -> GPU index
 
 
 def node_outputs(i: int, pods: list[bytes], gpus: list[bytes], shape: NodeShape) -> list[Any]:
