@@ -14,7 +14,6 @@ from sys import intern
 
 from periscope.core.model import AttributionRow, GpuState, MigRef, MigState, Owner, PodAttribution
 
-
 # A row's `sources` are one of a handful of combinations: rows share one tuple per combination (up to a
 # bound, so odd input cannot grow this without limit).
 _SHARED_MAX = 1024
