@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from periscope.core.model import AttributionRow, PodAttribution
 from services.api.windows import Stat
@@ -17,6 +18,7 @@ from services.api.windows import Stat
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_WINDOW_MS = 10 * 60_000
 _HOUR_MS = 3_600_000
+DEFAULT_BUCKET_MS = 60_000  # the joiner's default window (PERISCOPE_WINDOW), for a row with one window
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +46,8 @@ def recompute(
     pod: PodAttribution, row: AttributionRow, windows: Sequence[Stat], threshold_pct: float, window_ms: int
 ) -> IdleVerdict | None:
     """Idle iff the row is active, was allocated for the whole window, and its average utilization over
-    its merged closed windows (services.api.windows.Stat, any order) starting at or after
-    `as_of - window` is below the threshold.
+    its merged closed windows (services.api.windows.Stat, any order) that overlap the span
+    [as_of - window, as_of] is below the threshold.
 
     A row without utilization samples (e.g. a MIG slice without profiling data) is never called idle:
     "unknown" is not "idle". idle_since extends back through the trailing run of below-threshold windows
@@ -61,7 +63,11 @@ def recompute(
     known_from = row.first_seen_ms or ws[0][0]
     if known_from > cutoff:
         return None  # not held long enough to judge over this window
-    selected = [w for w in ws if w[0] >= cutoff]
+    # Only closed windows are published (the current one is not), so a span shorter than a window would
+    # select nothing by start alone: a window counts when it overlaps the span. Windows are aligned
+    # tumbling windows, so the smallest gap between two held starts is their length.
+    length = min((b[0] - a[0] for a, b in pairwise(ws)), default=DEFAULT_BUCKET_MS)
+    selected = [w for w in ws if w[0] + length > cutoff]
     avg = _avg(selected)
     if avg is None or avg >= threshold_pct:
         return None

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from periscope.core.model import PodAttribution, WindowStat
-from services.api import windows
+from services.api import idle, windows
 from services.api.settings import ApiSettings
 from services.api.view import View
 from tests.unit.test_api_app import client, get
@@ -139,3 +139,19 @@ async def test_pod_detail_and_idle_read_the_merged_windows() -> None:
         assert idle["avg_util_pct"] == pytest.approx(2.0)
         assert idle["idle_since"] == "2026-11-22T03:35:00.000Z"  # back through all 30 merged windows
         assert (await get(c, "/v1/idle?threshold_pct=1&window=10m"))["items"] == []
+
+
+def test_a_span_shorter_than_a_window_is_judged_by_the_closed_window_it_overlaps() -> None:
+    """The current window is never published, so ?window=30s looks at the newest closed one."""
+    r = row(first_seen_ms=T0 - 60 * MIN)
+    p = pod("u1", "ml", "a", "gpu-a", r, as_of=T0)  # T0 is 6.789 s into the minute starting at BASE
+    quiet = [windows.stat(_w(k, 2.0)) for k in range(-10, 0)]
+    v = idle.recompute(p, r, quiet, 5.0, 30_000)
+    assert v is not None and v.avg_util_pct == 2.0 and v.since_ms == BASE - 10 * MIN
+    busy_last = [*quiet[:-1], windows.stat(_w(-1, 50.0))]
+    assert idle.recompute(p, r, busy_last, 5.0, 30_000) is None
+    # Over 10m the window straddling the span's start counts too: 10 windows, not 9.
+    mixed = [windows.stat(_w(k, 14.0 if k == -10 else 4.0)) for k in range(-10, 0)]
+    assert idle.recompute(p, r, mixed, 5.0, 10 * MIN) is None  # (14 + 9 x 4) / 10 = 5.0
+    v = idle.recompute(p, r, mixed, 5.1, 10 * MIN)
+    assert v is not None and v.avg_util_pct == pytest.approx(5.0)
