@@ -299,8 +299,9 @@ def run(sizes: tuple[int, ...], history_min: int, requests: int, rounds: int, fu
                                 "window",
                 "view_only_bytes_per_row": rounded(big["bytes_per_row_view"])},
                "each row keeps a compact copy of its pod, row and GPU state (Python objects, interned "
-               "strings) and its windows packed (24 bytes each); rendered rows are cached for at most "
-               "4,096 rows", None,
+               "strings) and its windows packed (20-44 bytes each, exact: the simulated integer "
+               "telemetry takes 20, real fractional MiB and watts 28); rendered rows are cached for at "
+               "most 4,096 rows", None,
                [big["bytes_per_row_rendered"]],
                f"API process RSS growth / rows at {top:,} rows, {big['windows_per_row']:.0f} merged windows "
                "per row, each row rendered once"),

@@ -26,16 +26,22 @@ def _starts(series: bytes) -> list[int]:
     return [(s[0] - BASE) // MIN for s in windows.unpack(series)]
 
 
-def test_narrow_and_wide_series_give_back_exactly_what_was_merged() -> None:
+def test_series_give_back_exactly_what_was_merged_in_the_narrowest_exact_layout() -> None:
     narrow = [_w(k, float(k)) for k in range(5)]
     s = windows.merge(b"", narrow, 0)
-    assert windows.windows(s) == tuple(narrow) and len(s) == 9 + 5 * 24
-    # 0.1 and 387.25 W x 7 are not float32 values: the series widens instead of rounding them.
+    assert windows.windows(s) == tuple(narrow) and len(s) == 13 + 5 * 20  # uint16 counts, float32 sums
+    # 0.1 and 81559.123 are not float32 values: those columns widen instead of rounding them.
     odd = WindowStat(BASE + 9 * MIN, 7, 0.1, 3, 81559.123, 387.25 * 7)
     wide = windows.merge(s, [odd], 0)
-    assert windows.windows(wide) == (*narrow, odd) and len(wide) == 9 + 6 * 48
-    huge = WindowStat(BASE + 10 * MIN, 2**40, math.inf, 2**33, -1.0, 0.0)  # any int64 / float64 survives
-    assert windows.windows(windows.merge(s, [huge], 0))[-1] == huge
+    assert windows.windows(wide) == (*narrow, odd) and len(wide) == 13 + 6 * 28
+    assert [w.util_sum for w in windows.windows(wide)] == [w.util_sum for w in (*narrow, odd)]
+    # Any int64 count and float64 sum survives, and so does a start 60 days on.
+    huge = WindowStat(BASE + 10 * MIN, 2**40, math.inf, 70_000, -1.0, 0.0)
+    late = WindowStat(BASE + 60 * 24 * 60 * MIN, 1, 0.5, -1, 2.0**-30, 1e300)
+    got = windows.windows(windows.merge(s, [huge, late], 0))
+    assert got == (*narrow, huge, late) and windows.count(windows.merge(s, [huge, late], 0)) == 7
+    nan = windows.windows(windows.merge(b"", [WindowStat(BASE, 1, math.nan)], 0))[0]
+    assert math.isnan(nan.util_sum)
 
 
 def test_a_repeat_replaces_the_held_copy_and_order_of_arrival_does_not_matter() -> None:
