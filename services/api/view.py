@@ -177,10 +177,11 @@ class View:
         """Drop the windows that start before `cutoff_ms` (event time) from every row; how many rows
         lost some. Merging prunes a row by its own pod's time; this catches rows that went quiet."""
         n = 0
-        for k, (p, r, s) in list(self._rows.items()):
+        rows = self._rows
+        for k, (p, r, s) in rows.items():  # replacing values, not keys: safe while iterating
             pruned = windows.prune(s, cutoff_ms)
             if pruned is not s:
-                self._rows[k] = (p, r, pruned)
+                rows[k] = (p, r, pruned)
                 n += 1
         return n
 
