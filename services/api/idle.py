@@ -59,15 +59,18 @@ def recompute(
     ws = sorted(windows, key=lambda w: w[0])
     if not as_of or not ws:
         return None
-    cutoff = as_of - window_ms
+    # Windows are aligned tumbling windows, so the smallest gap between two held starts is their length.
+    length = min((b[0] - a[0] for a, b in pairwise(ws)), default=DEFAULT_BUCKET_MS)
+    # Only closed windows are published, not the current one: the span ends where the newest closed
+    # window ends (never more than one window before as_of, so a row whose windows stopped coming is
+    # not judged on old ones), and a window counts when it overlaps the span, so that a span shorter
+    # than a window is judged by the newest closed window.
+    end = min(as_of, max(ws[-1][0] + length, as_of - length))
+    cutoff = end - window_ms
     known_from = row.first_seen_ms or ws[0][0]
     if known_from > cutoff:
         return None  # not held long enough to judge over this window
-    # Only closed windows are published (the current one is not), so a span shorter than a window would
-    # select nothing by start alone: a window counts when it overlaps the span. Windows are aligned
-    # tumbling windows, so the smallest gap between two held starts is their length.
-    length = min((b[0] - a[0] for a, b in pairwise(ws)), default=DEFAULT_BUCKET_MS)
-    selected = [w for w in ws if w[0] + length > cutoff]
+    selected = [w for w in ws if w[0] + length > cutoff and w[0] < end]
     avg = _avg(selected)
     if avg is None or avg >= threshold_pct:
         return None

@@ -156,6 +156,13 @@ def test_a_span_shorter_than_a_window_is_judged_by_the_closed_window_it_overlaps
     assert v is not None and v.avg_util_pct == 2.0 and v.since_ms == BASE - 10 * MIN
     busy_last = [*quiet[:-1], windows.stat(_w(-1, 50.0))]
     assert idle.recompute(p, r, busy_last, 5.0, 30_000) is None
+    # Late in the current minute (45 s in), the newest closed window still decides.
+    later = pod("u1", "ml", "a", "gpu-a", r, as_of=BASE + 45_000)
+    v = idle.recompute(later, r, quiet, 5.0, 30_000)
+    assert v is not None and v.wasted_gpu_hours == pytest.approx((45_000 + 10 * MIN) / 3_600_000)
+    # Windows that stopped coming (none closed in the last minute) are not judged as if current.
+    stalled = pod("u1", "ml", "a", "gpu-a", r, as_of=BASE + 5 * MIN)
+    assert idle.recompute(stalled, r, quiet, 5.0, 30_000) is None
     # Over 10m the window straddling the span's start counts too: 10 windows, not 9.
     mixed = [windows.stat(_w(k, 14.0 if k == -10 else 4.0)) for k in range(-10, 0)]
     assert idle.recompute(p, r, mixed, 5.0, 10 * MIN) is None  # (14 + 9 x 4) / 10 = 5.0
