@@ -2,7 +2,7 @@
 PERISCOPE_API_AUTH=kubernetes and a warm review cache, as a cluster-wide user and as a user of two
 namespaces out of twenty.
 
-The view is bench.api's steady-state view (one pod per GPU, minute windows), with node i's pods in
+The view is bench.api's view (one pod per GPU, fed as the joiner publishes), with node i's pods in
 namespace team-(i mod 20). One child process serves it twice, from one uvicorn server with access
 control off and one with it on; the reviews go over HTTP to the simulated apiserver (TokenReview,
 SubjectAccessReview) in that process. Every queried node is one of the namespaced user's, so the three
@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from bench.api import _time_queries, node_outputs, template
+from bench.api import _time_queries, feed, template
 from bench.common import Figure, Goal, median, percentile, rounded
 from bench.workload import NodeShape, node_name
 from periscope.core.model import GpuState, Owner, PodAttribution
@@ -62,11 +62,8 @@ def _serve(rows: int, history_min: int, conn: Connection) -> None:
 
     logging.disable(logging.WARNING)
     shape = NodeShape()
-    pods, gpus = template(history_min, shape)
     view = View()
-    for i in range(rows // shape.gpus):
-        for o in _renamespaced(i, node_outputs(i, pods, gpus, shape)):
-            view.apply(o)
+    feed(view, range(rows // shape.gpus), template(history_min, shape), shape, _renamespaced)
     users = (UserSpec(name="alice", token="alice-token", namespaces=TENANT_NAMESPACES),
              UserSpec(name="ops", token="ops-token", cluster=True))
 

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 SERVICE = "api"
 TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES)
-FRESH_TOPICS = (t.ATTRIBUTION, t.GPUS)  # the joiner's steady outputs: new ones mean data moves
+# The joiner's outputs: it publishes on change plus a heartbeat (5 s event time by default), so even a
+# quiet cluster keeps sending, and any new one of them means data moves.
+FRESH_TOPICS = (t.ATTRIBUTION, t.GPUS, t.FINDINGS)
 _LAG_EVERY_S = 1.0
 _EVICT_EVERY_S = 60.0
 _TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
@@ -55,6 +57,7 @@ class ViewConsumer:
         dead_letters: bool = True,
         retry_s: float = 1.0,
         retention_ms: int = 24 * 3_600_000,
+        window_retention_ms: int = 3_600_000,
         stale_after_s: float = 30.0,
         security: KafkaSecurity = PLAINTEXT,
     ) -> None:
@@ -70,6 +73,7 @@ class ViewConsumer:
         self._publisher: Any = None
         self._lag_at = 0.0
         self._retention_ms = retention_ms
+        self._window_retention_ms = window_retention_ms
         self._evicted_at = time.monotonic()
         self._trouble = Trouble(log, "api consumer: broker unreachable")
 
@@ -207,6 +211,7 @@ class ViewConsumer:
             # must not age everything else out.
             t_ms = min(self.view.as_of_ms, time.time_ns() // 1_000_000)
             self.status.evicted += self.view.evict(t_ms - self._retention_ms)
+            self.view.prune_windows(t_ms - self._window_retention_ms)
         lag: dict[tuple[str, int], int] = {}
         for tp in assigned:
             hw = consumer.highwater(tp)

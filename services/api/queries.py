@@ -151,7 +151,7 @@ def router(view: View) -> APIRouter:
         if pod is None or not scope.sees(pod.namespace):
             raise ApiError(404, f"unknown pod UID {pod_uid!r}")
         rows = [
-            {**view.row_json(k), "windows": [window_json(w) for w in view.row(k)[1].windows]}
+            {**view.row_json(k), "windows": [window_json(w) for w in view.windows(k)]}
             for k in view.pod_row_keys(pod_uid)
         ]
         return pod_detail(pod, rows)
@@ -231,7 +231,11 @@ def router(view: View) -> APIRouter:
 
         def select(k: RowKey) -> Json | None:
             pod, row = view.row(k)
-            v = idle.recompute(pod, row, th, win_ms) if recompute else idle.joiner_verdict(row)
+            v = (
+                idle.recompute(pod, row, view.window_stats(k), th, win_ms)
+                if recompute
+                else idle.joiner_verdict(row)
+            )
             if v is None:
                 return None
             return {

@@ -53,13 +53,14 @@ class ApiServer:
         consume: bool = True,
     ) -> None:
         self.settings = settings
-        self.view = view if view is not None else View()
+        self.view = view if view is not None else View(settings.window_retention_ms)
         self.consumer = (
             ViewConsumer(
                 self.view,
                 settings.kafka_bootstrap,
                 settings.api_group_prefix,
                 retention_ms=settings.retention_ms,
+                window_retention_ms=settings.window_retention_ms,
                 stale_after_s=settings.api_stale_after,
                 security=settings.kafka_security(),
             )

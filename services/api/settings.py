@@ -19,6 +19,9 @@ class ApiSettings(ServiceSettings):
     # How long the view keeps what is over (released pods, cleared findings, XIDs, vanished GPUs),
     # in event time. Replay answers older questions from the input topics.
     api_retention: str = "24h"
+    # How long (event time) each row keeps its merged window stats, which /v1/idle recomputes over and
+    # /v1/pods/{uid} lists. The joiner sends each window once, as it closes, so only the API holds them.
+    api_window_retention: str = "1h"
     # /readyz turns 503 when no new attribution reached the view for longer than this (or the broker
     # is unreachable): a stale view is not ready, even though it keeps answering.
     api_stale_after: float = 30.0
@@ -44,7 +47,7 @@ class ApiSettings(ServiceSettings):
     api_tls_certfile: str = ""
     api_tls_keyfile: str = ""
 
-    @field_validator("api_retention", "api_auth_cache_ttl")
+    @field_validator("api_retention", "api_window_retention", "api_auth_cache_ttl")
     @classmethod
     def _duration(cls, v: str) -> str:
         if parse_duration_ms(v) <= 0:
@@ -68,3 +71,7 @@ class ApiSettings(ServiceSettings):
     @property
     def retention_ms(self) -> int:
         return parse_duration_ms(self.api_retention)
+
+    @property
+    def window_retention_ms(self) -> int:
+        return parse_duration_ms(self.api_window_retention)

@@ -22,19 +22,19 @@ class ConsumerStatus:
     dead_letters: int = 0
     evicted: int = 0  # finished pods, GPUs, findings dropped after the retention
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
-    # Freshness: the view is stale once no new joiner output (attribution or GPU state) was applied for
-    # longer than `stale_after_s`, counted from the start until the first one (monotonic seconds).
+    # Freshness: the view is stale once no new joiner output (attribution, GPU state or finding) was
+    # applied for longer than `stale_after_s`, counted from the start until the first one (monotonic s).
     stale_after_s: float = 30.0
     started_at: float = field(default_factory=time.monotonic)
     newest_at: float | None = None
 
     def data_age_s(self, now: float | None = None) -> float:
-        """Seconds since the view last took a new attribution (since the start when it never did)."""
+        """Seconds since the view last took a new joiner output (since the start when it never did)."""
         at = self.newest_at if self.newest_at is not None else self.started_at
         return max(0.0, (time.monotonic() if now is None else now) - at)
 
     def is_stale(self, now: float | None = None) -> bool:
-        """Broker unreachable (the last attempt failed) or no new attribution for too long."""
+        """Broker unreachable (the last attempt failed) or no new joiner output for too long."""
         return bool(self.error) or self.data_age_s(now) > self.stale_after_s
 
     def serving(self, now: float | None = None) -> bool:

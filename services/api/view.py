@@ -7,10 +7,17 @@ older than the one held is ignored, a Finding older than the held one with the s
 
 Reads are served from lazily built sorted key lists (all rows, per node, per namespace) that are dropped
 when something under them changes, so a filtered query at 100,000 rows touches only its own slice.
+
+Windows: the joiner publishes each row's tumbling windows once, when they close (a PodAttribution may
+carry none). The view merges them per row by start (a repeat replaces the held copy), keeps them packed
+(services.api.windows) for `window_retention_ms` of event time, and keeps a row's merged windows when
+its newest PodAttribution brings none. Records are held as compact copies (services.api.compact), and
+rendered rows are cached for at most `render_cache` rows, least recently used first out.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,15 +29,21 @@ from periscope.core.model import (
     NodeEvent,
     PodAttribution,
     PolicyEvent,
+    WindowStat,
 )
-from services.api import render
+from services.api import compact, render, windows
+from services.api.windows import Stat
 
-# namespace, pod, pod_uid, container, device_id, ordinal (only breaks ties between duplicate rows)
+# namespace, pod, pod_uid, container, device_id, ordinal: how many earlier rows of the pod have the same
+# container and device (only breaks ties between duplicate rows, and stays put when rows are reordered)
 RowKey = tuple[str, str, str, str, str, int]
+_Held = tuple[PodAttribution, AttributionRow, bytes]  # pod, row (no windows), its packed merged windows
 GpuKey = tuple[str, int, str]  # node, index, gpu_uuid
 XidKey = tuple[int, str, str, str]  # at_ms, node, gpu_uuid, finding id
 
 XID_KIND = "xid-owner"
+WINDOW_RETENTION_MS = 3_600_000
+RENDER_CACHE_ROWS = 4096
 
 
 @dataclass(slots=True)
@@ -57,12 +70,26 @@ def _remove(index: dict[str, set[str]], k: str, v: str) -> None:
             del index[k]
 
 
+def _row_keys(pod: PodAttribution) -> list[RowKey]:
+    seen: dict[tuple[str, str], int] = {}
+    keys = []
+    for r in pod.rows:
+        n = seen.get((r.container, r.device_id), 0)
+        seen[(r.container, r.device_id)] = n + 1
+        keys.append((pod.namespace, pod.pod, pod.pod_uid, r.container, r.device_id, n))
+    return keys
+
+
 class View:
-    def __init__(self) -> None:
-        self.pods: dict[str, PodAttribution] = {}
-        self._rows: dict[RowKey, tuple[PodAttribution, AttributionRow]] = {}
-        self._row_keys: dict[str, list[RowKey]] = {}  # pod UID -> its row keys
-        self._rendered: dict[RowKey, render.Json] = {}
+    def __init__(
+        self, window_retention_ms: int = WINDOW_RETENTION_MS, render_cache: int = RENDER_CACHE_ROWS
+    ) -> None:
+        self.window_retention_ms = window_retention_ms
+        self.pods: dict[str, PodAttribution] = {}  # compact copies: rows without windows
+        self._rows: dict[RowKey, _Held] = {}
+        self._row_keys: dict[str, tuple[RowKey, ...]] = {}  # pod UID -> its row keys
+        self._rendered: OrderedDict[RowKey, render.Json] = OrderedDict()
+        self._render_cache = render_cache
         self._pods_by_node: dict[str, set[str]] = {}
         self._pods_by_ns: dict[str, set[str]] = {}
         self._row_slices = _Slices()
@@ -98,31 +125,65 @@ class View:
         self.as_of_ms = max(self.as_of_ms, t_ms)
 
     def apply_pod(self, pod: PodAttribution) -> bool:
+        """Take a newer state of the pod; merge the windows of any (an older one's too: they are closed
+        windows, so a late copy is as good as the first)."""
         held = self.pods.get(pod.pod_uid)
-        if held is not None and (pod.as_of_ms < held.as_of_ms or pod == held):
+        if held is not None and pod.as_of_ms < held.as_of_ms:
+            return self._merge_late(held, pod)
+        stored = compact.pod(pod)
+        keys = _row_keys(stored)
+        old = {k: self._rows[k][2] for k in self._row_keys.get(pod.pod_uid, ())}
+        cutoff = pod.as_of_ms - self.window_retention_ms
+        series = [
+            windows.merge(old.get(k, b""), r.windows, cutoff) for k, r in zip(keys, pod.rows, strict=True)
+        ]
+        if held == stored and all(s == old.get(k) for k, s in zip(keys, series, strict=True)):
             return False
         self._saw(pod.as_of_ms)
         if held is not None:
             self._drop_pod(held)
-        self.pods[pod.pod_uid] = pod
-        _add(self._pods_by_node, pod.node, pod.pod_uid)
-        _add(self._pods_by_ns, pod.namespace, pod.pod_uid)
-        keys: list[RowKey] = []
-        for i, row in enumerate(pod.rows):
-            k = (pod.namespace, pod.pod, pod.pod_uid, row.container, row.device_id, i)
-            self._rows[k] = (pod, row)
-            keys.append(k)
-        self._row_keys[pod.pod_uid] = keys
-        self._row_slices.drop(("node", pod.node), ("ns", pod.namespace))
+        self.pods[pod.pod_uid] = stored
+        _add(self._pods_by_node, stored.node, stored.pod_uid)
+        _add(self._pods_by_ns, stored.namespace, stored.pod_uid)
+        for k, r, s in zip(keys, stored.rows, series, strict=True):
+            self._rows[k] = (stored, r, s)
+        self._row_keys[stored.pod_uid] = tuple(keys)
+        self._row_slices.drop(("node", stored.node), ("ns", stored.namespace))
         return True
 
+    def _merge_late(self, held: PodAttribution, pod: PodAttribution) -> bool:
+        """An older state of a held pod: only its windows, into the rows still held, count."""
+        changed = False
+        cutoff = held.as_of_ms - self.window_retention_ms
+        for k, r in zip(_row_keys(pod), pod.rows, strict=True):
+            h = self._rows.get(k)
+            if h is None or h[0] is not held or not r.windows:
+                continue
+            s = windows.merge(h[2], r.windows, cutoff)
+            if s != h[2]:
+                self._rows[k] = (h[0], h[1], s)
+                changed = True
+        return changed
+
     def _drop_pod(self, pod: PodAttribution) -> None:
-        for k in self._row_keys.pop(pod.pod_uid, []):
+        for k in self._row_keys.pop(pod.pod_uid, ()):
             self._rows.pop(k, None)
             self._rendered.pop(k, None)
         _remove(self._pods_by_node, pod.node, pod.pod_uid)
         _remove(self._pods_by_ns, pod.namespace, pod.pod_uid)
         self._row_slices.drop(("node", pod.node), ("ns", pod.namespace))
+
+    def prune_windows(self, cutoff_ms: int) -> int:
+        """Drop the windows that start before `cutoff_ms` (event time) from every row; how many rows
+        lost some. Merging prunes a row by its own pod's time; this catches rows that went quiet."""
+        n = 0
+        rows = self._rows
+        for k, (p, r, s) in rows.items():  # replacing values, not keys: safe while iterating
+            pruned = windows.prune(s, cutoff_ms)
+            if pruned is not s:
+                rows[k] = (p, r, pruned)
+                n += 1
+        return n
 
     def apply_gpu(self, gpu: GpuState) -> bool:
         held = self.gpus.get(gpu.gpu_uuid)
@@ -132,6 +193,7 @@ class View:
         if held is not None:
             _remove(self._gpus_by_node, held.node, held.gpu_uuid)
             self._gpu_slices.drop(("node", held.node))
+        gpu = compact.gpu(gpu)
         self.gpus[gpu.gpu_uuid] = gpu
         _add(self._gpus_by_node, gpu.node, gpu.gpu_uuid)
         self._gpu_slices.drop(("node", gpu.node))
@@ -219,14 +281,31 @@ class View:
         return self._pods_by_ns.keys()
 
     def row(self, key: RowKey) -> tuple[PodAttribution, AttributionRow]:
-        return self._rows[key]
+        """The pod and the row (its `windows` empty: see `windows`)."""
+        held = self._rows[key]
+        return held[0], held[1]
+
+    def windows(self, key: RowKey) -> tuple[WindowStat, ...]:
+        """The row's merged closed windows within the retention, oldest first."""
+        return windows.windows(self._rows[key][2])
+
+    def window_stats(self, key: RowKey) -> list[Stat]:
+        """`windows` as plain tuples (start_ms, samples, util_sum, util_samples, fb_max_mib,
+        power_sum_w), for scans over many rows."""
+        return windows.unpack(self._rows[key][2])
 
     def row_json(self, key: RowKey) -> render.Json:
-        """The rendered /v1/pods row; cached until the pod changes. Callers must not mutate it."""
-        out = self._rendered.get(key)
-        if out is None:
-            pod, row = self._rows[key]
-            out = self._rendered[key] = render.pod_row(pod, row)
+        """The rendered /v1/pods row; cached (a bounded number of rows) until the pod changes. Callers
+        must not mutate it."""
+        cache = self._rendered
+        out = cache.get(key)
+        if out is not None:
+            cache.move_to_end(key)
+            return out
+        pod, row, _ = self._rows[key]
+        out = cache[key] = render.pod_row(pod, row)
+        if len(cache) > self._render_cache:
+            cache.popitem(last=False)
         return out
 
     def pod_row_keys(self, pod_uid: str) -> list[RowKey]:

@@ -85,9 +85,14 @@ async def produce_cluster(bootstrap: str, unique: str) -> None:
             idle_since_ms=T0 - 20 * MIN,
             avg_util_pct=1.0,
             wasted_gpu_hours=1 / 3,
-            windows=idle_windows(1.0),
         ),
     )
+    # The joiner sends each window once, when it closes (the first sample of the next window), in a
+    # record of its own; its newest record (`busy`) carries none, and the API keeps the merged history.
+    closing = [
+        replace(busy, rows=(replace(busy.rows[0], windows=(w,)),), as_of_ms=w.start_ms + MIN)
+        for w in idle_windows(1.0, 30, end=T0 - MIN)
+    ]
     mig_ref = MigRef(i["mig"], "1g.10gb", 1, 0)
     mig = pod(
         i["mig_uid"],
@@ -129,6 +134,9 @@ async def produce_cluster(bootstrap: str, unique: str) -> None:
         components=(("dcgmExporter", False),),
     )
     async with Publisher(bootstrap, f"test-{unique}") as p:
+        for c in closing:
+            await p.send(t.ATTRIBUTION, i["uid"], c)
+        await p.send(t.ATTRIBUTION, i["uid"], closing[-2])  # at-least-once: a window sent again
         await p.send(t.ATTRIBUTION, i["uid"], busy)
         await p.send(t.ATTRIBUTION, i["uid"], busy_old)  # late, older state: must not win
         await p.send(t.ATTRIBUTION, i["mig_uid"], mig)
@@ -176,6 +184,9 @@ async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(broker: s
         assert serve["mig"] == {"uuid": i["mig"], "profile": "1g.10gb", "gi": 1, "ci": 0}
         assert serve["gpu_uuid"] == i["gpu_b"] and serve["util_pct"] is None
         assert first["pod"]["rows"][0]["device_id"] == i["gpu"] and first["pod"]["node"] == i["node"]
+        merged = first["pod"]["rows"][0]["windows"]  # every window once, in order, from 30 records
+        assert [w["start"] for w in merged][::29] == ["2026-11-22T03:35:00.000Z", "2026-11-22T04:04:00.000Z"]
+        assert len(merged) == 30 and {w["avg_util_pct"] for w in merged} == {1.0}
 
         g0, g1 = first["gpus"]
         assert g0["gpu_uuid"] == i["gpu"] and [o["pod_uid"] for o in g0["owners"]] == [i["uid"]]
@@ -214,6 +225,8 @@ async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(broker: s
             return bool(r["rows"][0]["util_pct"] == 66.0)
 
         await eventually(updated)
+        # A newer record without windows replaced the row's numbers and kept its windows.
+        assert (await c.get(f"/v1/pods/{i['uid']}")).json()["rows"][0]["windows"] == merged
         before_restart = await snapshot(c, unique)
 
     async with running_api(broker, f"{unique}-again") as (_, c2):

@@ -10,6 +10,7 @@ from periscope.core.model import WindowStat
 from periscope.wirejson import num, parse_time_ms
 from services.api import idle
 from services.api.render import rfc3339
+from services.api.windows import stat
 from tests.unit.test_api_samples import MIN, T0, T0_TEXT, idle_windows, pod, row
 
 
@@ -45,8 +46,9 @@ def test_non_finite_numbers_become_null() -> None:
 def _verdict(
     *windows: WindowStat, first_seen: int = T0 - 60 * MIN, threshold: float = 5.0, window_ms: int = 10 * MIN
 ) -> idle.IdleVerdict | None:
-    r = row(first_seen_ms=first_seen, windows=windows, gpu_fraction=0.25)
-    return idle.recompute(pod("u", "ml", "p", "n", r, as_of=T0), r, threshold, window_ms)
+    r = row(first_seen_ms=first_seen, gpu_fraction=0.25)
+    stats = [stat(w) for w in windows]
+    return idle.recompute(pod("u", "ml", "p", "n", r, as_of=T0), r, stats, threshold, window_ms)
 
 
 def _w(start: int, pct: float | None, samples: int = 60) -> WindowStat:
@@ -83,6 +85,7 @@ def test_average_over_the_window_decides_not_one_window() -> None:
 
 
 def test_released_rows_are_never_idle() -> None:
-    r = row(active=False, windows=idle_windows(0.0))
-    assert idle.recompute(pod("u", "ml", "p", "n", r), r, 5.0, 10 * MIN) is None
+    r = row(active=False)
+    stats = [stat(w) for w in idle_windows(0.0)]
+    assert idle.recompute(pod("u", "ml", "p", "n", r), r, stats, 5.0, 10 * MIN) is None
     assert idle.joiner_verdict(row(active=False, idle=True)) is None

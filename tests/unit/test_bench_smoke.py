@@ -103,13 +103,16 @@ def test_timeline_scan_agrees_with_the_parsed_document(tmp_path: Path) -> None:
 
 
 def test_api_view_copies_are_independent_nodes() -> None:
-    pods, gpus = api.template(history_min=1, shape=NodeShape())
-    assert len(pods) == 8 and len(gpus) == 8
+    t = api.template(history_min=3, shape=NodeShape())
+    assert len(t.pods) == 8 and len(t.gpus) == 8
+    # Each closing record delivers one closed window per row (as the joiner publishes), never the open one.
+    assert t.closes and all(len(r.windows) == 1 for batch in t.closes for pa in batch for r in pa.rows)
     view = View()
-    for i in range(3):
-        for o in api.node_outputs(i, pods, gpus, NodeShape()):
-            view.apply(o)
+    api.feed(view, range(3), t, NodeShape())
     assert view.row_count() == 24 and len(view.gpus) == 24
+    # The last records carry no windows; the view kept the ones delivered before, once each.
+    starts = [w.start_ms for w in view.windows(view.pod_row_keys(pod_uid(2, 5))[0])]
+    assert len(starts) == len(t.closes) >= 2 and starts == sorted(set(starts))
     pa = view.pods[pod_uid(2, 5)]
     assert pa.rows[0].gpu_uuid == gpu_uuid(2, 5) and pa.node == node_name(2)
     g = view.gpus[gpu_uuid(1, 0)]
