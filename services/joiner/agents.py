@@ -10,6 +10,11 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
 * outputs are published only after their node's high-water mark is durable; after recovery, outputs
   at or before the mark are held back and only the newest per key is published once reprocessing has
   passed the mark, so no subscriber ever sees an output older than one it already got.
+
+Input records arrive in batches. The core steps each record in order; the rules above then apply per
+node of the batch: one mark (the newest output time of the node's outputs in the batch) is written
+before those outputs are submitted, and every record of the batch waits, unacknowledged, for the next
+persist of its node. No log line or metric update is made per record: they are counted per batch.
 """
 
 from __future__ import annotations

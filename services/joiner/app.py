@@ -38,7 +38,7 @@ TICK_S = 1.0
 STALL_MIN_S = 20.0
 FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 TAKE_MAX = 2000  # input records per batch at most
-TAKE_WITHIN_S = 0.02  # how long a batch waits for more records once it has one
+TAKE_WITHIN_S = 0.02  # the longest a record waits in a batch before the batch is processed
 
 
 class ChangelogTable:
@@ -71,6 +71,14 @@ class JoinerApp(faust.App):
     joiner: Joiner
     shutdown_timeout_s: float = 10.0
     fetch_max_wait_ms: int = 100
+
+    def on_init_dependencies(self) -> Any:
+        deps = super().on_init_dependencies()
+        # Faust's Monitor sensor keeps per-record timings and counts that nothing reads (the worker has
+        # its own metrics); as a sensor it runs for every input record. It stays as an object, for
+        # the few places that call it directly.
+        self.sensors.remove(self.monitor)
+        return deps
 
     def _new_transport(self) -> Any:
         return transport_class(self.fetch_max_wait_ms)(self.conf.broker_consumer, self)
@@ -114,6 +122,9 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         broker_session_timeout=session,
         broker_heartbeat_interval=max(0.2, session / 5),
         broker_rebalance_timeout=max(session, 10.0),
+        # Take records already waiting in the stream's queue without a round through the event loop
+        # each (Faust's repaired Cython fast path; opt-in in this Faust version).
+        cython_optimizations=True,
     )
     app.shutdown_timeout_s = max(5.0, session)
     app.fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
