@@ -12,9 +12,11 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   passed the mark, so no subscriber ever sees an output older than one it already got.
 
 Input records arrive in batches. The core steps each record in order; the rules above then apply per
-node of the batch: one mark (the newest output time of the node's outputs in the batch) is written
-before those outputs are submitted, and every record of the batch waits, unacknowledged, for the next
-persist of its node. No log line or metric update is made per record: they are counted per batch.
+node of the batch: one mark (the newest output time of the node's outputs in the batch) is written,
+the marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to
+wait for their mark; every record of the batch waits, unacknowledged, for the next persist of its node,
+and those persists start only after the outputs were submitted. No log line or metric update is made
+per record: they are counted per batch.
 """
 
 from __future__ import annotations
@@ -154,19 +156,40 @@ class Joiner:
             t.outs.extend(outs)
             if state_input and state_mark(slot.state) != mark:
                 t.persist = True  # state-based inputs are persisted at once
+        self.metrics.batches.inc()
         for topic_name, n in counts.items():
             self.metrics.events_in.labels(topic_name).inc(n)
         if samples:
             self.metrics.device_samples.inc(samples)
         now = self._clock()
-        for t in touched.values():
+        live = [t for t in touched.values() if self.slots.get(t.slot.node) is t.slot]  # else forgotten by
+        # a rebalance while a dead letter was sent: its records are not acknowledged
+        publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved
+        marks: list[tuple[bytes, bytes, int]] = []
+        for t in live:
             slot = t.slot
-            if self.slots.get(slot.node) is not slot:
-                continue  # forgotten by a rebalance while a dead letter was sent: not acknowledged
             self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
             if t.probe:
                 slot.last_probe = now
-            self._emit(slot, t.outs)
+            fresh = self._fresh(slot, t.outs)
+            if fresh:
+                newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
+                moved = newest > slot.mark_ms
+                if moved:
+                    slot.mark_ms = newest
+                    marks.append((slot.node.encode(), encode_mark(newest), slot.partition))
+                publish.append((slot, fresh, moved))
+        if publish:
+            epoch = self.epoch
+            written = await self.marks.put_many(marks) if marks else {}  # all nodes' marks at once
+            if epoch != self.epoch:
+                return  # a rebalance came in between: the next owner re-reads these records
+            for slot, fresh, moved in publish:
+                self.sender.submit(written[slot.partition] if moved else None, slot.partition,
+                                   [record_of(o) for o in fresh])
+        # Only now: a persist waits for every output submitted before it (see _complete).
+        for t in live:
+            slot = t.slot
             if t.persist or now - slot.last_persist >= self.persist_interval_s:
                 self._persist(slot)
             else:
@@ -208,7 +231,9 @@ class Joiner:
 
     # ------------------------------------------------------------------ outputs
 
-    def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
+    def _fresh(self, slot: Slot, outs: Iterable[Output]) -> list[Output]:
+        """The outputs to publish now; those at or before a recovered mark are held back instead, and
+        a replay that passed the mark ends (its held-back outputs are submitted first)."""
         fresh: list[Output] = []
         for o in outs:
             if not is_one_shot(o) and time_of(o) <= slot.replay_until_ms:
@@ -217,6 +242,10 @@ class Joiner:
                 fresh.append(o)
         if slot.replay_until_ms and slot.state.processed_ms >= slot.replay_until_ms:
             self._end_replay(slot)
+        return fresh
+
+    def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
+        fresh = self._fresh(slot, outs)
         if not fresh:
             return
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import faust
@@ -45,8 +45,9 @@ class ChangelogTable:
     """A Faust table written with an explicit partition, so timers and persist tasks (which run
     outside any stream event) can write; each write returns the changelog record's delivery future."""
 
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, batches: RecordBatches) -> None:
         self.table = table
+        self.batches = batches
 
     def get(self, key: bytes) -> bytes | None:
         value = self.table.data.get(key)
@@ -56,6 +57,19 @@ class ChangelogTable:
         fut = self.table.send_changelog(partition, key, value)
         self.table.data[key] = value
         return fut
+
+    async def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
+        """Write (key, value, partition) records as one record batch per partition (a send each through
+        Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
+        The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
+        for key, value, _ in items:
+            self.table.data[key] = value
+        topic = self.table.changelog_topic.get_topic_name()
+        sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
+        by_partition: dict[int, list[Any]] = {}
+        for partition, fut in sent:
+            by_partition.setdefault(partition, []).append(fut)
+        return {p: asyncio.gather(*futs) for p, futs in by_partition.items()}
 
     def delete(self, key: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
@@ -129,9 +143,11 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app.shutdown_timeout_s = max(5.0, session)
     app.fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
     metrics = JoinerMetrics()
+    batches = RecordBatches(app.producer)
     tables = {
         name: ChangelogTable(
-            app.Table(name, key_type=bytes, value_type=bytes, partitions=TELEMETRY.partitions, help=doc))
+            app.Table(name, key_type=bytes, value_type=bytes, partitions=TELEMETRY.partitions, help=doc),
+            batches)
         for name, doc in (
             ("nodes", "node -> node part of the engine state"),
             ("pods", "pod UID -> that pod's attribution rows"),
@@ -149,7 +165,6 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         await dead_letter(publishers[0], msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"",
                           error, SERVICE)
 
-    batches = RecordBatches(app.producer)
     sender = OutputSender(batches.send, tables["marks"].fence,
                           lambda topic, n: metrics.events_out.labels(topic).inc(n), app.crash)
     joiner = Joiner(

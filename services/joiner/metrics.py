@@ -41,6 +41,10 @@ class JoinerMetrics:
             "Device samples processed (one per GPU or MIG device of every telemetry record applied)",
             registry=r,
         )
+        self.batches = Counter(
+            "periscope_joiner_input_batches",
+            "Batches of input records handled (events_in / this: the mean batch size)", registry=r,
+        )
         self.events_out = Counter(
             "periscope_joiner_events_out", "Output records published", ["topic"], registry=r
         )

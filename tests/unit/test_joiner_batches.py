@@ -37,6 +37,11 @@ class Table:
         self.writes.append(key)
         return _done()
 
+    async def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
+        for key, value, _ in items:
+            self.put(key, value, 0)
+        return {p: _done() for _, _, p in items}
+
     def delete(self, key: bytes, partition: int) -> asyncio.Future[None]:
         self.data.pop(key, None)
         return _done()
