@@ -15,8 +15,8 @@ Input records arrive in batches. The core steps each record in order; the rules 
 node of the batch: one mark (the newest output time of the node's outputs in the batch) is written,
 the marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to
 wait for their mark; every record of the batch waits, unacknowledged, for the next persist of its node,
-and those persists start only after the outputs were submitted. No log line or metric update is made
-per record: they are counted per batch.
+and those persists start only after the outputs were submitted (nothing is awaited in between). No log
+line or metric update is made per record: they are counted per batch.
 """
 
 from __future__ import annotations
@@ -101,6 +101,11 @@ class Joiner:
         touched: dict[str, _Touched] = {}
         counts: dict[str, int] = {}
         samples = 0
+        # Dead letters and acks of records with nothing to join are sent after the batch: nothing is
+        # awaited until its outputs are submitted, so no tick, persist or shutdown sees a node whose
+        # records are stepped but whose outputs are not yet submitted.
+        rejected: list[tuple[Any, Message, str]] = []
+        skipped: list[Any] = []
         for event in events:
             msg: Message = event.message
             counts[msg.topic] = counts.get(msg.topic, 0) + 1
@@ -119,11 +124,10 @@ class Joiner:
                 obj: NodeInput = codec.decode(topic, msg.value)
                 node = node_of(msg.key, obj)
             except (DecodeError, Rejected) as e:
-                await self._reject(event, msg, str(e))
+                rejected.append((event, msg, str(e)))
                 continue
             if node is None:
-                self.metrics.skipped.inc()
-                await self._ack_now(event)
+                skipped.append(event)
                 continue
             t = touched.get(node)
             if t is None:
@@ -143,7 +147,7 @@ class Joiner:
                 _, outs = step(slot.state, obj, self.config)
             except Exception as e:  # a bug in the core must not stop every other node's attribution
                 log.exception("node %s: the core failed on a %s record", node, msg.topic)
-                await self._reject(event, msg, f"core error: {type(e).__name__}: {e}")
+                rejected.append((event, msg, f"core error: {type(e).__name__}: {e}"))
                 continue
             if redelivered:
                 self.metrics.count_engine(t.before, slot.state.counters, redelivered=True)
@@ -162,8 +166,7 @@ class Joiner:
         if samples:
             self.metrics.device_samples.inc(samples)
         now = self._clock()
-        live = [t for t in touched.values() if self.slots.get(t.slot.node) is t.slot]  # else forgotten by
-        # a rebalance while a dead letter was sent: its records are not acknowledged
+        live = list(touched.values())
         publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved
         marks: list[tuple[bytes, bytes, int]] = []
         for t in live:
@@ -179,14 +182,12 @@ class Joiner:
                     slot.mark_ms = newest
                     marks.append((slot.node.encode(), encode_mark(newest), slot.partition))
                 publish.append((slot, fresh, moved))
-        if publish:
-            epoch = self.epoch
-            written = await self.marks.put_many(marks) if marks else {}  # all nodes' marks at once
-            if epoch != self.epoch:
-                return  # a rebalance came in between: the next owner re-reads these records
-            for slot, fresh, moved in publish:
-                self.sender.submit(written[slot.partition] if moved else None, slot.partition,
-                                   [record_of(o) for o in fresh])
+        # Nothing was awaited since the first record was stepped, and nothing is until the outputs are
+        # submitted: no timer tick, persist or shutdown runs in between.
+        written = self.marks.put_many(marks) if marks else {}  # all nodes' marks in one hand-over
+        for slot, fresh, moved in publish:
+            self.sender.submit(written[slot.partition] if moved else None, slot.partition,
+                               [record_of(o) for o in fresh])
         # Only now: a persist waits for every output submitted before it (see _complete).
         for t in live:
             slot = t.slot
@@ -194,6 +195,12 @@ class Joiner:
                 self._persist(slot)
             else:
                 slot.dirty = True
+        if skipped:
+            self.metrics.skipped.inc(len(skipped))
+        for event in skipped:
+            await self._ack_now(event)
+        for event, msg, error in rejected:
+            await self._reject(event, msg, error)
 
     async def _reject(self, event: Any, msg: Message, error: str) -> None:
         await self._dead_letter(msg, error)
@@ -252,7 +259,9 @@ class Joiner:
         mark = None
         if newest > slot.mark_ms:
             slot.mark_ms = newest
-            mark = self.marks.put(slot.node.encode(), encode_mark(newest), slot.partition)
+            # The same path as a batch's marks, so the marks changelog gets them in order.
+            mark = self.marks.put_many([(slot.node.encode(), encode_mark(newest), slot.partition)])[
+                slot.partition]
         self.sender.submit(mark, slot.partition, [record_of(o) for o in fresh])
 
     def _end_replay(self, slot: Slot) -> None:

@@ -48,6 +48,8 @@ class ChangelogTable:
     def __init__(self, table: Any, batches: RecordBatches) -> None:
         self.table = table
         self.batches = batches
+        self._lock = asyncio.Lock()
+        self._sending: set[asyncio.Future[None]] = set()
 
     def get(self, key: bytes) -> bytes | None:
         value = self.table.data.get(key)
@@ -58,18 +60,41 @@ class ChangelogTable:
         self.table.data[key] = value
         return fut
 
-    async def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
         """Write (key, value, partition) records as one record batch per partition (a send each through
         Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
         The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
         for key, value, _ in items:
             self.table.data[key] = value
-        topic = self.table.changelog_topic.get_topic_name()
-        sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
-        by_partition: dict[int, list[Any]] = {}
-        for partition, fut in sent:
-            by_partition.setdefault(partition, []).append(fut)
-        return {p: asyncio.gather(*futs) for p, futs in by_partition.items()}
+        loop = asyncio.get_running_loop()
+        done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
+        task = asyncio.ensure_future(self._send(items, done))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        return dict(done)
+
+    async def _send(self, items: list[tuple[bytes, bytes, int]],
+                    done: dict[int, asyncio.Future[None]]) -> None:
+        try:
+            # In the order the writes were made (the lock is FIFO), so a key's last record is its newest.
+            async with self._lock:
+                topic = self.table.changelog_topic.get_topic_name()
+                sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
+            by_partition: dict[int, list[Any]] = {}
+            for partition, fut in sent:
+                by_partition.setdefault(partition, []).append(fut)
+            for partition, futs in by_partition.items():
+                try:
+                    await asyncio.gather(*futs)
+                except Exception as e:
+                    done[partition].set_exception(e)
+                else:
+                    done[partition].set_result(None)
+        except BaseException as e:
+            for fut in done.values():
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else RuntimeError("write abandoned"))
+            raise
 
     def delete(self, key: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, None, value_serializer="raw")

@@ -37,7 +37,7 @@ class Table:
         self.writes.append(key)
         return _done()
 
-    async def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
         for key, value, _ in items:
             self.put(key, value, 0)
         return {p: _done() for _, _, p in items}
@@ -102,10 +102,13 @@ async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> 
         batch = [telemetry(node, t, offset=i) for i, (t, node) in enumerate(
             (t, node) for t in (1000, 2000, 3000, 4000) for node in ("gpu-a", "gpu-b"))]
         stale = telemetry("gpu-a", 5000, offset=len(batch), generation=0)  # fetched before a rebalance
-        await joiner.handle_batch([*batch, stale])
+        garbage = Event(Msg(TELEMETRY.name, 0, 99, b"gpu-a", b"\xff not protobuf"))
+        await joiner.handle_batch([*batch[:3], garbage, *batch[3:], stale])
 
         assert marks.writes == [b"gpu-a", b"gpu-b"]  # one mark per node of the batch, not per record
-        assert acked == [] and nodes.writes == []  # nothing acknowledged before a persist
+        assert len(dead) == 1 and acked == [99]  # the bad record is dead-lettered, the others go on
+        acked.clear()
+        assert nodes.writes == []  # nothing else acknowledged before a persist
         assert metrics.device_samples._value.get() == len(batch) * 2  # type: ignore[attr-defined]
         assert joiner.processed == {(TELEMETRY.name, 0): len(batch) - 1}  # the stale record was skipped
         assert all(s.dirty and len(s.held) == 4 for s in joiner.slots.values())
@@ -113,6 +116,6 @@ async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> 
         await joiner.shutdown()
         assert sorted(acked) == list(range(len(batch)))  # every applied record, after its node's persist
         assert sorted(nodes.writes) == [b"gpu-a", b"gpu-b"]
-        assert published and not dead
+        assert published and len(dead) == 1
     finally:
         running.cancel()
