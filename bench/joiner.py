@@ -14,6 +14,7 @@ no decoding; and once more with protobuf decoding).
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from pathlib import Path
@@ -27,7 +28,9 @@ from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 
-GOAL = Goal(">=", 8000, ">= 8,000 device-samples/s, within 3x of raw consume")
+GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
+PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
+POLL_S = 0.2
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
 
 
@@ -91,51 +94,48 @@ async def raw_consume(bootstrap: str, topic: topics.Topic, per_record: int, deco
         await c.stop()
 
 
-class OutputCounter:
-    """Counts records appended to an output topic after `start()`, with their arrival times."""
+class Progress:
+    """Device samples processed by a set of workers, read from their own /metrics counters, with the
+    time each reading was taken (outputs cannot tell: they are published on change, not per sample)."""
 
-    def __init__(self, bootstrap: str, topic: topics.Topic) -> None:
-        self.bootstrap, self.topic = bootstrap, topic
-        self.marks: list[tuple[float, int]] = []  # (monotonic time, records so far)
-        self.count = 0
+    def __init__(self, workers: list[processes.Process]) -> None:
+        self.workers = workers
+        self.marks: list[tuple[float, float]] = []  # (monotonic time, device samples so far)
+        self.count = 0.0
 
-    async def start(self) -> None:
-        self.consumer, parts = await _consumer(self.bootstrap, self.topic.name)
-        await self.consumer.seek_to_end(*parts)
-        for p in parts:
-            await self.consumer.position(p)  # resolve the end now, before the worker writes
+    async def _read(self) -> float:
+        values = await asyncio.gather(*(asyncio.to_thread(w.metric, PROCESSED) for w in self.workers))
+        return sum(v for v in values if v == v)  # a worker not listening yet reads as NaN
 
-    async def until(self, expected: int, timeout_s: float, stall_s: float,
-                    on_mark: Any = None) -> None:
+    async def until(self, expected: int, timeout_s: float, stall_s: float, on_mark: Any = None) -> None:
         deadline = time.monotonic() + timeout_s
         last_progress = time.monotonic()
         while self.count < expected and time.monotonic() < deadline:
-            batches = await self.consumer.getmany(timeout_ms=200, max_records=20_000)
-            got = sum(len(r) for r in batches.values())
+            await asyncio.sleep(POLL_S)
+            got = await self._read()
             now = time.monotonic()
-            if got:
-                self.count += got
-                self.marks.append((now, self.count))
+            if got > self.count:
+                self.count = got
+                self.marks.append((now, got))
                 last_progress = now
                 if on_mark is not None:
-                    on_mark(self.count)
+                    on_mark(got)
             elif self.count and now - last_progress > stall_s:
                 break
-
-    async def stop(self) -> None:
-        await self.consumer.stop()
+            for w in self.workers:
+                if w.proc.poll() is not None:
+                    raise RuntimeError(f"joiner exited with {w.proc.returncode}:\n{w.log()[-2000:]}")
 
     def rate(self, expected: int, lo: float = 0.1, hi: float = 0.9) -> tuple[float, float, float]:
-        """(records/s between lo and hi of `expected`, time of lo, time of hi)."""
-        t_lo = next(t for t, n in self.marks if n >= lo * expected)
-        n_lo = next(n for t, n in self.marks if n >= lo * expected)
+        """(device samples/s between lo and hi of `expected`, time of lo, time of hi)."""
+        t_lo, n_lo = next((t, n) for t, n in self.marks if n >= lo * expected)
         t_hi, n_hi = next(((t, n) for t, n in self.marks if n >= hi * expected), self.marks[-1])
         return (n_hi - n_lo) / (t_hi - t_lo), t_lo, t_hi
 
 
 async def settle(bootstrap: str, topic: topics.Topic, quiet_s: float = 1.0, timeout_s: float = 15) -> None:
     """Wait until nothing more is appended to `topic` (a stopped worker's last records), so the next
-    run counts only its own."""
+    run starts on a quiet broker."""
     deadline = time.monotonic() + timeout_s
     last = await end_offsets(bootstrap, topic.name)
     while time.monotonic() < deadline:
@@ -147,80 +147,94 @@ async def settle(bootstrap: str, topic: topics.Topic, quiet_s: float = 1.0, time
 
 
 async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: int | None,
-                         timeout_s: float, wrap: list[str] | None = None) -> dict[str, Any]:
-    """Start a fresh worker on the preloaded backlog and measure its output rate."""
-    counter = OutputCounter(bootstrap, topics.GPUS)
-    await counter.start()
+                         timeout_s: float, wrap: list[str] | None = None, workers: int = 1) -> dict[str, Any]:
+    """Start fresh workers (one consumer group, new APP_ID) on the preloaded backlog and measure the
+    device samples they process per second, from their own counters."""
     app_id = f"bench-joiner-{uuid.uuid4().hex[:8]}"
     spawned = time.monotonic()
-    worker = processes.joiner(bootstrap, app_id, tmp, wrap)
+    procs = [processes.joiner(bootstrap, app_id, tmp, wrap, instance=i) for i in range(workers)]
+    progress = Progress(procs)
     cpu: dict[str, tuple[float, float]] = {}
 
-    def on_mark(n: int) -> None:
+    def cpu_s() -> float:
+        return sum(w.cpu_s() for w in procs) if wrap is None else 0.0
+
+    def on_mark(n: float) -> None:
         for frac in (0.1, 0.9):
-            if n >= frac * expected and str(frac) not in cpu and worker.proc.poll() is None:
-                broker = proc_cpu_s(broker_pid) if broker_pid else 0.0
-                cpu[str(frac)] = (worker.cpu_s() if wrap is None else 0.0, broker)
+            if n >= frac * expected and str(frac) not in cpu and all(w.proc.poll() is None for w in procs):
+                cpu[str(frac)] = (cpu_s(), proc_cpu_s(broker_pid) if broker_pid else 0.0)
 
     try:
-        counting = asyncio.ensure_future(counter.until(expected, timeout_s, stall_s=15, on_mark=on_mark))
-        url = await asyncio.to_thread(worker.wait_url, 90)
+        urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
         listening_s = time.monotonic() - spawned
-        rss_start = worker.rss() if wrap is None else 0
-        await counting
-        rss_done = worker.rss() if wrap is None else 0
-        await asyncio.sleep(1.0)  # the worker's loop is free again once the backlog is done
-        nodes_held = await asyncio.to_thread(worker.metric, "periscope_joiner_nodes")
+        rss_start = sum(w.rss() for w in procs) if wrap is None else 0
+        await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
+        rss_done = sum(w.rss() for w in procs) if wrap is None else 0
+        await asyncio.sleep(1.0)  # the workers' loops are free again once the backlog is done
+        nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
     finally:
-        await counter.stop()
         if wrap is None:
-            worker.stop()
+            for w in procs:
+                w.stop()
             await settle(bootstrap, topics.GPUS)
-    if counter.count < 0.9 * expected:
-        raise RuntimeError(f"joiner produced {counter.count} of {expected} GpuState records:\n"
-                           f"{worker.log()[-2000:]}")
-    rate, t_lo, t_hi = counter.rate(expected)
+    if progress.count < 0.9 * expected:
+        raise RuntimeError(f"joiner processed {progress.count:.0f} of {expected} device samples:\n"
+                           f"{procs[0].log()[-2000:]}")
+    rate, t_lo, t_hi = progress.rate(expected)
     span = t_hi - t_lo
     out: dict[str, Any] = {
-        "device_samples_per_s": rate, "listening_s": listening_s,
-        "first_output_s": counter.marks[0][0] - spawned,
-        "measured_s": span, "outputs_seen": counter.count, "url": url, "worker": worker,
+        "device_samples_per_s": rate, "workers": workers, "listening_s": listening_s,
+        "first_progress_s": progress.marks[0][0] - spawned, "measured_s": span,
+        "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
         "rss_start": rss_start, "rss_done": rss_done, "nodes_held": nodes_held,
     }
     if "0.1" in cpu and "0.9" in cpu:
         out["worker_cpu_util"] = (cpu["0.9"][0] - cpu["0.1"][0]) / span
         out["broker_cpu_util"] = (cpu["0.9"][1] - cpu["0.1"][1]) / span
+        out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][0] - cpu["0.1"][0]) / (span * rate)
     return out
 
 
 async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int, repeats: int,
                      timeout_s: float, shape: NodeShape = NodeShape()) -> tuple[list[Figure], dict[str, Any]]:
     load = await preload(bootstrap, nodes, ticks, shape)
-    expected = load["device_samples"]  # one GpuState per GPU per tick
-    runs = []
-    for _ in range(repeats):
-        r = await one_worker_run(bootstrap, tmp, expected, broker_pid, timeout_s)
-        r.pop("worker")
-        runs.append(r)
+    expected = load["device_samples"]
+    runs, pairs = [], []
+    for i in range(repeats):
+        # One worker and two workers in turn (the order alternating), so both see the same load from
+        # the rest of the machine.
+        got: dict[int, dict[str, Any]] = {}
+        for workers in ((1, 2) if i % 2 == 0 else (2, 1)):
+            r = await one_worker_run(bootstrap, tmp, expected, broker_pid, timeout_s, workers=workers)
+            r.pop("worker")
+            got[workers] = r
+        runs.append(got[1])
+        pairs.append(got[2])
     raw = [await raw_consume(bootstrap, topics.TELEMETRY, shape.gpus, decode=False) for _ in range(repeats)]
     raw_dec = [await raw_consume(bootstrap, topics.TELEMETRY, shape.gpus, decode=True)
                for _ in range(repeats)]
     rates = [r["device_samples_per_s"] for r in runs]
+    two_rates = [r["device_samples_per_s"] for r in pairs]
+    ratios = [b / a for a, b in zip(rates, two_rates, strict=True)]
     joiner_rate, raw_rate = median(rates), median(raw)
     rows = nodes * shape.gpus
     mem = [(r["rss_done"] - r["rss_start"]) / rows for r in runs]
+    cores = os.cpu_count()
     setup: dict[str, Any] = {
         "workers": 1, "nodes": nodes, "gpus_per_node": shape.gpus, "processes_per_node": shape.processes,
         "tick": "1s (event time)", "ticks": ticks, **load, "repeats": repeats,
         "how": "backlog preloaded on the embedded broker (input topics: 4 partitions); a fresh `python -m "
-               "services.joiner` worker (new APP_ID) consumes it; GpuState records counted on "
-               "periscope.gpus.v1 by a bare consumer; rate between 10% and 90% of the expected records",
+               "services.joiner` worker (new APP_ID) consumes it; progress read from the worker's own "
+               f"{PROCESSED} counter every {POLL_S:g} s; rate between 10% and 90% of the backlog's device "
+               "samples",
         "worker_env": processes.JOINER_ENV,
         "history": f"rows hold up to {ticks // 60 + 1} one-minute windows (a fresh worker); see "
                    "replay_steady_device_samples_per_s for the cost at 1 h of windows",
         "worker_cpu_util": rounded(median([r.get("worker_cpu_util", float("nan")) for r in runs])),
         "broker_cpu_util": rounded(median([r.get("broker_cpu_util", float("nan")) for r in runs])),
-        "first_output_s": rounded(median([r["first_output_s"] for r in runs])),
+        "worker_cpu_us_per_device_sample": rounded(median(
+            [r.get("worker_cpu_us_per_device_sample", float("nan")) for r in runs])),
+        "first_progress_s": rounded(median([r["first_progress_s"] for r in runs])),
     }
     raw_setup: dict[str, Any] = {
         "consumer": "AIOKafkaConsumer, no group, all 4 partitions assigned, from the start, "
@@ -230,20 +244,48 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
     }
     ratio = raw_rate / joiner_rate
     util, butil = setup["worker_cpu_util"], setup["broker_cpu_util"]
-    limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} (2 cores in all); per "
-             "sample the worker decodes, steps the core, encodes a PodAttribution and a GpuState (handed to "
-             "the producer as whole record batches), writes a mark per input record and state records to "
-             "changelog tables; Faust and the event loop schedule every input record (hot spots: "
-             "bench/run.py --profile)")
+    us = setup["worker_cpu_us_per_device_sample"]
+    limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} ({cores} cores in all), "
+             f"{us} us of worker CPU per device sample; the worker takes input records in batches and steps "
+             "the core for each; per batch and node it writes one mark and hands the outputs to the "
+             "producer as whole record batches; Faust's stream still handles every input record on its way "
+             "in (hot spots: bench/run.py --profile)")
     if util is not None and util < 0.8:
-        limit = (f"not CPU-bound (worker {util:.0%} of a core, broker {butil:.0%}): waits on broker round "
-                 "trips")
+        limit = (f"the worker got {util:.0%} of a core (broker {butil:.0%}; the {cores} cores are shared "
+                 f"with other work): at {us} us of worker CPU per device sample a whole core would do about "
+                 f"{1e6 / us:,.0f}/s" if us else f"the worker got {util:.0%} of a core")
     brief = (f"1 worker, {nodes} nodes x {shape.gpus} GPUs ({shape.processes} processes) x {ticks} s of 1 s "
              "ticks "
              f"preloaded on the embedded broker; median of {repeats}")
+    two_setup = {
+        **{k: setup[k] for k in ("nodes", "gpus_per_node", "ticks", "device_samples", "repeats",
+                                 "worker_env")},
+        "workers": 2, "input_partitions": topics.TELEMETRY.partitions, "machine_cores": cores,
+        "how": "the same backlog on the same broker; two fresh workers of one new consumer group, started "
+               "together, split the 4 input partitions; their processed-sample counters summed; runs "
+               "alternate with the one-worker runs (paired)",
+        "worker_cpu_util": rounded(median([r.get("worker_cpu_util", float("nan")) for r in pairs])),
+        "broker_cpu_util": rounded(median([r.get("broker_cpu_util", float("nan")) for r in pairs])),
+        "device_samples_counted": [rounded(r["device_samples_counted"]) for r in pairs],
+    }
+    two_limit = (f"the machine has {cores} cores in all and the broker shares them: two workers cannot get "
+                 "two cores; on a cluster each worker has its own")
     figures = [
         Figure("joiner_device_samples_per_s", joiner_rate, "device-samples/s", setup, limit, GOAL, rates,
                brief),
+        Figure("joiner_two_workers_device_samples_per_s", median(two_rates), "device-samples/s", two_setup,
+               two_limit, None, two_rates,
+               f"2 workers, one group, same backlog (4 partitions); {cores} cores in all, broker included; "
+               f"median of {repeats}"),
+        Figure("joiner_scale_out_ratio", median(ratios), "x",
+               {"what": "joiner_two_workers_device_samples_per_s / joiner_device_samples_per_s, per pair of "
+                        "runs", "machine_cores": cores},
+               two_limit, None, ratios, "2 workers / 1 worker, paired runs on the same backlog"),
+        Figure("joiner_worker_cpu_us_per_device_sample", us, "us", setup,
+               "what one worker spends per device sample (decode, core, encode, Faust, producer); less "
+               "sensitive than the rate to other work on the machine", None,
+               [r.get("worker_cpu_us_per_device_sample", float("nan")) for r in runs],
+               "worker CPU time / device samples, same runs as joiner_device_samples_per_s"),
         Figure("raw_consume_device_samples_per_s", raw_rate, "device-samples/s", raw_setup,
                "aiokafka fetch + Python record objects; the embedded broker's fetch path", None, raw,
                f"bare aiokafka consumer, same topic and run, no decoding (with decoding: "
@@ -266,5 +308,8 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
                None, mem,
                "worker RSS growth / rows over the backlog (fixed fetch/producer buffers included)"),
     ]
-    return figures, {"runs": [{k: rounded(v) if isinstance(v, float) else v for k, v in r.items()
-                               if k != "url"} for r in runs]}
+
+    def brief_run(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: rounded(v) if isinstance(v, float) else v for k, v in r.items() if k != "url"}
+
+    return figures, {"runs": [brief_run(r) for r in runs], "two_worker_runs": [brief_run(r) for r in pairs]}

@@ -106,10 +106,13 @@ class Process:
                 self.proc.wait(10)
 
 
-def joiner(bootstrap: str, app_id: str, tmp: Path, wrap: list[str] | None = None) -> Process:
+def joiner(bootstrap: str, app_id: str, tmp: Path, wrap: list[str] | None = None,
+           instance: int = 0) -> Process:
+    """Worker `instance` of the consumer group `app_id` (each has its own data directory and log)."""
+    name = app_id if instance == 0 else f"{app_id}-{instance}"
     env = {**JOINER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
-           "PERISCOPE_DATA_DIR": str(tmp / f"{app_id}-data")}
-    return Process("joiner", [sys.executable, "-m", "services.joiner"], env, tmp / f"{app_id}.log", wrap)
+           "PERISCOPE_DATA_DIR": str(tmp / f"{name}-data")}
+    return Process("joiner", [sys.executable, "-m", "services.joiner"], env, tmp / f"{name}.log", wrap)
 
 
 def api(bootstrap: str, tmp: Path) -> Process:

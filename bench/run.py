@@ -9,7 +9,8 @@ its unit, goal, the repeats its median came from, its setup and what limits it. 
   probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML
   api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
   api_auth     p99 of /v1/pods?node= with access control on (warm review cache) vs off
-  joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; memory per row
+  joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; two workers on the
+               same backlog; memory per row
   freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
 
 Options: --quick (small sizes, one repeat), --only SECTION[,SECTION], --profile (also profile the joiner
@@ -162,6 +163,7 @@ class Bench:
         rss.key = "joiner_rss_bytes_per_row"
         self.add([*figures, rss])
         self.details["joiner_runs"] = details["runs"]
+        self.details["joiner_two_worker_runs"] = details["two_worker_runs"]
 
     def freshness(self) -> None:
         from bench import freshness

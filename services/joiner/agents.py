@@ -11,6 +11,13 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   at or before the mark are held back and only the newest per key is published once reprocessing has
   passed the mark, so no subscriber ever sees an output older than one it already got (carrying the
   windows of the held-back ones: a closed window is in one publication only).
+
+Input records arrive in batches. The core steps each record in order; the rules above then apply per
+node of the batch: one mark (the newest output time of the node's outputs in the batch) is written,
+the marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to
+wait for their mark; every record of the batch waits, unacknowledged, for the next persist of its node,
+and those persists start only after the outputs were submitted (nothing is awaited in between). No log
+line or metric update is made per record: they are counted per batch.
 """
 
 from __future__ import annotations
@@ -18,15 +25,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from periscope.bus import codec
 from periscope.bus.codec import DecodeError
 from periscope.bus.topics import BY_NAME, NODE_INPUTS
 from periscope.core.changes import carry_windows
-from periscope.core.engine import EngineConfig, advance, output_key, step
+from periscope.core.engine import Counters, EngineConfig, advance, output_key, step
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -46,6 +53,17 @@ log = logging.getLogger(__name__)
 INPUT_TOPICS = {t.name: t for t in NODE_INPUTS}
 
 
+@dataclass(slots=True)
+class _Touched:
+    """What one batch did to one node, applied once the whole batch is stepped."""
+
+    slot: Slot
+    before: Counters  # the node's engine counters when last counted into the metrics
+    outs: list[Output] = field(default_factory=list)
+    probe: bool = False  # a probe record arrived (the node is not quiet)
+    persist: bool = False  # a state-based input changed the state: persist at once
+
+
 class Joiner:
     def __init__(self, *, config: EngineConfig, persist_interval_s: float, metrics: JoinerMetrics,
                  nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender,
@@ -62,6 +80,8 @@ class Joiner:
         self._on_error = on_error
         self._clock = clock
         self.ack: Callable[[Any], Awaitable[Any]] | None = None  # set by the agent (stream.ack)
+        # False for a record fetched before the latest rebalance (set by the app: generation check).
+        self.current: Callable[[Message], bool] = lambda msg: True
         # Told the first offset read from each input partition after a start or a rebalance.
         self.on_first_offset: Callable[[str, int, int], None] | None = None
         self.slots: dict[str, Slot] = {}
@@ -73,49 +93,116 @@ class Joiner:
     # ------------------------------------------------------------------ events
 
     async def handle(self, event: Any) -> None:
-        msg: Message = event.message
-        topic = INPUT_TOPICS.get(msg.topic) or BY_NAME.get(msg.topic)
-        self.metrics.events_in.labels(msg.topic).inc()
+        await self.handle_batch([event])
+
+    async def handle_batch(self, events: Sequence[Any]) -> None:
+        """Apply a batch of input records in order. The core steps every record, but the bookkeeping
+        (outputs and their mark, the persist decision, metrics) is done once per node of the batch."""
         if self.stopping:
             return  # not acknowledged: read again after the restart
-        if self.on_first_offset is not None and (msg.topic, msg.partition) not in self.processed:
-            self.on_first_offset(msg.topic, msg.partition, msg.offset)
-        self.processed[(msg.topic, msg.partition)] = msg.offset
-        try:
-            if topic is None:
-                raise DecodeError(f"topic {msg.topic} is not a joiner input")
-            if msg.value is None:
-                raise DecodeError("record has no value")
-            obj: NodeInput = codec.decode(topic, msg.value)
-            node = node_of(msg.key, obj)
-        except (DecodeError, Rejected) as e:
-            await self._reject(event, msg, str(e))
-            return
-        if node is None:
-            self.metrics.skipped.inc()
+        touched: dict[str, _Touched] = {}
+        counts: dict[str, int] = {}
+        samples = 0
+        # Dead letters and acks of records with nothing to join are sent after the batch: nothing is
+        # awaited until its outputs are submitted, so no tick, persist or shutdown sees a node whose
+        # records are stepped but whose outputs are not yet submitted.
+        rejected: list[tuple[Any, Message, str]] = []
+        skipped: list[Any] = []
+        for event in events:
+            msg: Message = event.message
+            counts[msg.topic] = counts.get(msg.topic, 0) + 1
+            if self.stopping or not self.current(msg):
+                continue  # a record fetched before a rebalance: its partition's next owner reads it
+            where = (msg.topic, msg.partition)
+            if self.on_first_offset is not None and where not in self.processed:
+                self.on_first_offset(msg.topic, msg.partition, msg.offset)
+            self.processed[where] = msg.offset
+            topic = INPUT_TOPICS.get(msg.topic) or BY_NAME.get(msg.topic)
+            try:
+                if topic is None:
+                    raise DecodeError(f"topic {msg.topic} is not a joiner input")
+                if msg.value is None:
+                    raise DecodeError("record has no value")
+                obj: NodeInput = codec.decode(topic, msg.value)
+                node = node_of(msg.key, obj)
+            except (DecodeError, Rejected) as e:
+                rejected.append((event, msg, str(e)))
+                continue
+            if node is None:
+                skipped.append(event)
+                continue
+            t = touched.get(node)
+            if t is None:
+                slot = self._slot(node, msg.partition)
+                t = touched[node] = _Touched(slot, replace(slot.state.counters))
+            slot = t.slot
+            state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
+            mark = state_mark(slot.state) if state_input else None
+            telemetry = obj if isinstance(obj, NodeTelemetry) else None
+            # Older than the recovered state: a redelivery, whose drop is not a late sample (rare, so
+            # counted on its own).
+            redelivered = telemetry is not None and telemetry.meta.time_ms <= slot.recovered_ms
+            if redelivered:
+                self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
+                t.before = replace(slot.state.counters)
+            try:
+                _, outs = step(slot.state, obj, self.config)
+            except Exception as e:  # a bug in the core must not stop every other node's attribution
+                log.exception("node %s: the core failed on a %s record", node, msg.topic)
+                rejected.append((event, msg, f"core error: {type(e).__name__}: {e}"))
+                continue
+            if redelivered:
+                self.metrics.count_engine(t.before, slot.state.counters, redelivered=True)
+                t.before = replace(slot.state.counters)
+            if telemetry is not None:
+                samples += len(telemetry.devices)
+            if not isinstance(obj, (PodEvent, NodeEvent)):
+                t.probe = True
+            slot.held.append(event)
+            t.outs.extend(outs)
+            if state_input and state_mark(slot.state) != mark:
+                t.persist = True  # state-based inputs are persisted at once
+        self.metrics.batches.inc()
+        for topic_name, n in counts.items():
+            self.metrics.events_in.labels(topic_name).inc(n)
+        if samples:
+            self.metrics.device_samples.inc(samples)
+        now = self._clock()
+        live = list(touched.values())
+        publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved
+        marks: list[tuple[bytes, bytes, int]] = []
+        for t in live:
+            slot = t.slot
+            self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
+            if t.probe:
+                slot.last_probe = now
+            fresh = self._fresh(slot, t.outs)
+            if fresh:
+                newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
+                moved = newest > slot.mark_ms
+                if moved:
+                    slot.mark_ms = newest
+                    marks.append((slot.node.encode(), encode_mark(newest), slot.partition))
+                publish.append((slot, fresh, moved))
+        # Nothing was awaited since the first record was stepped, and nothing is until the outputs are
+        # submitted: no timer tick, persist or shutdown runs in between.
+        written = self.marks.put_many(marks) if marks else {}  # all nodes' marks in one hand-over
+        for slot, fresh, moved in publish:
+            self.sender.submit(written[slot.partition] if moved else None, slot.partition,
+                               [record_of(o) for o in fresh])
+        # Only now: a persist waits for every output submitted before it (see _complete).
+        for t in live:
+            slot = t.slot
+            if t.persist or now - slot.last_persist >= self.persist_interval_s:
+                self._persist(slot)
+            else:
+                slot.dirty = True
+        if skipped:
+            self.metrics.skipped.inc(len(skipped))
+        for event in skipped:
             await self._ack_now(event)
-            return
-        slot = self._slot(node, msg.partition)
-        before, mark = replace(slot.state.counters), state_mark(slot.state)
-        try:
-            _, outs = step(slot.state, obj, self.config)
-        except Exception as e:  # a bug in the core must not stop every other node's attribution
-            log.exception("node %s: the core failed on a %s record", node, msg.topic)
-            await self._reject(event, msg, f"core error: {type(e).__name__}: {e}")
-            return
-        redelivered = isinstance(obj, NodeTelemetry) and obj.meta.time_ms <= slot.recovered_ms
-        self.metrics.count_engine(before, slot.state.counters, redelivered=redelivered)
-        if not isinstance(obj, (PodEvent, NodeEvent)):
-            slot.last_probe = self._clock()
-        slot.held.append(event)
-        self._emit(slot, outs)
-        state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
-        if state_input and state_mark(slot.state) != mark:
-            self._persist(slot)  # state-based inputs are persisted at once
-        elif self._clock() - slot.last_persist >= self.persist_interval_s:
-            self._persist(slot)
-        else:
-            slot.dirty = True
+        for event, msg, error in rejected:
+            await self._reject(event, msg, error)
 
     async def _reject(self, event: Any, msg: Message, error: str) -> None:
         await self._dead_letter(msg, error)
@@ -153,7 +240,9 @@ class Joiner:
 
     # ------------------------------------------------------------------ outputs
 
-    def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
+    def _fresh(self, slot: Slot, outs: Iterable[Output]) -> list[Output]:
+        """The outputs to publish now; those at or before a recovered mark are held back instead, and
+        a replay that passed the mark ends (its held-back outputs are submitted first)."""
         fresh: list[Output] = []
         for o in outs:
             if not is_one_shot(o) and time_of(o) <= slot.replay_until_ms:
@@ -165,13 +254,19 @@ class Joiner:
                 fresh.append(o)
         if slot.replay_until_ms and slot.state.processed_ms >= slot.replay_until_ms:
             self._end_replay(slot)
+        return fresh
+
+    def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
+        fresh = self._fresh(slot, outs)
         if not fresh:
             return
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
         mark = None
         if newest > slot.mark_ms:
             slot.mark_ms = newest
-            mark = self.marks.put(slot.node.encode(), encode_mark(newest), slot.partition)
+            # The same path as a batch's marks, so the marks changelog gets them in order.
+            mark = self.marks.put_many([(slot.node.encode(), encode_mark(newest), slot.partition)])[
+                slot.partition]
         self.sender.submit(mark, slot.partition, [record_of(o) for o in fresh])
 
     def _end_replay(self, slot: Slot) -> None:

@@ -36,6 +36,15 @@ class JoinerMetrics:
         self.events_in = Counter(
             "periscope_joiner_events_in", "Input records consumed", ["topic"], registry=r
         )
+        self.device_samples = Counter(
+            "periscope_joiner_device_samples",
+            "Device samples processed (one per GPU or MIG device of every telemetry record applied)",
+            registry=r,
+        )
+        self.batches = Counter(
+            "periscope_joiner_input_batches",
+            "Batches of input records handled (events_in / this: the mean batch size)", registry=r,
+        )
         self.events_out = Counter(
             "periscope_joiner_events_out", "Output records published", ["topic"], registry=r
         )

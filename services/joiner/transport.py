@@ -63,17 +63,24 @@ class RecordBatches:
         aio = self._producer._ensure_producer()  # Faust exposes no batch API of its own
         # Known metadata answers at once; the partitioner needs it, and its count keys the cache.
         counts = {topic: len(await aio.partitions_for(topic)) for topic in {r[0] for r in records}}
-        futures: list[Any] = []
+        placed = [(topic, self._partition(topic, counts[topic], key), key, value)
+                  for topic, key, value in records]
+        return [fut for _, fut in await self.send_to(placed)]
+
+    async def send_to(self, records: list[tuple[str, int, bytes, bytes]]) -> list[tuple[int, Any]]:
+        """Send (topic, partition, key, value) records, in order per partition; returns each record
+        batch's partition and delivery future."""
+        aio = self._producer._ensure_producer()
+        futures: list[tuple[int, Any]] = []
         open_: dict[tuple[str, int], Any] = {}
-        for topic, key, value in records:
-            partition = self._partition(topic, counts[topic], key)
+        for topic, partition, key, value in records:
             builder = open_.get((topic, partition))
             if builder is None:
                 builder = open_[(topic, partition)] = aio.create_batch()
             if builder.append(timestamp=None, key=key, value=value) is None:  # full: send, start anew
-                futures.append(await aio.send_batch(builder, topic, partition=partition))
+                futures.append((partition, await aio.send_batch(builder, topic, partition=partition)))
                 builder = open_[(topic, partition)] = aio.create_batch()
                 builder.append(timestamp=None, key=key, value=value)  # the first record always fits
         for (topic, partition), builder in open_.items():
-            futures.append(await aio.send_batch(builder, topic, partition=partition))
+            futures.append((partition, await aio.send_batch(builder, topic, partition=partition)))
         return futures

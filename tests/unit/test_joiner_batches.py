@@ -1,0 +1,121 @@
+"""A batch of input records: stepped one by one, but its bookkeeping done once per node, and nothing
+acknowledged before the persist that includes it."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any
+
+from periscope.bus import codec
+from periscope.bus.topics import TELEMETRY
+from periscope.core.engine import EngineConfig
+from services.joiner.agents import Joiner
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.output import OutputSender
+from tests.unit.core_builders import dev, gpu, meta, tel
+
+
+def _done() -> asyncio.Future[None]:
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
+
+
+class Table:
+    """A changelogged table as the joiner sees it (TableIO), in memory, remembering its writes."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.writes: list[bytes] = []
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
+        self.data[key] = value
+        self.writes.append(key)
+        return _done()
+
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
+        for key, value, _ in items:
+            self.put(key, value, 0)
+        return {p: _done() for _, _, p in items}
+
+    def delete(self, key: bytes, partition: int) -> asyncio.Future[None]:
+        self.data.pop(key, None)
+        return _done()
+
+    def fence(self, partition: int) -> asyncio.Future[None]:
+        return _done()
+
+
+@dataclass
+class Msg:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    generation_id: int = 1
+
+
+@dataclass
+class Event:
+    message: Msg
+
+
+def telemetry(node: str, t: int, offset: int, generation: int = 1) -> Event:
+    ev = replace(tel(t, dev(gpu(0), 50.0), dev(gpu(1), 10.0)),
+                 meta=meta(t, node=node, source=f"probe/{node}"))
+    return Event(Msg(TELEMETRY.name, 0, offset, node.encode(), codec.encode(ev), generation))
+
+
+async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> None:
+    nodes, pods, marks = Table(), Table(), Table()
+    published: list[tuple[str, bytes, bytes]] = []
+    acked: list[int] = []
+    dead: list[str] = []
+
+    async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+        published.extend(records)
+        return []
+
+    async def fail(e: BaseException) -> None:
+        raise AssertionError(f"unexpected error: {e!r}")
+
+    async def dead_letter(msg: Any, error: str) -> None:
+        dead.append(error)
+
+    async def ack(event: Any) -> None:
+        acked.append(event.message.offset)
+
+    sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
+    metrics = JoinerMetrics()
+    joiner = Joiner(config=EngineConfig(), persist_interval_s=3600.0, metrics=metrics, nodes=nodes, pods=pods,
+                    marks=marks, sender=sender, dead_letter=dead_letter, rebalancing=lambda: False,
+                    on_error=fail, clock=lambda: 100.0)
+    joiner.ack = ack
+    joiner.current = lambda msg: getattr(msg, "generation_id", None) == 1
+    running = asyncio.ensure_future(sender.run())
+    try:
+        batch = [telemetry(node, t, offset=i) for i, (t, node) in enumerate(
+            (t, node) for t in (1000, 2000, 3000, 4000) for node in ("gpu-a", "gpu-b"))]
+        stale = telemetry("gpu-a", 5000, offset=len(batch), generation=0)  # fetched before a rebalance
+        garbage = Event(Msg(TELEMETRY.name, 0, 99, b"gpu-a", b"\xff not protobuf"))
+        await joiner.handle_batch([*batch[:3], garbage, *batch[3:], stale])
+
+        assert marks.writes == [b"gpu-a", b"gpu-b"]  # one mark per node of the batch, not per record
+        assert len(dead) == 1 and acked == [99]  # the bad record is dead-lettered, the others go on
+        acked.clear()
+        assert nodes.writes == []  # nothing else acknowledged before a persist
+        assert metrics.device_samples._value.get() == len(batch) * 2  # type: ignore[attr-defined]
+        assert joiner.processed == {(TELEMETRY.name, 0): len(batch) - 1}  # the stale record was skipped
+        assert all(s.dirty and len(s.held) == 4 for s in joiner.slots.values())
+
+        await joiner.shutdown()
+        assert sorted(acked) == list(range(len(batch)))  # every applied record, after its node's persist
+        assert sorted(nodes.writes) == [b"gpu-a", b"gpu-b"]
+        assert published and len(dead) == 1
+    finally:
+        running.cancel()
