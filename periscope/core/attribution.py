@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
+from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
@@ -35,26 +36,21 @@ def attribute_sample(
     strategy, replicas = _sharing_config(state)
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
-    mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
-    by_instance: dict[str, list[Holding]] = {}
+    ix = index_of(state._index, holdings)
+    by_instance = ix.by_instance
     findings: list[Finding] = []
-    for h in holdings:
-        if not h.pod_uid:
-            state.counters.ambiguous_joins += 1
-            findings.append(_ambiguous(state.node, t, h))
-        elif h.device.gpu_uuid:
-            by_instance.setdefault(h.device.instance, []).append(h)
+    for h in ix.ambiguous:
+        state.counters.ambiguous_joins += 1
+        findings.append(_ambiguous(state.node, t, h))
 
     touched: set[str] = set()
     current: set[tuple[str, str, str]] = set()
     rows = state.rows
-    for inst, hs in by_instance.items():
+    pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
-        usage, unattributed = split_instance(
-            sample, hs, state.pods, strategy, state.devmap.fraction(hs[0].device), replicas
-        )
-        for h in hs:
-            key = h.key
+        usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device), replicas)
+        for h, key in zip(hs, keys, strict=True):
             u = usage[key]
             row = rows.get(key)
             if row is None:
@@ -63,18 +59,25 @@ def attribute_sample(
                     h.device.mig, first_seen_ms=t,
                 )
                 rows[key] = row
-            srcs = _sources(h.sources, u.seen_processes)
-            row.namespace, row.pod = h.namespace or row.namespace, h.pod or row.pod
-            row.observe(t, u, srcs, cfg)
+            if h.namespace:
+                row.namespace = h.namespace
+            if h.pod:
+                row.pod = h.pod
+            row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
             current.add(key)
             touched.add(h.pod_uid)
             if row.idle:
-                findings.append(_idle(state.node, t, row))
+                findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+    mig_parents: set[str] | None = None
     for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
-        if d.uuid not in by_instance and d.uuid not in mig_parents and d.processes:
+        if d.processes and d.uuid not in by_instance:
+            if mig_parents is None:
+                mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
+            if d.uuid in mig_parents:
+                continue
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
     if len(current) < len(rows):  # rows no longer held (all held ones are in `current`)
         for key, row in rows.items():

@@ -12,16 +12,19 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
 from periscope.core.changes import ChangeConfig, without_windows, worth_publishing
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
+from periscope.core.holdings import HoldingIndex
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
+    DeviceSample,
     Finding,
     GpuState,
     NodeEvent,
@@ -94,6 +97,7 @@ class NodeState:
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
+    _index: list[HoldingIndex] = field(default_factory=list)  # the groupings of `_holdings` (one entry)
 
 
 def new_state(node: str) -> NodeState:
@@ -252,8 +256,8 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     t = tel.meta.time_ms
     state.processed_ms = t
     # Kept for duplicate detection and the GPU view, which read no per-process detail: not kept.
-    state.last_telemetry = replace(tel, devices=tuple(
-        replace(d, processes=()) if d.processes else d for d in tel.devices))
+    state.last_telemetry = NodeTelemetry(tel.meta, tuple(
+        _without_processes(d) if d.processes else d for d in tel.devices))
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
@@ -269,6 +273,17 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
     return _emit(state, outs, config)
+
+
+_DEVICE_FIELDS = attrgetter(*(f.name for f in fields(DeviceSample)))
+_PROCESSES = [f.name for f in fields(DeviceSample)].index("processes")
+
+
+def _without_processes(d: DeviceSample) -> DeviceSample:
+    """`replace(d, processes=())`, positionally (replace() introspects the fields on every call)."""
+    values = list(_DEVICE_FIELDS(d))
+    values[_PROCESSES] = ()
+    return DeviceSample(*values)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:

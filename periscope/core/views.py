@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
+from periscope.core.holdings import index_of, owners_of
 from periscope.core.model import (
     DeviceSample,
     Finding,
@@ -12,7 +13,6 @@ from periscope.core.model import (
     MigRef,
     MigState,
     NodeTelemetry,
-    Owner,
     PodAttribution,
     XidEvent,
 )
@@ -22,14 +22,6 @@ from periscope.core.usage import sharing_of
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
-
-
-def _owner(h: Holding) -> Owner:
-    return Owner(h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id)
-
-
-def _owners(hs: list[Holding]) -> tuple[Owner, ...]:
-    return tuple(sorted((_owner(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
 
 
 def rows_by_pod(state: NodeState) -> dict[str, list[RowState]]:
@@ -67,40 +59,37 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
     if state.node_event is not None:
         strategy = state.node_event.label("nvidia.com/gpu.sharing-strategy", "time-slicing")
     out: list[GpuState] = []
-    by_gpu: dict[str, list[Holding]] = {}
-    for h in holdings:
-        by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
+    ix = index_of(state._index, holdings)
+    by_gpu = ix.by_gpu
     children: dict[str, list[DeviceSample]] = {}
     for m in tel.devices:
         if m.parent_uuid and m.mig is not None:
             children.setdefault(m.parent_uuid, []).append(m)
+    node, models, last_xid = state.node, state.devmap.models, state.last_xid
     for d in tel.devices:
         if d.parent_uuid:
             continue
         on_gpu = by_gpu.get(d.uuid, [])
         migs = []
-        for m in children.get(d.uuid, ()):
+        for m in children.get(d.uuid, ()) if children else ():
             if m.mig is None:
                 continue
             mine = [h for h in on_gpu if h.device.mig is not None and h.device.mig.uuid == m.uuid]
             migs.append(
                 MigState(
                     uuid=m.uuid, profile=m.mig.profile, gi=m.mig.gi, ci=m.mig.ci,
-                    fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=_owners(mine),
+                    fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=owners_of(mine),
                     util_pct=m.util_pct,
                 )
             )
         migs.sort(key=lambda m: (m.gi, m.ci, m.uuid))
         sharing = "mig" if migs else sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
-        out.append(
-            GpuState(
-                node=state.node, gpu_uuid=d.uuid, model=state.devmap.models.get(d.uuid, ""),
-                index=d.index, mig_devices=tuple(migs), sharing=sharing, util_pct=d.util_pct,
-                fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib, power_w=d.power_w,
-                temp_c=d.temp_c, owners=_owners(on_gpu), last_xid=state.last_xid.get(d.uuid),
-                sample_ms=t, lost=d.lost, as_of_ms=t,
-            )
-        )
+        # Positional, in GpuState's field order (this runs for every device of every sample).
+        out.append(GpuState(
+            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
+            d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
+            t, d.lost, t,
+        ))
     return out
 
 
@@ -117,6 +106,6 @@ def xid_finding(node: str, ev: XidEvent, holdings: list[Holding], pods: PodRegis
     t = ev.meta.time_ms
     return Finding(
         kind="xid-owner", key=ev.gpu_uuid, node=node, at_ms=t, id=f"xid/{ev.gpu_uuid}/{t}/{ev.code}",
-        gpu_uuid=ev.gpu_uuid, mig=ev.mig, xid_code=ev.code, owners=_owners(hs),
+        gpu_uuid=ev.gpu_uuid, mig=ev.mig, xid_code=ev.code, owners=owners_of(hs),
         message=f"XID {ev.code} on {ev.gpu_uuid} with {len(hs)} owner(s) at the time",
     )
