@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from periscope.core.allocation import Holding
+from periscope.core.frozen import fast_init
 from periscope.core.model import DeviceSample, ProcessSample
 from periscope.core.pods import PodRegistry
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     util_pct: float | None
