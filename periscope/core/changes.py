@@ -95,12 +95,18 @@ def worth_publishing(last: Output | None, new: Output, cfg: ChangeConfig) -> boo
     if isinstance(new, Finding):
         return last != new
     if isinstance(new, GpuState):
-        if not isinstance(last, GpuState):
-            return True
-        return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or gpu_changed(last, new, cfg)
-    if not isinstance(last, PodAttribution):
-        return True
+        return not isinstance(last, GpuState) or gpu_due(last, new, cfg)
+    return not isinstance(last, PodAttribution) or pod_due(last, new, cfg)
+
+
+def pod_due(last: PodAttribution, new: PodAttribution, cfg: ChangeConfig) -> bool:
+    """`worth_publishing` for a pod's attribution that was published before."""
     return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or pod_changed(last, new, cfg)
+
+
+def gpu_due(last: GpuState, new: GpuState, cfg: ChangeConfig) -> bool:
+    """`worth_publishing` for a GPU's state that was published before."""
+    return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or gpu_changed(last, new, cfg)
 
 
 def _heartbeat(last_ms: int, new_ms: int, cfg: ChangeConfig) -> bool:

@@ -17,7 +17,7 @@ from operator import attrgetter
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
-from periscope.core.changes import ChangeConfig, without_windows, worth_publishing
+from periscope.core.changes import ChangeConfig, gpu_due, pod_due, without_windows, worth_publishing
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
 from periscope.core.holdings import HoldingIndex
@@ -295,14 +295,35 @@ def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
 def _emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:
     """Keep the outputs worth publishing (periscope.core.changes); remember what was published."""
     fresh: list[Output] = []
+    emitted, cfg = state.emitted, config.changes
     for o in outs:
-        key = output_key(o)
-        if not worth_publishing(state.emitted.get(key), o, config.changes):
-            continue
-        state.emitted[key] = without_windows(o)
-        fresh.append(o)
+        # worth_publishing, by kind (this runs for every pod and GPU of every sample).
         if isinstance(o, PodAttribution):
-            _published_windows(state, o, config)
+            key = "pod/" + o.pod_uid
+            last = emitted.get(key)
+            if isinstance(last, PodAttribution) and not pod_due(last, o, cfg):
+                continue
+            windows = False
+            for r in o.rows:
+                if r.windows:
+                    windows = True
+                    break
+            emitted[key] = without_windows(o) if windows else o
+            fresh.append(o)
+            if windows:
+                _published_windows(state, o, config)
+        elif isinstance(o, GpuState):
+            key = "gpu/" + o.gpu_uuid
+            last = emitted.get(key)
+            if isinstance(last, GpuState) and not gpu_due(last, o, cfg):
+                continue
+            emitted[key] = o
+            fresh.append(o)
+        else:
+            key = output_key(o)
+            if worth_publishing(emitted.get(key), o, cfg):
+                emitted[key] = o
+                fresh.append(o)
     return fresh
 
 

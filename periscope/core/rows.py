@@ -105,20 +105,18 @@ class RowState:
 
     def _trim(self, cfg: RowConfig) -> None:
         """Drop the oldest published windows that idle detection no longer needs."""
-        t = self.sample_ms
-
-        def needed(start: float) -> bool:
-            end = start + cfg.window_ms
-            return end > t - cfg.idle_window_ms and end > t - cfg.window_keep_ms
-
+        # A window is needed while it ends after both t - idle span and t - keep span, that is while
+        # its start is after `oldest`.
+        oldest = self.sample_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
         iw, cut = self.idle_windows, 0
-        while cut < len(iw) and not needed(iw[cut]):
+        while cut < len(iw) and iw[cut] <= oldest:
             cut += IW
         if cut:
             del iw[:cut]
         w, cut = self.windows, 0
-        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= self.published_ms
-               and not needed(w[cut])):
+        published = self.published_ms
+        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= published
+               and w[cut] <= oldest):
             cut += W
         if cut:
             del w[:cut]
@@ -161,7 +159,9 @@ class RowState:
     def closed_unpublished(self) -> tuple[WindowStat, ...]:
         w = self.windows
         end = len(w) - W if self.active else len(w)
-        return tuple(_stat(w, i) for i in range(0, max(end, 0), W) if w[i] > self.published_ms)
+        if end <= 0:
+            return ()  # only the open window (every sample of an active row, but a window's first)
+        return tuple(_stat(w, i) for i in range(0, end, W) if w[i] > self.published_ms)
 
     def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
         """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
@@ -173,27 +173,16 @@ class RowState:
 
     def to_row(self) -> AttributionRow:
         u = self.usage
+        live = u is not None and self.active
+        # Positional, in AttributionRow's field order (this runs for every row of every sample).
         return AttributionRow(
-            container=self.container,
-            device_id=self.device_id,
-            gpu_uuid=self.gpu_uuid,
-            sharing=u.sharing if u else "exclusive",
-            share_basis=u.share_basis if u else "none",
-            mig=self.mig,
-            util_pct=u.util_pct if u and self.active else None,
-            fb_used_mib=u.fb_used_mib if u and self.active else None,
-            power_w=u.power_w if u and self.active else None,
-            active=self.active,
-            idle=self.idle,
-            first_seen_ms=self.first_seen_ms,
-            last_seen_ms=self.last_seen_ms,
-            sources=self.sources,
-            idle_since_ms=self.idle_since_ms,
-            avg_util_pct=self.avg_util_pct,
-            wasted_gpu_hours=self.wasted_gpu_hours(),
-            gpu_fraction=u.gpu_fraction if u else 1.0,
-            windows=self.closed_unpublished(),
-            sample_ms=self.sample_ms,
+            self.container, self.device_id, self.gpu_uuid,
+            u.sharing if u else "exclusive", u.share_basis if u else "none", self.mig,
+            u.util_pct if live and u else None, u.fb_used_mib if live and u else None,
+            u.power_w if live and u else None,
+            self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
+            self.avg_util_pct, self.wasted_gpu_hours(), u.gpu_fraction if u else 1.0,
+            self.closed_unpublished(), self.sample_ms,
         )
 
 

@@ -37,20 +37,15 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
         return None
     rec = state.pods.get(uid)
     info = rec.info if rec and rec.start_ms <= t_ms else None
-    return PodAttribution(
-        pod_uid=uid,
-        namespace=info.namespace if info else rows[0].namespace,
-        pod=info.name if info else rows[0].pod,
-        node=state.node,
-        rows=tuple(r.to_row() for r in rows),
-        owner_kind=info.owner_kind if info else "",
-        owner_name=info.owner_name if info else "",
-        phase=info.phase if info else "",
-        created_ms=info.created_ms if info else 0,
-        # As of t: a deletion learnt of early must not show before it happened (order independence).
-        deleted_ms=rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0,
-        as_of_ms=t_ms,
-    )
+    # As of t: a deletion learnt of early must not show before it happened (order independence).
+    deleted_ms = rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0
+    rows_out = tuple([r.to_row() for r in rows])
+    if info is None:
+        return PodAttribution(uid, rows[0].namespace, rows[0].pod, state.node, rows_out, "", "", "", 0,
+                              deleted_ms, t_ms)
+    # Positional, in PodAttribution's field order (this runs for every pod of every sample).
+    return PodAttribution(uid, info.namespace, info.name, state.node, rows_out, info.owner_kind,
+                          info.owner_name, info.phase, info.created_ms, deleted_ms, t_ms)
 
 
 def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) -> list[GpuState]:
