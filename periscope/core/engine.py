@@ -12,8 +12,7 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass, field, fields, replace
-from operator import attrgetter
+from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
@@ -24,7 +23,6 @@ from periscope.core.holdings import HoldingIndex
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
-    DeviceSample,
     Finding,
     GpuState,
     NodeEvent,
@@ -88,7 +86,7 @@ class NodeState:
     pruned_ms: int = 0
     rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
     last_xid: dict[str, XidRef] = field(default_factory=dict)
-    last_telemetry: NodeTelemetry | None = None  # the last processed sample, without its processes
+    last_telemetry: NodeTelemetry | None = None  # the last processed sample
     findings: FindingBook = field(default_factory=FindingBook)
     emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
@@ -255,9 +253,9 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
     t = tel.meta.time_ms
     state.processed_ms = t
-    # Kept for duplicate detection and the GPU view, which read no per-process detail: not kept.
-    state.last_telemetry = NodeTelemetry(tel.meta, tuple(
-        _without_processes(d) if d.processes else d for d in tel.devices))
+    # Kept for duplicate detection and the GPU view. Only the last sample is held, so its processes
+    # are dropped when the state is persisted (periscope.core.snapshot), not copied out on every sample.
+    state.last_telemetry = tel
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
@@ -273,17 +271,6 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
     return _emit(state, outs, config)
-
-
-_DEVICE_FIELDS = attrgetter(*(f.name for f in fields(DeviceSample)))
-_PROCESSES = [f.name for f in fields(DeviceSample)].index("processes")
-
-
-def _without_processes(d: DeviceSample) -> DeviceSample:
-    """`replace(d, processes=())`, positionally (replace() introspects the fields on every call)."""
-    values = list(_DEVICE_FIELDS(d))
-    values[_PROCESSES] = ()
-    return DeviceSample(*values)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:

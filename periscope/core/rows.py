@@ -60,39 +60,41 @@ class RowState:
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
-        self.last_seen_ms = max(self.last_seen_ms, t_ms)
+        if t_ms > self.last_seen_ms:
+            self.last_seen_ms = t_ms
         self.sample_ms = t_ms
         start = t_ms - t_ms % cfg.window_ms
-        i = self._window(start)
-        if start <= self.published_ms:
-            # The row went inactive and came back within one window: that window is open again and is
-            # published once more when it closes (subscribers replace a window by its start).
-            self.published_ms = start - 1
-        w = self.windows
-        w[i + 1] += 1
-        if usage.util_pct is not None:
-            w[i + 2] += usage.util_pct
-            w[i + 3] += 1
-            if usage.util_pct < cfg.idle_threshold_pct:
-                if not self.low_since_ms:
-                    self.low_since_ms = t_ms
-            else:
-                self.low_since_ms = 0
-        if usage.fb_used_mib is not None:
-            w[i + 4] = max(w[i + 4], usage.fb_used_mib)
-        if usage.power_w is not None:
-            w[i + 5] += usage.power_w
-        self._pack()
-        self._trim(cfg)
-        self._update_idle(t_ms, cfg)
-
-    def _window(self, start: int) -> int:
-        """Offset of the window starting at `start`, appended when new."""
         w = self.windows
         if not w or w[-W] < start:
             w.extend((start, 0.0, 0.0, 0.0, 0.0, 0.0))
         # (An older start never comes: the engine processes a node's samples in event-time order.)
-        return len(w) - W
+        i = len(w) - W
+        if start <= self.published_ms:
+            # The row went inactive and came back within one window: that window is open again and is
+            # published once more when it closes (subscribers replace a window by its start).
+            self.published_ms = start - 1
+        w[i + 1] += 1
+        util = usage.util_pct
+        if util is not None:
+            w[i + 2] += util
+            w[i + 3] += 1
+            if util < cfg.idle_threshold_pct:
+                if not self.low_since_ms:
+                    self.low_since_ms = t_ms
+            else:
+                self.low_since_ms = 0
+        if usage.fb_used_mib is not None and usage.fb_used_mib > w[i + 4]:
+            w[i + 4] = usage.fb_used_mib
+        if usage.power_w is not None:
+            w[i + 5] += usage.power_w
+        # _pack and _trim, only when their first step would do something (usually neither does).
+        if i and w[0] <= self.published_ms:
+            self._pack()
+        oldest = t_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
+        iw = self.idle_windows
+        if (iw and iw[0] <= oldest) or (len(w) > W and w[0] <= self.published_ms and w[0] <= oldest):
+            self._trim(cfg)
+        self._update_idle(t_ms, cfg)
 
     def _pack(self) -> None:
         """Published windows other than the last keep only what idle detection reads."""
