@@ -9,7 +9,7 @@ from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.usage import split_instance
+from periscope.core.usage import Usage, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
@@ -18,13 +18,19 @@ SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
 
-def _sharing_config(state: NodeState) -> tuple[str, int]:
+def sharing_config(state: NodeState) -> tuple[str, int]:
+    """The node's GPU sharing strategy and replica count, from its labels (kept per node event)."""
     ev = state.node_event
     if ev is None:
         return "time-slicing", 0
+    cached = state._sharing
+    if cached[0] is ev:
+        return cached[1], cached[2]
     strategy = ev.label(SHARING_LABEL, "time-slicing")
     raw = ev.label(REPLICAS_LABEL, "0")
-    return strategy, int(raw) if raw.isdigit() else 0
+    replicas = int(raw) if raw.isdigit() else 0
+    state._sharing = (ev, strategy, replicas)
+    return strategy, replicas
 
 
 def attribute_sample(
@@ -33,7 +39,7 @@ def attribute_sample(
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant."""
     t = tel.meta.time_ms
-    strategy, replicas = _sharing_config(state)
+    strategy, replicas = sharing_config(state)
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
     ix = index_of(state._index, holdings)
@@ -47,11 +53,17 @@ def attribute_sample(
     current: set[tuple[str, str, str]] = set()
     rows = state.rows
     pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    us: tuple[Usage, ...] | list[Usage]
     for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
-        usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device), replicas)
-        for h, key in zip(hs, keys, strict=True):
-            u = usage[key]
+        if len(hs) == 1 and hs[0].device.replica is None:  # one holder of a whole unit: most devices
+            u, unattributed = single_usage(sample, hs[0], fraction(hs[0].device))
+            us = (u,)
+        else:
+            usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device),
+                                                 replicas)
+            us = [usage[key] for key in keys]
+        for h, key, u in zip(hs, keys, us, strict=True):
             row = rows.get(key)
             if row is None:
                 row = RowState(

@@ -51,7 +51,10 @@ _MIG_EXACT = attrgetter(*(f.name for f in fields(MigState) if f.name not in ("ut
 def row_changed(old: AttributionRow, new: AttributionRow, cfg: ChangeConfig) -> bool:
     if new.windows:
         return True
-    return (_moved(old.util_pct, new.util_pct, cfg.util_pct)
+    a, b = old.util_pct, new.util_pct
+    if a is not None and b is not None and abs(b - a) >= cfg.util_pct - _EPS:
+        return True  # _moved inline for the number that moves most often
+    return (_moved(a, b, cfg.util_pct)
             or _moved(old.avg_util_pct, new.avg_util_pct, cfg.util_pct)
             or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib)
             or _moved(old.power_w, new.power_w, cfg.power_w)
@@ -75,15 +78,18 @@ def pod_changed(old: PodAttribution, new: PodAttribution, cfg: ChangeConfig) -> 
 
 
 def gpu_changed(old: GpuState, new: GpuState, cfg: ChangeConfig) -> bool:
-    if (_moved(old.util_pct, new.util_pct, cfg.util_pct)
+    a, b = old.util_pct, new.util_pct
+    if a is not None and b is not None and abs(b - a) >= cfg.util_pct - _EPS:
+        return True  # _moved inline for the number that moves most often
+    if (_moved(a, b, cfg.util_pct)
             or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib)
             or _moved(old.power_w, new.power_w, cfg.power_w)
             or _moved(old.temp_c, new.temp_c, cfg.temp_c)):
         return True
     if len(old.mig_devices) != len(new.mig_devices):
         return True
-    for a, b in zip(old.mig_devices, new.mig_devices, strict=True):
-        if _mig_changed(a, b, cfg):
+    for ma, mb in zip(old.mig_devices, new.mig_devices, strict=True):
+        if _mig_changed(ma, mb, cfg):
             return True
     return bool(_GPU_EXACT(old) != _GPU_EXACT(new))
 
@@ -101,12 +107,16 @@ def worth_publishing(last: Output | None, new: Output, cfg: ChangeConfig) -> boo
 
 def pod_due(last: PodAttribution, new: PodAttribution, cfg: ChangeConfig) -> bool:
     """`worth_publishing` for a pod's attribution that was published before."""
-    return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or pod_changed(last, new, cfg)
+    if new.as_of_ms > last.as_of_ms and new.as_of_ms - last.as_of_ms >= cfg.heartbeat_ms:
+        return True  # _heartbeat inline (every pod of every sample comes here)
+    return pod_changed(last, new, cfg)
 
 
 def gpu_due(last: GpuState, new: GpuState, cfg: ChangeConfig) -> bool:
     """`worth_publishing` for a GPU's state that was published before."""
-    return _heartbeat(last.as_of_ms, new.as_of_ms, cfg) or gpu_changed(last, new, cfg)
+    if new.as_of_ms > last.as_of_ms and new.as_of_ms - last.as_of_ms >= cfg.heartbeat_ms:
+        return True  # _heartbeat inline (every GPU of every sample comes here)
+    return gpu_changed(last, new, cfg)
 
 
 def _heartbeat(last_ms: int, new_ms: int, cfg: ChangeConfig) -> bool:

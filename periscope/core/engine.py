@@ -96,6 +96,7 @@ class NodeState:
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
     _index: list[HoldingIndex] = field(default_factory=list)  # the groupings of `_holdings` (one entry)
+    _sharing: tuple[NodeEvent | None, str, int] = (None, "time-slicing", 0)  # node_event's sharing labels
 
 
 def new_state(node: str) -> NodeState:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
+from periscope.core.attribution import sharing_config
 from periscope.core.holdings import index_of, owners_of
 from periscope.core.model import (
     DeviceSample,
@@ -50,9 +51,7 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
 
 def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) -> list[GpuState]:
     t = tel.meta.time_ms
-    strategy = "time-slicing"
-    if state.node_event is not None:
-        strategy = state.node_event.label("nvidia.com/gpu.sharing-strategy", "time-slicing")
+    strategy, _ = sharing_config(state)
     out: list[GpuState] = []
     ix = index_of(state._index, holdings)
     by_gpu = ix.by_gpu
