@@ -95,8 +95,10 @@ class NodeState:
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
-    _index: list[HoldingIndex] = field(default_factory=list)  # the groupings of `_holdings` (one entry)
-    _sharing: tuple[NodeEvent | None, str, int] = (None, "time-slicing", 0)  # node_event's sharing labels
+    # Caches: the groupings of `_holdings` (one entry), and node_event's sharing labels.
+    _index: list[HoldingIndex] = field(default_factory=list, compare=False, repr=False)
+    _sharing: tuple[NodeEvent | None, str, int] = field(default=(None, "time-slicing", 0), compare=False,
+                                                        repr=False)
 
 
 def new_state(node: str) -> NodeState:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from math import inf, nan
 
 from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
@@ -57,6 +58,9 @@ class RowState:
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
+    # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
+    _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
+                                                       repr=False)
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
@@ -125,17 +129,11 @@ class RowState:
 
     def _update_idle(self, t_ms: int, cfg: RowConfig) -> None:
         since = t_ms - cfg.idle_window_ms
-        s = n = 0.0
-        # Oldest first, about a dozen windows (one idle span): the windows overlapping [since, t].
-        iw, w = self.idle_windows, self.windows
-        for i in range(0, len(iw), IW):
-            if iw[i] + cfg.window_ms > since:
-                s += iw[i + 1]
-                n += iw[i + 2]
-        for i in range(0, len(w), W):
-            if w[i] + cfg.window_ms > since:
-                s += w[i + 2]
-                n += w[i + 3]
+        # The windows overlapping [since, t], oldest first: closed ones, then the sample's own (last).
+        s, n = self._closed_sums(since, cfg.window_ms)
+        w = self.windows
+        s += w[-W + 2]
+        n += w[-W + 3]
         self.avg_util_pct = round(s / n, 3) if n else None
         eligible = t_ms - self.first_seen_ms >= cfg.idle_window_ms
         idle = eligible and self.avg_util_pct is not None and self.avg_util_pct < cfg.idle_threshold_pct
@@ -145,6 +143,34 @@ class RowState:
         if not idle:
             self.idle_since_ms = 0
         self.idle = idle
+
+    def _closed_sums(self, since: float, window_ms: int) -> tuple[float, float]:
+        """Util sum and util samples of the closed windows that end after `since`, added oldest first.
+
+        Those windows are a run at the end of the closed ones, whose numbers no longer change, and
+        `since` only advances: the sums are kept until a window closes, the first of the run ends, or
+        trimming removes it, so most samples add nothing up (the same additions in the same order
+        when they do, so the result is the same to the last bit)."""
+        iw, w = self.idle_windows, self.windows
+        last = w[-2 * W] if len(w) >= 2 * W else iw[-IW] if iw else -inf
+        head = iw[0] if iw else w[0] if len(w) > W else inf
+        first, last_was, s, n = self._closed
+        if last == last_was and (first == inf or (head <= first and first + window_ms > since)):
+            return s, n
+        s = n = 0.0
+        first = inf
+        for i in range(0, len(iw), IW):
+            if iw[i] + window_ms > since:
+                first = min(first, iw[i])
+                s += iw[i + 1]
+                n += iw[i + 2]
+        for i in range(0, len(w) - W, W):
+            if w[i] + window_ms > since:
+                first = min(first, w[i])
+                s += w[i + 2]
+                n += w[i + 3]
+        self._closed = (first, last, s, n)
+        return s, n
 
     def deactivate(self) -> bool:
         """The row's device is no longer held: its open window closes (published with the row)."""
