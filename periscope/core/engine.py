@@ -16,26 +16,25 @@ from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
-from periscope.core.changes import ChangeConfig, gpu_due, pod_due, without_windows, worth_publishing
+from periscope.core.changes import ChangeConfig
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
 from periscope.core.holdings import HoldingIndex
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
-    Finding,
-    GpuState,
     NodeEvent,
     NodeInput,
     NodeTelemetry,
     Output,
-    PodAttribution,
     PodEvent,
     SourceHealth,
     XidEvent,
     XidRef,
 )
 from periscope.core.pods import PodRegistry
+from periscope.core.publish import emit
+from periscope.core.publish import output_key as output_key  # callers take it from the engine
 from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
@@ -228,12 +227,14 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
 
 
 def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
-    ready = [p for p in state.pending if p.meta.time_ms <= upto_ms]
+    pending = state.pending
+    ready = [p for p in pending if p.meta.time_ms <= upto_ms] if pending else pending
     if not ready:
         return []
-    state.pending = [p for p in state.pending if p.meta.time_ms > upto_ms]
-    # XIDs before samples of the same instant; then by producer order.
-    ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
+    state.pending = [p for p in pending if p.meta.time_ms > upto_ms] if len(ready) < len(pending) else []
+    if len(ready) > 1:
+        # XIDs before samples of the same instant; then by producer order.
+        ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
     out: list[Output] = []
     for ev in ready:
         if isinstance(ev, XidEvent):
@@ -250,7 +251,7 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
     finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
-    return _emit(state, [finding], config)
+    return emit(state, [finding], config)
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
@@ -273,64 +274,13 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
-    return _emit(state, outs, config)
+    return emit(state, outs, config)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
     snap = snapshot_at(state, t_ms)
     return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
-
-
-def _emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:
-    """Keep the outputs worth publishing (periscope.core.changes); remember what was published."""
-    fresh: list[Output] = []
-    emitted, cfg = state.emitted, config.changes
-    for o in outs:
-        # worth_publishing, by kind (this runs for every pod and GPU of every sample).
-        if isinstance(o, PodAttribution):
-            key = "pod/" + o.pod_uid
-            last = emitted.get(key)
-            if isinstance(last, PodAttribution) and not pod_due(last, o, cfg):
-                continue
-            windows = False
-            for r in o.rows:
-                if r.windows:
-                    windows = True
-                    break
-            emitted[key] = without_windows(o) if windows else o
-            fresh.append(o)
-            if windows:
-                _published_windows(state, o, config)
-        elif isinstance(o, GpuState):
-            key = "gpu/" + o.gpu_uuid
-            last = emitted.get(key)
-            if isinstance(last, GpuState) and not gpu_due(last, o, cfg):
-                continue
-            emitted[key] = o
-            fresh.append(o)
-        else:
-            key = output_key(o)
-            if worth_publishing(emitted.get(key), o, cfg):
-                emitted[key] = o
-                fresh.append(o)
-    return fresh
-
-
-def _published_windows(state: NodeState, att: PodAttribution, config: EngineConfig) -> None:
-    for r in att.rows:
-        if r.windows:
-            row = state.rows.get((att.pod_uid, r.container, r.device_id))
-            if row is not None:
-                row.mark_published(r.windows[-1].start_ms, config.rows)
-
-
-def output_key(o: Output) -> str:
-    if isinstance(o, Finding):
-        return "finding/" + o.id
-    if isinstance(o, GpuState):
-        return "gpu/" + o.gpu_uuid
-    return "pod/" + o.pod_uid
 
 
 def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:

@@ -209,8 +209,8 @@ class RowState:
             u.util_pct if live and u else None, u.fb_used_mib if live and u else None,
             u.power_w if live and u else None,
             self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
-            self.avg_util_pct, self.wasted_gpu_hours(), u.gpu_fraction if u else 1.0,
-            self.closed_unpublished(), self.sample_ms,
+            self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
+            self.closed_unpublished() if len(self.windows) > W or not self.active else (), self.sample_ms,
         )
 
 
