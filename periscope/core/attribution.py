@@ -49,8 +49,6 @@ def attribute_sample(
         state.counters.ambiguous_joins += 1
         findings.append(_ambiguous(state.node, t, h))
 
-    touched: set[str] = set()
-    current: set[tuple[str, str, str]] = set()
     rows = state.rows
     pods, fraction, node = state.pods, state.devmap.fraction, state.node
     us: tuple[Usage, ...] | list[Usage]
@@ -76,8 +74,6 @@ def attribute_sample(
             if h.pod:
                 row.pod = h.pod
             row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
-            current.add(key)
-            touched.add(h.pod_uid)
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
@@ -91,7 +87,10 @@ def attribute_sample(
             if d.uuid in mig_parents:
                 continue
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
-    if len(current) < len(rows):  # rows no longer held (all held ones are in `current`)
+    # Every held row was observed above: their pods changed, and rows no longer held deactivate.
+    touched = set(ix.held_pods)
+    if len(ix.held_keys) < len(rows):
+        current = ix.held_keys
         for key, row in rows.items():
             if key not in current and row.deactivate():
                 touched.add(key[0])

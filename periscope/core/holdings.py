@@ -28,6 +28,8 @@ class HoldingIndex:
     by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = field(default_factory=dict)
     ambiguous: list[Holding] = field(default_factory=list)  # holders not identified unambiguously
     by_gpu: dict[str, list[Holding]] = field(default_factory=dict)  # every holding, per physical GPU
+    held_keys: frozenset[tuple[str, str, str]] = frozenset()  # the row keys of `by_instance`
+    held_pods: frozenset[str] = frozenset()  # and their pods
     _owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)
 
     @classmethod
@@ -41,6 +43,8 @@ class HoldingIndex:
                 hs, keys = ix.by_instance.setdefault(h.device.instance, ([], []))
                 hs.append(h)
                 keys.append(h.key)
+        ix.held_keys = frozenset(k for _, keys in ix.by_instance.values() for k in keys)
+        ix.held_pods = frozenset(k[0] for k in ix.held_keys)
         return ix
 
     def owners(self, gpu_uuid: str) -> tuple[Owner, ...]:
