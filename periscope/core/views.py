@@ -64,7 +64,7 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
         if d.parent_uuid:
             continue
         on_gpu = by_gpu.get(d.uuid, [])
-        migs = []
+        migs: list[MigState] = []
         for m in children.get(d.uuid, ()) if children else ():
             if m.mig is None:
                 continue
@@ -76,8 +76,11 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
                     util_pct=m.util_pct,
                 )
             )
-        migs.sort(key=lambda m: (m.gi, m.ci, m.uuid))
-        sharing = "mig" if migs else sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
+        if migs:
+            migs.sort(key=lambda m: (m.gi, m.ci, m.uuid))
+            sharing = "mig"
+        else:
+            sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
         # Positional, in GpuState's field order (this runs for every device of every sample).
         out.append(GpuState(
             node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
