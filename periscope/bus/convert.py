@@ -136,14 +136,16 @@ def process_to_pb(x: m.ProcessSample) -> npb.ProcessSample:
 
 
 def process_from_pb(p: npb.ProcessSample) -> m.ProcessSample:
-    # The hot path of decoding telemetry: positional arguments (in the order _check_order verifies)
-    # and one bound HasField, about twice as fast as keywords.
+    # The hot path of decoding telemetry: positional arguments (in the order _check_order verifies),
+    # and presence asked only of optional numbers that read as zero (an unset one reads as 0.0, so a
+    # non-zero one is set): about three times as fast as keywords and HasField on every field.
     has = p.HasField
+    sm, mem, used = p.sm_util_pct, p.mem_util_pct, p.used_mib
     return _ProcessSample(
         p.pid, p.pod_uid, p.container_id, p.qos,
-        p.sm_util_pct if has("sm_util_pct") else None,
-        p.mem_util_pct if has("mem_util_pct") else None,
-        p.used_mib if has("used_mib") else None)
+        sm if sm or has("sm_util_pct") else None,
+        mem if mem or has("mem_util_pct") else None,
+        used if used or has("used_mib") else None)
 
 
 def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
@@ -155,15 +157,17 @@ def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
 
 
 def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
-    has = p.HasField
+    has = p.HasField  # asked only of numbers that read as zero, as in process_from_pb
+    util, mem, fb, total = p.util_pct, p.mem_util_pct, p.fb_used_mib, p.fb_total_mib
+    power, temp = p.power_w, p.temp_c
     return _DeviceSample(
         p.uuid, p.parent_uuid, p.index, mig_from_pb(p.mig) if has("mig") else None,
-        p.util_pct if has("util_pct") else None,
-        p.mem_util_pct if has("mem_util_pct") else None,
-        p.fb_used_mib if has("fb_used_mib") else None,
-        p.fb_total_mib if has("fb_total_mib") else None,
-        p.power_w if has("power_w") else None,
-        p.temp_c if has("temp_c") else None,
+        util if util or has("util_pct") else None,
+        mem if mem or has("mem_util_pct") else None,
+        fb if fb or has("fb_used_mib") else None,
+        total if total or has("fb_total_mib") else None,
+        power if power or has("power_w") else None,
+        temp if temp or has("temp_c") else None,
         p.lost, tuple(map(process_from_pb, p.processes)), p.error)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
+from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.usage import split_instance
+from periscope.core.usage import Usage, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
@@ -17,13 +18,19 @@ SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 
 
-def _sharing_config(state: NodeState) -> tuple[str, int]:
+def sharing_config(state: NodeState) -> tuple[str, int]:
+    """The node's GPU sharing strategy and replica count, from its labels (kept per node event)."""
     ev = state.node_event
     if ev is None:
         return "time-slicing", 0
+    cached = state._sharing
+    if cached[0] is ev:
+        return cached[1], cached[2]
     strategy = ev.label(SHARING_LABEL, "time-slicing")
     raw = ev.label(REPLICAS_LABEL, "0")
-    return strategy, int(raw) if raw.isdigit() else 0
+    replicas = int(raw) if raw.isdigit() else 0
+    state._sharing = (ev, strategy, replicas)
+    return strategy, replicas
 
 
 def attribute_sample(
@@ -32,30 +39,29 @@ def attribute_sample(
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant."""
     t = tel.meta.time_ms
-    strategy, replicas = _sharing_config(state)
+    strategy, replicas = sharing_config(state)
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
-    mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
-    by_instance: dict[str, list[Holding]] = {}
+    ix = index_of(state._index, holdings)
+    by_instance = ix.by_instance
     findings: list[Finding] = []
-    for h in holdings:
-        if not h.pod_uid:
-            state.counters.ambiguous_joins += 1
-            findings.append(_ambiguous(state.node, t, h))
-        elif h.device.gpu_uuid:
-            by_instance.setdefault(h.device.instance, []).append(h)
+    for h in ix.ambiguous:
+        state.counters.ambiguous_joins += 1
+        findings.append(_ambiguous(state.node, t, h))
 
-    touched: set[str] = set()
-    current: set[tuple[str, str, str]] = set()
     rows = state.rows
-    for inst, hs in by_instance.items():
+    pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    us: tuple[Usage, ...] | list[Usage]
+    for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
-        usage, unattributed = split_instance(
-            sample, hs, state.pods, strategy, state.devmap.fraction(hs[0].device), replicas
-        )
-        for h in hs:
-            key = h.key
-            u = usage[key]
+        if len(hs) == 1 and hs[0].device.replica is None:  # one holder of a whole unit: most devices
+            u, unattributed = single_usage(sample, hs[0], fraction(hs[0].device))
+            us = (u,)
+        else:
+            usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device),
+                                                 replicas)
+            us = [usage[key] for key in keys]
+        for h, key, u in zip(hs, keys, us, strict=True):
             row = rows.get(key)
             if row is None:
                 row = RowState(
@@ -63,20 +69,28 @@ def attribute_sample(
                     h.device.mig, first_seen_ms=t,
                 )
                 rows[key] = row
-            srcs = _sources(h.sources, u.seen_processes)
-            row.namespace, row.pod = h.namespace or row.namespace, h.pod or row.pod
-            row.observe(t, u, srcs, cfg)
-            current.add(key)
-            touched.add(h.pod_uid)
+            if h.namespace:
+                row.namespace = h.namespace
+            if h.pod:
+                row.pod = h.pod
+            row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
             if row.idle:
-                findings.append(_idle(state.node, t, row))
+                findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+    mig_parents: set[str] | None = None
     for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
-        if d.uuid not in by_instance and d.uuid not in mig_parents and d.processes:
+        if d.processes and d.uuid not in by_instance:
+            if mig_parents is None:
+                mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
+            if d.uuid in mig_parents:
+                continue
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
-    if len(current) < len(rows):  # rows no longer held (all held ones are in `current`)
+    # Every held row was observed above: their pods changed, and rows no longer held deactivate.
+    touched = set(ix.held_pods)
+    if len(ix.held_keys) < len(rows):
+        current = ix.held_keys
         for key, row in rows.items():
             if key not in current and row.deactivate():
                 touched.add(key[0])

@@ -16,25 +16,25 @@ from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
-from periscope.core.changes import ChangeConfig, without_windows, worth_publishing
+from periscope.core.changes import ChangeConfig
 from periscope.core.devices import DeviceMap
 from periscope.core.findings import FindingBook, health_findings
+from periscope.core.holdings import HoldingIndex
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
-    Finding,
-    GpuState,
     NodeEvent,
     NodeInput,
     NodeTelemetry,
     Output,
-    PodAttribution,
     PodEvent,
     SourceHealth,
     XidEvent,
     XidRef,
 )
 from periscope.core.pods import PodRegistry
+from periscope.core.publish import emit
+from periscope.core.publish import output_key as output_key  # callers take it from the engine
 from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
@@ -85,7 +85,7 @@ class NodeState:
     pruned_ms: int = 0
     rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
     last_xid: dict[str, XidRef] = field(default_factory=dict)
-    last_telemetry: NodeTelemetry | None = None  # the last processed sample, without its processes
+    last_telemetry: NodeTelemetry | None = None  # the last processed sample
     findings: FindingBook = field(default_factory=FindingBook)
     emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
@@ -94,6 +94,10 @@ class NodeState:
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
+    # Caches: the groupings of `_holdings` (one entry), and node_event's sharing labels.
+    _index: list[HoldingIndex] = field(default_factory=list, compare=False, repr=False)
+    _sharing: tuple[NodeEvent | None, str, int] = field(default=(None, "time-slicing", 0), compare=False,
+                                                        repr=False)
 
 
 def new_state(node: str) -> NodeState:
@@ -223,12 +227,14 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
 
 
 def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
-    ready = [p for p in state.pending if p.meta.time_ms <= upto_ms]
+    pending = state.pending
+    ready = [p for p in pending if p.meta.time_ms <= upto_ms] if pending else pending
     if not ready:
         return []
-    state.pending = [p for p in state.pending if p.meta.time_ms > upto_ms]
-    # XIDs before samples of the same instant; then by producer order.
-    ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
+    state.pending = [p for p in pending if p.meta.time_ms > upto_ms] if len(ready) < len(pending) else []
+    if len(ready) > 1:
+        # XIDs before samples of the same instant; then by producer order.
+        ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
     out: list[Output] = []
     for ev in ready:
         if isinstance(ev, XidEvent):
@@ -245,15 +251,15 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
     finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
-    return _emit(state, [finding], config)
+    return emit(state, [finding], config)
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
     t = tel.meta.time_ms
     state.processed_ms = t
-    # Kept for duplicate detection and the GPU view, which read no per-process detail: not kept.
-    state.last_telemetry = replace(tel, devices=tuple(
-        replace(d, processes=()) if d.processes else d for d in tel.devices))
+    # Kept for duplicate detection and the GPU view. Only the last sample is held, so its processes
+    # are dropped when the state is persisted (periscope.core.snapshot), not copied out on every sample.
+    state.last_telemetry = tel
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
@@ -268,43 +274,13 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
-    return _emit(state, outs, config)
+    return emit(state, outs, config)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
     snap = snapshot_at(state, t_ms)
     return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
-
-
-def _emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:
-    """Keep the outputs worth publishing (periscope.core.changes); remember what was published."""
-    fresh: list[Output] = []
-    for o in outs:
-        key = output_key(o)
-        if not worth_publishing(state.emitted.get(key), o, config.changes):
-            continue
-        state.emitted[key] = without_windows(o)
-        fresh.append(o)
-        if isinstance(o, PodAttribution):
-            _published_windows(state, o, config)
-    return fresh
-
-
-def _published_windows(state: NodeState, att: PodAttribution, config: EngineConfig) -> None:
-    for r in att.rows:
-        if r.windows:
-            row = state.rows.get((att.pod_uid, r.container, r.device_id))
-            if row is not None:
-                row.mark_published(r.windows[-1].start_ms, config.rows)
-
-
-def output_key(o: Output) -> str:
-    if isinstance(o, Finding):
-        return "finding/" + o.id
-    if isinstance(o, GpuState):
-        return "gpu/" + o.gpu_uuid
-    return "pod/" + o.pod_uid
 
 
 def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:

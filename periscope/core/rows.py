@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from math import inf, nan
 
 from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
@@ -57,42 +58,47 @@ class RowState:
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
+    # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
+    _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
+                                                       repr=False)
 
     def observe(self, t_ms: int, usage: Usage, sources: tuple[str, ...], cfg: RowConfig) -> None:
         self.usage, self.sources, self.active = usage, sources, True
-        self.last_seen_ms = max(self.last_seen_ms, t_ms)
+        if t_ms > self.last_seen_ms:
+            self.last_seen_ms = t_ms
         self.sample_ms = t_ms
         start = t_ms - t_ms % cfg.window_ms
-        i = self._window(start)
-        if start <= self.published_ms:
-            # The row went inactive and came back within one window: that window is open again and is
-            # published once more when it closes (subscribers replace a window by its start).
-            self.published_ms = start - 1
-        w = self.windows
-        w[i + 1] += 1
-        if usage.util_pct is not None:
-            w[i + 2] += usage.util_pct
-            w[i + 3] += 1
-            if usage.util_pct < cfg.idle_threshold_pct:
-                if not self.low_since_ms:
-                    self.low_since_ms = t_ms
-            else:
-                self.low_since_ms = 0
-        if usage.fb_used_mib is not None:
-            w[i + 4] = max(w[i + 4], usage.fb_used_mib)
-        if usage.power_w is not None:
-            w[i + 5] += usage.power_w
-        self._pack()
-        self._trim(cfg)
-        self._update_idle(t_ms, cfg)
-
-    def _window(self, start: int) -> int:
-        """Offset of the window starting at `start`, appended when new."""
         w = self.windows
         if not w or w[-W] < start:
             w.extend((start, 0.0, 0.0, 0.0, 0.0, 0.0))
         # (An older start never comes: the engine processes a node's samples in event-time order.)
-        return len(w) - W
+        i = len(w) - W
+        if start <= self.published_ms:
+            # The row went inactive and came back within one window: that window is open again and is
+            # published once more when it closes (subscribers replace a window by its start).
+            self.published_ms = start - 1
+        w[i + 1] += 1
+        util = usage.util_pct
+        if util is not None:
+            w[i + 2] += util
+            w[i + 3] += 1
+            if util < cfg.idle_threshold_pct:
+                if not self.low_since_ms:
+                    self.low_since_ms = t_ms
+            else:
+                self.low_since_ms = 0
+        if usage.fb_used_mib is not None and usage.fb_used_mib > w[i + 4]:
+            w[i + 4] = usage.fb_used_mib
+        if usage.power_w is not None:
+            w[i + 5] += usage.power_w
+        # _pack and _trim, only when their first step would do something (usually neither does).
+        if i and w[0] <= self.published_ms:
+            self._pack()
+        oldest = t_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
+        iw = self.idle_windows
+        if (iw and iw[0] <= oldest) or (len(w) > W and w[0] <= self.published_ms and w[0] <= oldest):
+            self._trim(cfg)
+        self._update_idle(t_ms, cfg)
 
     def _pack(self) -> None:
         """Published windows other than the last keep only what idle detection reads."""
@@ -105,37 +111,29 @@ class RowState:
 
     def _trim(self, cfg: RowConfig) -> None:
         """Drop the oldest published windows that idle detection no longer needs."""
-        t = self.sample_ms
-
-        def needed(start: float) -> bool:
-            end = start + cfg.window_ms
-            return end > t - cfg.idle_window_ms and end > t - cfg.window_keep_ms
-
+        # A window is needed while it ends after both t - idle span and t - keep span, that is while
+        # its start is after `oldest`.
+        oldest = self.sample_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
         iw, cut = self.idle_windows, 0
-        while cut < len(iw) and not needed(iw[cut]):
+        while cut < len(iw) and iw[cut] <= oldest:
             cut += IW
         if cut:
             del iw[:cut]
         w, cut = self.windows, 0
-        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= self.published_ms
-               and not needed(w[cut])):
+        published = self.published_ms
+        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= published
+               and w[cut] <= oldest):
             cut += W
         if cut:
             del w[:cut]
 
     def _update_idle(self, t_ms: int, cfg: RowConfig) -> None:
         since = t_ms - cfg.idle_window_ms
-        s = n = 0.0
-        # Oldest first, about a dozen windows (one idle span): the windows overlapping [since, t].
-        iw, w = self.idle_windows, self.windows
-        for i in range(0, len(iw), IW):
-            if iw[i] + cfg.window_ms > since:
-                s += iw[i + 1]
-                n += iw[i + 2]
-        for i in range(0, len(w), W):
-            if w[i] + cfg.window_ms > since:
-                s += w[i + 2]
-                n += w[i + 3]
+        # The windows overlapping [since, t], oldest first: closed ones, then the sample's own (last).
+        s, n = self._closed_sums(since, cfg.window_ms)
+        w = self.windows
+        s += w[-W + 2]
+        n += w[-W + 3]
         self.avg_util_pct = round(s / n, 3) if n else None
         eligible = t_ms - self.first_seen_ms >= cfg.idle_window_ms
         idle = eligible and self.avg_util_pct is not None and self.avg_util_pct < cfg.idle_threshold_pct
@@ -145,6 +143,34 @@ class RowState:
         if not idle:
             self.idle_since_ms = 0
         self.idle = idle
+
+    def _closed_sums(self, since: float, window_ms: int) -> tuple[float, float]:
+        """Util sum and util samples of the closed windows that end after `since`, added oldest first.
+
+        Those windows are a run at the end of the closed ones, whose numbers no longer change, and
+        `since` only advances: the sums are kept until a window closes, the first of the run ends, or
+        trimming removes it, so most samples add nothing up (the same additions in the same order
+        when they do, so the result is the same to the last bit)."""
+        iw, w = self.idle_windows, self.windows
+        last = w[-2 * W] if len(w) >= 2 * W else iw[-IW] if iw else -inf
+        head = iw[0] if iw else w[0] if len(w) > W else inf
+        first, last_was, s, n = self._closed
+        if last == last_was and (first == inf or (head <= first and first + window_ms > since)):
+            return s, n
+        s = n = 0.0
+        first = inf
+        for i in range(0, len(iw), IW):
+            if iw[i] + window_ms > since:
+                first = min(first, iw[i])
+                s += iw[i + 1]
+                n += iw[i + 2]
+        for i in range(0, len(w) - W, W):
+            if w[i] + window_ms > since:
+                first = min(first, w[i])
+                s += w[i + 2]
+                n += w[i + 3]
+        self._closed = (first, last, s, n)
+        return s, n
 
     def deactivate(self) -> bool:
         """The row's device is no longer held: its open window closes (published with the row)."""
@@ -161,7 +187,9 @@ class RowState:
     def closed_unpublished(self) -> tuple[WindowStat, ...]:
         w = self.windows
         end = len(w) - W if self.active else len(w)
-        return tuple(_stat(w, i) for i in range(0, max(end, 0), W) if w[i] > self.published_ms)
+        if end <= 0:
+            return ()  # only the open window (every sample of an active row, but a window's first)
+        return tuple(_stat(w, i) for i in range(0, end, W) if w[i] > self.published_ms)
 
     def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
         """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
@@ -173,27 +201,16 @@ class RowState:
 
     def to_row(self) -> AttributionRow:
         u = self.usage
+        live = u is not None and self.active
+        # Positional, in AttributionRow's field order (this runs for every row of every sample).
         return AttributionRow(
-            container=self.container,
-            device_id=self.device_id,
-            gpu_uuid=self.gpu_uuid,
-            sharing=u.sharing if u else "exclusive",
-            share_basis=u.share_basis if u else "none",
-            mig=self.mig,
-            util_pct=u.util_pct if u and self.active else None,
-            fb_used_mib=u.fb_used_mib if u and self.active else None,
-            power_w=u.power_w if u and self.active else None,
-            active=self.active,
-            idle=self.idle,
-            first_seen_ms=self.first_seen_ms,
-            last_seen_ms=self.last_seen_ms,
-            sources=self.sources,
-            idle_since_ms=self.idle_since_ms,
-            avg_util_pct=self.avg_util_pct,
-            wasted_gpu_hours=self.wasted_gpu_hours(),
-            gpu_fraction=u.gpu_fraction if u else 1.0,
-            windows=self.closed_unpublished(),
-            sample_ms=self.sample_ms,
+            self.container, self.device_id, self.gpu_uuid,
+            u.sharing if u else "exclusive", u.share_basis if u else "none", self.mig,
+            u.util_pct if live and u else None, u.fb_used_mib if live and u else None,
+            u.power_w if live and u else None,
+            self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
+            self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
+            self.closed_unpublished() if len(self.windows) > W or not self.active else (), self.sample_ms,
         )
 
 

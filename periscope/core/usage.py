@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from periscope.core.allocation import Holding
+from periscope.core.frozen import fast_init
 from periscope.core.model import DeviceSample, ProcessSample
 from periscope.core.pods import PodRegistry
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Usage:
     util_pct: float | None
@@ -53,7 +55,8 @@ def split_instance(
 ) -> tuple[dict[tuple[str, str, str], Usage], list[ProcessSample]]:
     """Usage per holding key on one measured unit (GPU or MIG instance), and unattributed processes."""
     if len(holders) == 1 and holders[0].device.replica is None:
-        return _single(sample, holders[0], base_fraction)
+        usage, unattributed = single_usage(sample, holders[0], base_fraction)
+        return {holders[0].key: usage}, unattributed
     sharing = sharing_of(holders, strategy)
     n = len(holders)
     procs = sample.processes if sample is not None else ()
@@ -124,9 +127,9 @@ def split_instance(
     return out, unattributed
 
 
-def _single(
+def single_usage(
     sample: DeviceSample | None, h: Holding, base_fraction: float
-) -> tuple[dict[tuple[str, str, str], Usage], list[ProcessSample]]:
+) -> tuple[Usage, list[ProcessSample]]:
     """One holder of a whole unit, the common case: what `split_instance` gives it, in one pass over
     the processes (this runs for every device of every sample)."""
     sharing = "mig" if h.device.mig is not None else "exclusive"
@@ -140,8 +143,8 @@ def _single(
         if not owner or owner != uid:
             unattributed.append(p)
     if sample is None or sample.lost:
-        return {h.key: Usage(None, None, None, sharing, "none", base_fraction, False)}, unattributed
+        return Usage(None, None, None, sharing, "none", base_fraction, False), unattributed
     util, fb, power = sample.util_pct, sample.fb_used_mib, sample.power_w
     usage = Usage(None if util is None else round(util, 3), None if fb is None else round(fb, 3),
                   None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen)
-    return {h.key: usage}, unattributed
+    return usage, unattributed

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
+from periscope.core.attribution import sharing_config
+from periscope.core.holdings import index_of, owners_of
 from periscope.core.model import (
     DeviceSample,
     Finding,
@@ -12,7 +14,6 @@ from periscope.core.model import (
     MigRef,
     MigState,
     NodeTelemetry,
-    Owner,
     PodAttribution,
     XidEvent,
 )
@@ -22,14 +23,6 @@ from periscope.core.usage import sharing_of
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
-
-
-def _owner(h: Holding) -> Owner:
-    return Owner(h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id)
-
-
-def _owners(hs: list[Holding]) -> tuple[Owner, ...]:
-    return tuple(sorted((_owner(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
 
 
 def rows_by_pod(state: NodeState) -> dict[str, list[RowState]]:
@@ -45,62 +38,55 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
         return None
     rec = state.pods.get(uid)
     info = rec.info if rec and rec.start_ms <= t_ms else None
-    return PodAttribution(
-        pod_uid=uid,
-        namespace=info.namespace if info else rows[0].namespace,
-        pod=info.name if info else rows[0].pod,
-        node=state.node,
-        rows=tuple(r.to_row() for r in rows),
-        owner_kind=info.owner_kind if info else "",
-        owner_name=info.owner_name if info else "",
-        phase=info.phase if info else "",
-        created_ms=info.created_ms if info else 0,
-        # As of t: a deletion learnt of early must not show before it happened (order independence).
-        deleted_ms=rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0,
-        as_of_ms=t_ms,
-    )
+    # As of t: a deletion learnt of early must not show before it happened (order independence).
+    deleted_ms = rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0
+    rows_out = tuple([r.to_row() for r in rows])
+    if info is None:
+        return PodAttribution(uid, rows[0].namespace, rows[0].pod, state.node, rows_out, "", "", "", 0,
+                              deleted_ms, t_ms)
+    # Positional, in PodAttribution's field order (this runs for every pod of every sample).
+    return PodAttribution(uid, info.namespace, info.name, state.node, rows_out, info.owner_kind,
+                          info.owner_name, info.phase, info.created_ms, deleted_ms, t_ms)
 
 
 def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) -> list[GpuState]:
     t = tel.meta.time_ms
-    strategy = "time-slicing"
-    if state.node_event is not None:
-        strategy = state.node_event.label("nvidia.com/gpu.sharing-strategy", "time-slicing")
+    strategy, _ = sharing_config(state)
     out: list[GpuState] = []
-    by_gpu: dict[str, list[Holding]] = {}
-    for h in holdings:
-        by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
+    ix = index_of(state._index, holdings)
+    by_gpu = ix.by_gpu
     children: dict[str, list[DeviceSample]] = {}
     for m in tel.devices:
         if m.parent_uuid and m.mig is not None:
             children.setdefault(m.parent_uuid, []).append(m)
+    node, models, last_xid = state.node, state.devmap.models, state.last_xid
     for d in tel.devices:
         if d.parent_uuid:
             continue
         on_gpu = by_gpu.get(d.uuid, [])
-        migs = []
-        for m in children.get(d.uuid, ()):
+        migs: list[MigState] = []
+        for m in children.get(d.uuid, ()) if children else ():
             if m.mig is None:
                 continue
             mine = [h for h in on_gpu if h.device.mig is not None and h.device.mig.uuid == m.uuid]
             migs.append(
                 MigState(
                     uuid=m.uuid, profile=m.mig.profile, gi=m.mig.gi, ci=m.mig.ci,
-                    fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=_owners(mine),
+                    fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=owners_of(mine),
                     util_pct=m.util_pct,
                 )
             )
-        migs.sort(key=lambda m: (m.gi, m.ci, m.uuid))
-        sharing = "mig" if migs else sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
-        out.append(
-            GpuState(
-                node=state.node, gpu_uuid=d.uuid, model=state.devmap.models.get(d.uuid, ""),
-                index=d.index, mig_devices=tuple(migs), sharing=sharing, util_pct=d.util_pct,
-                fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib, power_w=d.power_w,
-                temp_c=d.temp_c, owners=_owners(on_gpu), last_xid=state.last_xid.get(d.uuid),
-                sample_ms=t, lost=d.lost, as_of_ms=t,
-            )
-        )
+        if migs:
+            migs.sort(key=lambda m: (m.gi, m.ci, m.uuid))
+            sharing = "mig"
+        else:
+            sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
+        # Positional, in GpuState's field order (this runs for every device of every sample).
+        out.append(GpuState(
+            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
+            d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
+            t, d.lost, t,
+        ))
     return out
 
 
@@ -117,6 +103,6 @@ def xid_finding(node: str, ev: XidEvent, holdings: list[Holding], pods: PodRegis
     t = ev.meta.time_ms
     return Finding(
         kind="xid-owner", key=ev.gpu_uuid, node=node, at_ms=t, id=f"xid/{ev.gpu_uuid}/{t}/{ev.code}",
-        gpu_uuid=ev.gpu_uuid, mig=ev.mig, xid_code=ev.code, owners=_owners(hs),
+        gpu_uuid=ev.gpu_uuid, mig=ev.mig, xid_code=ev.code, owners=owners_of(hs),
         message=f"XID {ev.code} on {ev.gpu_uuid} with {len(hs)} owner(s) at the time",
     )

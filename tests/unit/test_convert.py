@@ -156,6 +156,19 @@ def test_unset_optionals_and_mig_read_as_none() -> None:
     assert d.fb_used_mib is None and d.power_w is None and d.mig is None
 
 
+def test_process_and_device_numbers_zero_negative_zero_and_unset_are_told_apart() -> None:
+    proc = node_pb2.ProcessSample(pid=1, sm_util_pct=0.0, used_mib=-0.0)
+    dev = node_pb2.DeviceSample(uuid="GPU-1", power_w=-0.0, temp_c=41.5, fb_total_mib=0.0, processes=[proc])
+    raw = node_pb2.NodeTelemetry(meta=common_pb2.EventMeta(node="n", source="p"), devices=[dev])
+    d = decode(topics.TELEMETRY, raw.SerializeToString()).devices[0]
+    [p] = d.processes
+    assert (p.sm_util_pct, p.mem_util_pct, p.used_mib) == (0.0, None, 0.0)
+    assert str(p.used_mib) == "-0.0"  # the sign of a present zero survives
+    assert (d.util_pct, d.mem_util_pct, d.fb_used_mib) == (None, None, None)
+    assert (d.fb_total_mib, d.temp_c) == (0.0, 41.5)
+    assert str(d.power_w) == "-0.0"
+
+
 def test_maps_decode_sorted_whatever_the_wire_order() -> None:
     pb = cluster_pb2.NodeEvent(name="n", labels={"z": "1", "a": "2", "m": "3"})
     pb.meta.node, pb.meta.source = "n", "w"

@@ -282,3 +282,21 @@ def test_holdings_at_answers_for_any_past_time() -> None:
     assert [h.pod_uid for h in holdings_at(state, 10 * S)] == [uid(2)]
     assert holdings_at(state, 500) == []
     assert current_view(state)
+
+
+def test_the_last_sample_is_persisted_without_its_processes_and_still_detects_duplicates() -> None:
+    import json
+
+    from periscope.core.snapshot import from_parts, to_parts
+
+    g = gpu(0)
+    last = tel(2 * S, dev(g, 85.0, fb=20000.0, procs=(proc(100, uid(1), 85.0, 20000.0),)))
+    state, _ = run([inventory(), pod(1, "train-0", 0), alloc(1 * S, pr("ml", "train-0", (g,))), last])
+    node_part, pod_parts = to_parts(state)
+    assert node_part["last_telemetry"]["devices"][0]["processes"] == []
+    restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
+    assert restored.last_telemetry is not None and restored.last_telemetry.devices[0].processes == ()
+    assert restored.last_telemetry.devices[0].util_pct == 85.0
+    restored, outs = step(restored, last)
+    assert outs == [] and restored.counters.duplicates == state.counters.duplicates + 1
+    assert current_view(restored) == current_view(state)

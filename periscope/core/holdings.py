@@ -1,0 +1,64 @@
+"""Per-sample lookups derived from a node's holdings, built once per holdings list.
+
+The engine caches the holdings of a node while allocations, pods and inventory stay the same (for
+most samples), so the groupings every sample needs (holders per measured unit, per GPU, the owners
+of each GPU) are built once per holdings list here instead of once per sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from periscope.core.allocation import Holding
+from periscope.core.model import Owner
+
+
+def owner_of(h: Holding) -> Owner:
+    return Owner(h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id)
+
+
+def owners_of(hs: list[Holding]) -> tuple[Owner, ...]:
+    return tuple(sorted((owner_of(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
+
+
+@dataclass(slots=True)
+class HoldingIndex:
+    holdings: list[Holding]  # the list indexed (compared by identity)
+    # Identified holders of a resolved device, per measured unit (GPU or MIG instance), with row keys.
+    by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = field(default_factory=dict)
+    ambiguous: list[Holding] = field(default_factory=list)  # holders not identified unambiguously
+    by_gpu: dict[str, list[Holding]] = field(default_factory=dict)  # every holding, per physical GPU
+    held_keys: frozenset[tuple[str, str, str]] = frozenset()  # the row keys of `by_instance`
+    held_pods: frozenset[str] = frozenset()  # and their pods
+    _owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, holdings: list[Holding]) -> HoldingIndex:
+        ix = cls(holdings)
+        for h in holdings:
+            ix.by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
+            if not h.pod_uid:
+                ix.ambiguous.append(h)
+            elif h.device.gpu_uuid:
+                hs, keys = ix.by_instance.setdefault(h.device.instance, ([], []))
+                hs.append(h)
+                keys.append(h.key)
+        ix.held_keys = frozenset(k for _, keys in ix.by_instance.values() for k in keys)
+        ix.held_pods = frozenset(k[0] for k in ix.held_keys)
+        return ix
+
+    def owners(self, gpu_uuid: str) -> tuple[Owner, ...]:
+        """The owners of a whole GPU, sorted as GpuState shows them."""
+        got = self._owners.get(gpu_uuid)
+        if got is None:
+            got = self._owners[gpu_uuid] = owners_of(self.by_gpu.get(gpu_uuid, []))
+        return got
+
+
+def index_of(cache: list[HoldingIndex], holdings: list[Holding]) -> HoldingIndex:
+    """The index of `holdings`, from the one-entry `cache` when it was built for the same list."""
+    if cache and cache[0].holdings is holdings:
+        return cache[0]
+    ix = HoldingIndex.build(holdings)
+    cache[:] = [ix]
+    return ix
