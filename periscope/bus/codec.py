@@ -140,8 +140,8 @@ def encode(obj: object) -> bytes:
     return to_message(obj).SerializeToString(deterministic=True)
 
 
-def decode(topic: Topic, data: bytes) -> Any:
-    """Parse `data` as the message type of `topic` and convert it to the domain object."""
+def _parse(topic: Topic, data: bytes) -> tuple[Any, Callable[[Any], Any]]:
+    """Parse and check `data` as the message type of `topic`; return it and its converter."""
     try:
         cls, check, convert = _DECODERS[topic.message]
     except KeyError:
@@ -156,6 +156,12 @@ def decode(topic: Topic, data: bytes) -> Any:
             check(msg)
         except DecodeError as e:
             raise DecodeError(f"invalid {topic.message}: {e}") from None
+    return msg, convert
+
+
+def decode(topic: Topic, data: bytes) -> Any:
+    """Parse `data` as the message type of `topic` and convert it to the domain object."""
+    msg, convert = _parse(topic, data)
     try:
         return convert(msg)
     except ValueError as e:
@@ -165,20 +171,7 @@ def decode(topic: Topic, data: bytes) -> Any:
 def decode_meta(topic: Topic, data: bytes) -> m.Meta:
     """Parse and check `data` as `decode` does, but convert only the event header (for a reader that
     converts the rest later, when it needs it). Raises DecodeError like `decode`."""
-    try:
-        cls, check, _ = _DECODERS[topic.message]
-    except KeyError:
-        raise DecodeError(f"topic {topic.name} has no known message type {topic.message!r}") from None
-    msg: Any = cls()  # every node input has an EventMeta `meta`
-    try:
-        msg.ParseFromString(data)
-    except Exception as e:  # as in decode
-        raise DecodeError(f"not a {topic.message}: {e or type(e).__name__}") from e
-    if check is not None:
-        try:
-            check(msg)
-        except DecodeError as e:
-            raise DecodeError(f"invalid {topic.message}: {e}") from None
+    msg, _ = _parse(topic, data)  # every node input has an EventMeta `meta`
     if not msg.HasField("meta"):
         raise DecodeError(f"invalid {topic.message}: missing meta")
     return cv.meta_from_pb(msg.meta)
