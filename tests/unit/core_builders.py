@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid as _uuid
 
+from periscope.core.engine import EngineConfig, NodeState, flush, new_state, step
 from periscope.core.model import (
     AllocationEntry,
     AllocationSnapshot,
@@ -16,7 +17,9 @@ from periscope.core.model import (
     MigDeviceInfo,
     MigRef,
     NodeEvent,
+    NodeInput,
     NodeTelemetry,
+    Output,
     PodEvent,
     PodInfo,
     ProcessSample,
@@ -108,3 +111,15 @@ def xid(t: int, gpu_uuid: str, code: int = 79, mig_ref: MigRef | None = None) ->
 
 def node_labels(t: int, **labels: str) -> NodeEvent:
     return NodeEvent(meta=meta(t, source="kube_watcher"), name=NODE, labels=tuple(sorted(labels.items())))
+
+
+def run(events: list[NodeInput], config: EngineConfig | None = None) -> tuple[NodeState, list[Output]]:
+    """Step a fresh node state through `events` and flush it: the state and every output, in order."""
+    cfg = config or EngineConfig()
+    state = new_state(NODE)
+    outs: list[Output] = []
+    for e in events:
+        state, o = step(state, e, cfg)
+        outs.extend(o)
+    outs.extend(flush(state, cfg))
+    return state, outs

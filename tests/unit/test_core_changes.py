@@ -23,7 +23,7 @@ from periscope.core.model import (
     XidRef,
 )
 from periscope.core.rows import IW, RowConfig, W
-from tests.unit.core_builders import NODE, alloc, dev, gpu, inventory, pod, pr, proc, tel, uid
+from tests.unit.core_builders import NODE, alloc, dev, gpu, inventory, pod, pr, proc, run, tel, uid
 
 S = 1000
 CFG = ChangeConfig()
@@ -153,15 +153,6 @@ def sample(t_ms: int, util: float, n: int = 1) -> NodeInput:
                        for i in range(n)))
 
 
-def run(events: list[NodeInput], cfg: EngineConfig) -> tuple[list[Output], Any]:
-    state = new_state(NODE)
-    outs: list[Output] = []
-    for e in events:
-        state, o = step(state, e, cfg)
-        outs.extend(o)
-    outs.extend(flush(state, cfg))
-    return outs, state
-
 
 def pods_of(outs: list[Output], n: int = 1) -> list[PodAttribution]:
     return [o for o in outs if isinstance(o, PodAttribution) and o.pod_uid == uid(n)]
@@ -171,25 +162,25 @@ def test_heartbeat_fires_on_event_time_when_nothing_changes() -> None:
     cfg = EngineConfig(rows=RowConfig(window_ms=3_600_000), changes=ChangeConfig(heartbeat_ms=5 * S))
     # Samples every 2 s of event time, all alike: published at the first, then at the first sample at
     # least 5 s after the previous publication.
-    outs, _ = run([*setup(), *(sample(t * S, 40.0) for t in range(2, 30, 2))], cfg)
+    _, outs = run([*setup(), *(sample(t * S, 40.0) for t in range(2, 30, 2))], cfg)
     assert [o.as_of_ms for o in pods_of(outs)] == [2 * S, 8 * S, 14 * S, 20 * S, 26 * S]
     gpus = [o.as_of_ms for o in outs if isinstance(o, GpuState)]
     assert gpus == [2 * S, 8 * S, 14 * S, 20 * S, 26 * S]
     # A change in between is published at once and restarts the heartbeat.
-    outs, _ = run([*setup(), *(sample(t * S, 40.0 if t != 10 else 60.0) for t in range(2, 30, 2))], cfg)
+    _, outs = run([*setup(), *(sample(t * S, 40.0 if t != 10 else 60.0) for t in range(2, 30, 2))], cfg)
     assert [o.as_of_ms for o in pods_of(outs)] == [2 * S, 8 * S, 10 * S, 12 * S, 18 * S, 24 * S]
 
 
 def test_a_slowly_drifting_number_is_published_once_it_moved_a_whole_threshold() -> None:
     cfg = EngineConfig(rows=RowConfig(window_ms=3_600_000), changes=ChangeConfig(heartbeat_ms=3_600_000))
-    outs, _ = run([*setup(), *(sample(t * S, 40.0 + 0.25 * t) for t in range(2, 20))], cfg)
+    _, outs = run([*setup(), *(sample(t * S, 40.0 + 0.25 * t) for t in range(2, 20))], cfg)
     assert [o.rows[0].util_pct for o in pods_of(outs)] == [40.5, 41.5, 42.5, 43.5, 44.5]
 
 
 def test_every_closed_window_is_published_exactly_once_in_order_over_a_long_run() -> None:
     cfg = EngineConfig(rows=RowConfig(window_ms=60 * S, idle_window_ms=600 * S))
     ticks = range(1, 2 * 3600)  # two hours of 1 s samples, utilization moving now and then
-    outs, state = run([*setup(), *(sample(t * S, float(t // 97 % 50)) for t in ticks)], cfg)
+    state, outs = run([*setup(), *(sample(t * S, float(t // 97 % 50)) for t in ticks)], cfg)
     windows = [w for o in pods_of(outs) for w in o.rows[0].windows]
     starts = [w.start_ms for w in windows]
     assert starts == list(range(0, 7140 * S, 60 * S))  # every closed minute, once, oldest first

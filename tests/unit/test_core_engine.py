@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from periscope.core.engine import EngineConfig, NodeState, current_view, flush, holdings_at, new_state, step
+from periscope.core.engine import EngineConfig, current_view, holdings_at, step
 from periscope.core.model import Finding, GpuState, MigRef, NodeInput, Output, PodAttribution
 from periscope.core.rows import RowConfig
 from tests.unit.core_builders import (
@@ -17,6 +17,7 @@ from tests.unit.core_builders import (
     pod,
     pr,
     proc,
+    run,
     tel,
     uid,
     xid,
@@ -24,16 +25,6 @@ from tests.unit.core_builders import (
 
 S = 1000
 
-
-def run(events: list[NodeInput], config: EngineConfig | None = None) -> tuple[NodeState, list[Output]]:
-    cfg = config or EngineConfig()
-    state = new_state(NODE)
-    outs: list[Output] = []
-    for e in events:
-        state, o = step(state, e, cfg)
-        outs.extend(o)
-    outs.extend(flush(state, cfg))
-    return state, outs
 
 
 def last_pod(outs: list[Output], pod_uid: str) -> PodAttribution:
