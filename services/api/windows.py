@@ -16,6 +16,9 @@ Once a row holds `SEAL` windows they are compressed: the records are byte-shuffl
 every record, then the second, ...: a column's bytes change little from one minute to the next) and
 deflated into one block, kept only when smaller. Windows arriving later are appended uncompressed after
 the block until there are `SEAL` of them, then everything is compressed again. Lossless, like the rest.
+Pruning the oldest windows (every minute per row, once a row holds a full retention span) only counts
+them as skipped in the header, so the block is not recompressed each time; skipped windows are dropped
+for good at the next repacking, which comes at the latest once `SEAL` are skipped.
 
 Pure functions over bytes: no I/O, no clock.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from periscope.core.model import WindowStat
@@ -33,8 +37,9 @@ Stat = tuple[int, int, float, int, float, float]
 
 # Header: first start (ms); the record's struct codes: start offset, counts (samples and util_samples),
 # util_sum, fb_max_mib, power_sum_w; how many windows the compressed block holds and its length (0, 0
-# when there is none). Then the block, then the uncompressed records.
-_HEAD = struct.Struct("<q5sHH")
+# when there is none); how many of the first records are pruned (skipped); the first start not skipped.
+# Then the block, then the uncompressed records.
+_HEAD = struct.Struct("<q5sHHHq")
 SEAL = 8  # compress once this many windows are held uncompressed
 _F32 = struct.Struct("<f")
 _U16_MAX = 2**16 - 1
@@ -118,13 +123,13 @@ def pack(stats: list[Stat]) -> bytes:
     if len(stats) >= SEAL and len(stats) <= _U16_MAX:
         block = zlib.compress(_shuffle(raw, rec.size))
         if len(block) < min(len(raw), _U16_MAX):
-            return _HEAD.pack(base, codes, len(stats), len(block)) + block
-    return _HEAD.pack(base, codes, 0, 0) + raw
+            return _HEAD.pack(base, codes, len(stats), len(block), 0, base) + block
+    return _HEAD.pack(base, codes, 0, 0, 0, base) + raw
 
 
 def _body(series: bytes) -> tuple[int, struct.Struct, bytes]:
-    """First start, record layout and every record, uncompressed."""
-    base, codes, _, zlen = _HEAD.unpack_from(series)
+    """First start, record layout and every record (skipped ones too), uncompressed."""
+    base, codes, _, zlen, _, _ = _HEAD.unpack_from(series)
     rec = _record(codes)
     if not zlen:
         return base, rec, series[_HEAD.size :]
@@ -137,12 +142,16 @@ def unpack(series: bytes) -> list[Stat]:
     if not series:
         return []
     base, rec, body = _body(series)
-    return [(base + o, n, u, un, fb, pw) for o, n, un, u, fb, pw in rec.iter_unpack(body)]
+    skip: int = _HEAD.unpack_from(series)[4]
+    return [
+        (base + o, n, u, un, fb, pw)
+        for o, n, un, u, fb, pw in rec.iter_unpack(memoryview(body)[skip * rec.size :])
+    ]
 
 
 def _tail(series: bytes) -> tuple[int, struct.Struct]:
     """How many windows follow the compressed block uncompressed, and the record layout."""
-    _, codes, _, zlen = _HEAD.unpack_from(series)
+    _, codes, _, zlen, _, _ = _HEAD.unpack_from(series)
     rec = _record(codes)
     return (len(series) - _HEAD.size - zlen) // rec.size, rec
 
@@ -150,8 +159,8 @@ def _tail(series: bytes) -> tuple[int, struct.Struct]:
 def count(series: bytes) -> int:
     if not series:
         return 0
-    zn: int = _HEAD.unpack_from(series)[2]
-    return zn + _tail(series)[0]
+    _, _, zn, _, skip, _ = _HEAD.unpack_from(series)
+    return int(zn) + _tail(series)[0] - int(skip)
 
 
 def _last_start(series: bytes) -> int:
@@ -163,8 +172,19 @@ def _last_start(series: bytes) -> int:
 
 
 def _first_start(series: bytes) -> int:
-    base: int = _HEAD.unpack_from(series)[0]
-    return base
+    first: int = _HEAD.unpack_from(series)[5]
+    return first
+
+
+def _drop_before(series: bytes, cutoff_ms: int) -> bytes:
+    """`series` without the windows starting before `cutoff_ms`: skipped in the header while fewer than
+    `SEAL` are, else repacked."""
+    held = unpack(series)
+    k = bisect_left(held, cutoff_ms, key=lambda s: s[0])
+    base, codes, zn, zlen, skip, _ = _HEAD.unpack_from(series)
+    if k == len(held) or skip + k >= SEAL:
+        return pack(held[k:])
+    return _HEAD.pack(base, codes, zn, zlen, skip + k, held[k][0]) + series[_HEAD.size :]
 
 
 def merge(series: bytes, new: Iterable[WindowStat], cutoff_ms: int) -> bytes:
@@ -172,13 +192,12 @@ def merge(series: bytes, new: Iterable[WindowStat], cutoff_ms: int) -> bytes:
     window starting before `cutoff_ms` dropped."""
     incoming = sorted((stat(w) for w in new if w.start_ms >= cutoff_ms), key=lambda s: s[0])
     if series and _first_start(series) < cutoff_ms:
-        held = [s for s in unpack(series) if s[0] >= cutoff_ms]
-        series = pack(held)
+        series = _drop_before(series, cutoff_ms)
     if not incoming:
         return series
     # The common case, one window newer than all held ones: append a record, no repacking.
     if series and len(incoming) == 1 and incoming[0][0] > _last_start(series):
-        base, codes, _, _ = _HEAD.unpack_from(series)
+        base, codes = _HEAD.unpack_from(series)[:2]
         if _fits(incoming[0], base, codes) and _tail(series)[0] + 1 < SEAL:
             return series + _pack_one(_record(codes), incoming[0], base)
     by_start = {s[0]: s for s in unpack(series)}
@@ -190,7 +209,7 @@ def prune(series: bytes, cutoff_ms: int) -> bytes:
     """`series` without the windows starting before `cutoff_ms`."""
     if not series or _first_start(series) >= cutoff_ms:
         return series
-    return pack([s for s in unpack(series) if s[0] >= cutoff_ms])
+    return _drop_before(series, cutoff_ms)
 
 
 def windows(series: bytes) -> tuple[WindowStat, ...]:
