@@ -99,6 +99,17 @@ def _row_keys(pod: PodAttribution) -> list[RowKey]:
     return keys
 
 
+# A pod's row keys in row order; a pod of one row (the usual case) holds its key itself, not a 1-tuple of
+# it (56 bytes a row saved).
+_Keys = RowKey | tuple[RowKey, ...]
+
+
+def _keys(held: _Keys | None) -> tuple[RowKey, ...]:
+    if not held:
+        return ()
+    return (held,) if type(held[0]) is str else held  # type: ignore[return-value]
+
+
 class Packed(Mapping[str, T], Generic[T]):
     """A read-only mapping over packed records that unpacks each on access (a fresh object each time)."""
 
@@ -127,7 +138,7 @@ class View:
         self._pods: dict[str, bytes] = {}  # pod UID -> packed PodAttribution, rows without windows
         self.pods: Packed[PodAttribution] = Packed(self._pods, compact.unpack_pod)
         self._rows: dict[RowKey, bytes] = {}  # the row's packed merged windows
-        self._row_keys: dict[str, tuple[RowKey, ...]] = {}  # pod UID -> its row keys, in row order
+        self._row_keys: dict[str, _Keys] = {}  # pod UID -> its row keys, in row order (see _keys)
         self._rendered: OrderedDict[RowKey, render.Json] = OrderedDict()
         self._render_cache = render_cache
         self._pods_by_node: dict[str, tuple[str, ...]] = {}
@@ -174,7 +185,7 @@ class View:
             return self._merge_late(held, pod)
         stored = compact.pod(pod)
         keys = _row_keys(pod)
-        old = {k: self._rows[k] for k in self._row_keys.get(uid, ())}
+        old = {k: self._rows[k] for k in _keys(self._row_keys.get(uid))}
         cutoff = pod.as_of_ms - self.window_retention_ms
         series = [
             windows.merge(old.get(k, b""), r.windows, cutoff) for k, r in zip(keys, pod.rows, strict=True)
@@ -190,7 +201,7 @@ class View:
         _add(self._pods_by_ns, ns, uid)
         for k, s in zip(keys, series, strict=True):
             self._rows[k] = s
-        self._row_keys[uid] = tuple(keys)
+        self._row_keys[uid] = keys[0] if len(keys) == 1 else tuple(keys)
         self._row_slices.drop(("node", node), ("ns", ns))
         return True
 
@@ -198,7 +209,7 @@ class View:
         """An older state of a held pod: only its windows, into the rows still held, count."""
         changed = False
         cutoff = compact.as_of_ms(held) - self.window_retention_ms
-        mine = set(self._row_keys.get(pod.pod_uid, ()))
+        mine = set(_keys(self._row_keys.get(pod.pod_uid)))
         for k, r in zip(_row_keys(pod), pod.rows, strict=True):
             if k not in mine or not r.windows:
                 continue
@@ -216,7 +227,7 @@ class View:
         ):
             held = compact.unpack_pod(self._pods[uid])
             node, ns = held.node, held.namespace
-        for k in self._row_keys.pop(uid, ()):
+        for k in _keys(self._row_keys.pop(uid, None)):
             self._rows.pop(k, None)
             self._rendered.pop(k, None)
         _take(self._pods_by_node, node, uid)
@@ -336,7 +347,7 @@ class View:
             uids = self._row_keys.keys()
         cached = self._row_slices.cache.get(scope)
         if cached is None:
-            cached = sorted(k for uid in uids for k in self._row_keys.get(uid, ()))
+            cached = sorted(k for uid in uids for k in _keys(self._row_keys.get(uid)))
             self._row_slices.cache[scope] = cached
         return cached
 
@@ -348,7 +359,7 @@ class View:
         """The pod and the row (its `windows` empty: see `windows`)."""
         uid = key[2]
         pod = compact.unpack_pod(self._pods[uid])
-        return pod, pod.rows[self._row_keys[uid].index(key)]
+        return pod, pod.rows[_keys(self._row_keys[uid]).index(key)]
 
     def windows(self, key: RowKey) -> tuple[WindowStat, ...]:
         """The row's merged closed windows within the retention, oldest first."""
@@ -373,7 +384,7 @@ class View:
         return out
 
     def pod_row_keys(self, pod_uid: str) -> list[RowKey]:
-        return list(self._row_keys.get(pod_uid, ()))
+        return list(_keys(self._row_keys.get(pod_uid)))
 
     def gpu_keys(self, node: str | None = None) -> list[GpuKey]:
         """GPU keys in contract order (node, index, gpu_uuid)."""
