@@ -21,6 +21,7 @@ from typing import Any
 from periscope.core.model import AttributionRow, GpuState, MigRef, MigState, Owner, PodAttribution, XidRef
 
 _AS_OF = struct.Struct("<q")
+_GPU_HEAD = struct.Struct("<qq")  # event time, GPU index: the view sorts GPUs by index without unpacking
 _MANY, _ONE, _NONE = 0, 1, 2  # a tuple of records, an optional record, always empty (windows)
 
 # Fields holding records, per record type: field name -> (how, record type).
@@ -79,17 +80,19 @@ def _build(cls: type, t: tuple[Any, ...]) -> Any:
     return cls(*values)
 
 
-def _pack(o: PodAttribution | GpuState) -> bytes:
-    return _AS_OF.pack(o.as_of_ms) + marshal.dumps(_flat(o))
-
-
 def pod(p: PodAttribution) -> bytes:
     """The pod, its rows without windows, packed."""
-    return _pack(p)
+    return _AS_OF.pack(p.as_of_ms) + marshal.dumps(_flat(p))
 
 
 def gpu(g: GpuState) -> bytes:
-    return _pack(g)
+    return _GPU_HEAD.pack(g.as_of_ms, g.index) + marshal.dumps(_flat(g))
+
+
+def gpu_index(packed: bytes) -> int:
+    """A packed GPU state's index, without unpacking it."""
+    i: int = _GPU_HEAD.unpack_from(packed)[1]
+    return i
 
 
 def as_of_ms(packed: bytes) -> int:
@@ -98,13 +101,21 @@ def as_of_ms(packed: bytes) -> int:
     return t
 
 
-def same(a: bytes | None, b: bytes) -> bool:
+def _same(a: bytes | None, b: bytes, head: int) -> bool:
     """Whether two packed records hold equal values. Their bytes may differ when they do: marshal writes
     an object met twice as a back-reference, so how the decoded objects happened to share floats or ints
     shows in the bytes."""
-    return a == b or (a is not None and marshal.loads(memoryview(a)[_AS_OF.size :]) == marshal.loads(
-        memoryview(b)[_AS_OF.size :]
-    ))
+    return a == b or (
+        a is not None and marshal.loads(memoryview(a)[head:]) == marshal.loads(memoryview(b)[head:])
+    )
+
+
+def same_pod(a: bytes | None, b: bytes) -> bool:
+    return _same(a, b, _AS_OF.size)
+
+
+def same_gpu(a: bytes | None, b: bytes) -> bool:
+    return _same(a, b, _GPU_HEAD.size)
 
 
 def unpack_pod(packed: bytes) -> PodAttribution:
@@ -113,5 +124,5 @@ def unpack_pod(packed: bytes) -> PodAttribution:
 
 
 def unpack_gpu(packed: bytes) -> GpuState:
-    g: GpuState = _build(GpuState, marshal.loads(memoryview(packed)[_AS_OF.size :]))
+    g: GpuState = _build(GpuState, marshal.loads(memoryview(packed)[_GPU_HEAD.size :]))
     return g

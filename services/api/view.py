@@ -147,7 +147,7 @@ class View:
 
         self._gpus: dict[str, bytes] = {}  # GPU UUID -> packed GpuState
         self.gpus: Packed[GpuState] = Packed(self._gpus, compact.unpack_gpu)
-        self._gpus_by_node: dict[str, tuple[GpuKey, ...]] = {}
+        self._gpus_by_node: dict[str, tuple[str, ...]] = {}  # node -> GPU UUIDs
         self._gpu_slices = _Slices()
 
         self.findings: dict[str, Finding] = {}
@@ -190,7 +190,7 @@ class View:
         series = [
             windows.merge(old.get(k, b""), r.windows, cutoff) for k, r in zip(keys, pod.rows, strict=True)
         ]
-        if all(s == old.get(k) for k, s in zip(keys, series, strict=True)) and compact.same(held, stored):
+        if all(s == old.get(k) for k, s in zip(keys, series, strict=True)) and compact.same_pod(held, stored):
             return False
         self._saw(pod.as_of_ms)
         node, ns = intern(pod.node), intern(pod.namespace)
@@ -252,24 +252,23 @@ class View:
         if held is not None and gpu.as_of_ms < compact.as_of_ms(held):
             return False
         stored = compact.gpu(gpu)
-        if compact.same(held, stored):
+        if compact.same_gpu(held, stored):
             return False
         self._saw(gpu.as_of_ms)
-        key: GpuKey = (intern(gpu.node), gpu.index, uuid)
+        node = intern(gpu.node)
         if held is not None:
-            self._drop_gpu(uuid, key)
+            self._drop_gpu(uuid, node)
         self._gpus[uuid] = stored
-        _put(self._gpus_by_node, key[0], key)
-        self._gpu_slices.drop(("node", key[0]))
+        _put(self._gpus_by_node, node, uuid)
+        self._gpu_slices.drop(("node", node))
         return True
 
-    def _drop_gpu(self, uuid: str, key: GpuKey | None = None) -> None:
-        """Forget the held GPU `uuid`; `key`: its probable key (the new state's), saving an unpack."""
-        if key is None or key not in self._gpus_by_node.get(key[0], ()):
-            g = compact.unpack_gpu(self._gpus[uuid])
-            key = (g.node, g.index, uuid)
-        _take(self._gpus_by_node, key[0], key)
-        self._gpu_slices.drop(("node", key[0]))
+    def _drop_gpu(self, uuid: str, node: str | None = None) -> None:
+        """Forget the held GPU `uuid`; `node`: where it probably is (the new state's), saving an unpack."""
+        if node is None or uuid not in self._gpus_by_node.get(node, ()):
+            node = compact.unpack_gpu(self._gpus[uuid]).node
+        _take(self._gpus_by_node, node, uuid)
+        self._gpu_slices.drop(("node", node))
         del self._gpus[uuid]
 
     def apply_finding(self, f: Finding) -> bool:
@@ -391,10 +390,9 @@ class View:
         scope = None if node is None else ("node", node)
         cached = self._gpu_slices.cache.get(scope)
         if cached is None:
-            if node is None:
-                cached = sorted(k for keys in self._gpus_by_node.values() for k in keys)
-            else:
-                cached = sorted(self._gpus_by_node.get(node, ()))
+            held, index = self._gpus, compact.gpu_index
+            nodes = self._gpus_by_node.items() if node is None else [(node, self._gpus_by_node.get(node, ()))]
+            cached = sorted((n, index(held[u]), u) for n, uuids in nodes for u in uuids)
             self._gpu_slices.cache[scope] = cached
         return cached
 

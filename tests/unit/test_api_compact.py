@@ -64,7 +64,7 @@ def test_a_gpu_with_mig_owners_and_an_xid_unpacks_to_what_was_packed() -> None:
     )
     got = compact.unpack_gpu(compact.gpu(g))
     assert math.isnan(got.util_pct or 0.0) and replace(got, util_pct=None) == replace(g, util_pct=None)
-    assert compact.as_of_ms(compact.gpu(g)) == T0 - 5
+    assert compact.as_of_ms(compact.gpu(g)) == T0 - 5 and compact.gpu_index(compact.gpu(g)) == 3
 
 
 def test_the_same_state_decoded_again_is_no_change() -> None:
