@@ -11,16 +11,20 @@ when something under them changes, so a filtered query at 100,000 rows touches o
 Windows: the joiner publishes each row's tumbling windows once, when they close (a PodAttribution may
 carry none). The view merges them per row by start (a repeat replaces the held copy), keeps them packed
 (services.api.windows) for `window_retention_ms` of event time, and keeps a row's merged windows when
-its newest PodAttribution brings none. Records are held as compact copies (services.api.compact), and
-rendered rows are cached for at most `render_cache` rows, least recently used first out.
+its newest PodAttribution brings none. Each pod's and GPU's latest state is held packed
+(services.api.compact) and unpacked on read; `pods` and `gpus` are read-only mappings that unpack.
+Rendered rows are cached for at most `render_cache` rows, least recently used first out. The indexes
+are kept small for the same reason: per node a tuple (a node holds a handful of pods and GPUs), per
+namespace a set, and the strings they and the keys hold are interned (one object per distinct text).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from sys import intern
+from typing import Any, Generic, TypeVar
 
 from periscope.core.model import (
     AttributionRow,
@@ -37,7 +41,6 @@ from services.api.windows import Stat
 # namespace, pod, pod_uid, container, device_id, ordinal: how many earlier rows of the pod have the same
 # container and device (only breaks ties between duplicate rows, and stays put when rows are reordered)
 RowKey = tuple[str, str, str, str, str, int]
-_Held = tuple[PodAttribution, AttributionRow, bytes]  # pod, row (no windows), its packed merged windows
 GpuKey = tuple[str, int, str]  # node, index, gpu_uuid
 XidKey = tuple[int, str, str, str]  # at_ms, node, gpu_uuid, finding id
 
@@ -70,14 +73,61 @@ def _remove(index: dict[str, set[str]], k: str, v: str) -> None:
             del index[k]
 
 
+T = TypeVar("T")
+
+
+def _put(index: dict[str, tuple[T, ...]], k: str, v: T) -> None:
+    index[k] = (*index.get(k, ()), v)
+
+
+def _take(index: dict[str, tuple[T, ...]], k: str, v: T) -> None:
+    rest = tuple(x for x in index.get(k, ()) if x != v)
+    if rest:
+        index[k] = rest
+    else:
+        index.pop(k, None)
+
+
 def _row_keys(pod: PodAttribution) -> list[RowKey]:
     seen: dict[tuple[str, str], int] = {}
     keys = []
+    ns, name, uid = intern(pod.namespace), intern(pod.pod), intern(pod.pod_uid)
     for r in pod.rows:
         n = seen.get((r.container, r.device_id), 0)
         seen[(r.container, r.device_id)] = n + 1
-        keys.append((pod.namespace, pod.pod, pod.pod_uid, r.container, r.device_id, n))
+        keys.append((ns, name, uid, intern(r.container), intern(r.device_id), n))
     return keys
+
+
+# A pod's row keys in row order; a pod of one row (the usual case) holds its key itself, not a 1-tuple of
+# it (56 bytes a row saved).
+_Keys = RowKey | tuple[RowKey, ...]
+
+
+def _keys(held: _Keys | None) -> tuple[RowKey, ...]:
+    if not held:
+        return ()
+    return (held,) if type(held[0]) is str else held  # type: ignore[return-value]
+
+
+class Packed(Mapping[str, T], Generic[T]):
+    """A read-only mapping over packed records that unpacks each on access (a fresh object each time)."""
+
+    def __init__(self, held: dict[str, bytes], unpack: Callable[[bytes], T]) -> None:
+        self._held = held
+        self._unpack = unpack
+
+    def __getitem__(self, k: str) -> T:
+        return self._unpack(self._held[k])
+
+    def __contains__(self, k: object) -> bool:
+        return k in self._held
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._held)
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 class View:
@@ -85,17 +135,19 @@ class View:
         self, window_retention_ms: int = WINDOW_RETENTION_MS, render_cache: int = RENDER_CACHE_ROWS
     ) -> None:
         self.window_retention_ms = window_retention_ms
-        self.pods: dict[str, PodAttribution] = {}  # compact copies: rows without windows
-        self._rows: dict[RowKey, _Held] = {}
-        self._row_keys: dict[str, tuple[RowKey, ...]] = {}  # pod UID -> its row keys
+        self._pods: dict[str, bytes] = {}  # pod UID -> packed PodAttribution, rows without windows
+        self.pods: Packed[PodAttribution] = Packed(self._pods, compact.unpack_pod)
+        self._rows: dict[RowKey, bytes] = {}  # the row's packed merged windows
+        self._row_keys: dict[str, _Keys] = {}  # pod UID -> its row keys, in row order (see _keys)
         self._rendered: OrderedDict[RowKey, render.Json] = OrderedDict()
         self._render_cache = render_cache
-        self._pods_by_node: dict[str, set[str]] = {}
+        self._pods_by_node: dict[str, tuple[str, ...]] = {}
         self._pods_by_ns: dict[str, set[str]] = {}
         self._row_slices = _Slices()
 
-        self.gpus: dict[str, GpuState] = {}
-        self._gpus_by_node: dict[str, set[str]] = {}
+        self._gpus: dict[str, bytes] = {}  # GPU UUID -> packed GpuState
+        self.gpus: Packed[GpuState] = Packed(self._gpus, compact.unpack_gpu)
+        self._gpus_by_node: dict[str, tuple[str, ...]] = {}  # node -> GPU UUIDs
         self._gpu_slices = _Slices()
 
         self.findings: dict[str, Finding] = {}
@@ -127,77 +179,97 @@ class View:
     def apply_pod(self, pod: PodAttribution) -> bool:
         """Take a newer state of the pod; merge the windows of any (an older one's too: they are closed
         windows, so a late copy is as good as the first)."""
-        held = self.pods.get(pod.pod_uid)
-        if held is not None and pod.as_of_ms < held.as_of_ms:
+        uid = intern(pod.pod_uid)
+        held = self._pods.get(uid)
+        if held is not None and pod.as_of_ms < compact.as_of_ms(held):
             return self._merge_late(held, pod)
         stored = compact.pod(pod)
-        keys = _row_keys(stored)
-        old = {k: self._rows[k][2] for k in self._row_keys.get(pod.pod_uid, ())}
+        keys = _row_keys(pod)
+        old = {k: self._rows[k] for k in _keys(self._row_keys.get(uid))}
         cutoff = pod.as_of_ms - self.window_retention_ms
         series = [
             windows.merge(old.get(k, b""), r.windows, cutoff) for k, r in zip(keys, pod.rows, strict=True)
         ]
-        if held == stored and all(s == old.get(k) for k, s in zip(keys, series, strict=True)):
+        if all(s == old.get(k) for k, s in zip(keys, series, strict=True)) and compact.same_pod(held, stored):
             return False
         self._saw(pod.as_of_ms)
+        node, ns = intern(pod.node), intern(pod.namespace)
         if held is not None:
-            self._drop_pod(held)
-        self.pods[pod.pod_uid] = stored
-        _add(self._pods_by_node, stored.node, stored.pod_uid)
-        _add(self._pods_by_ns, stored.namespace, stored.pod_uid)
-        for k, r, s in zip(keys, stored.rows, series, strict=True):
-            self._rows[k] = (stored, r, s)
-        self._row_keys[stored.pod_uid] = tuple(keys)
-        self._row_slices.drop(("node", stored.node), ("ns", stored.namespace))
+            self._drop_pod(uid, node, ns)
+        self._pods[uid] = stored
+        _put(self._pods_by_node, node, uid)
+        _add(self._pods_by_ns, ns, uid)
+        for k, s in zip(keys, series, strict=True):
+            self._rows[k] = s
+        self._row_keys[uid] = keys[0] if len(keys) == 1 else tuple(keys)
+        self._row_slices.drop(("node", node), ("ns", ns))
         return True
 
-    def _merge_late(self, held: PodAttribution, pod: PodAttribution) -> bool:
+    def _merge_late(self, held: bytes, pod: PodAttribution) -> bool:
         """An older state of a held pod: only its windows, into the rows still held, count."""
         changed = False
-        cutoff = held.as_of_ms - self.window_retention_ms
+        cutoff = compact.as_of_ms(held) - self.window_retention_ms
+        mine = set(_keys(self._row_keys.get(pod.pod_uid)))
         for k, r in zip(_row_keys(pod), pod.rows, strict=True):
-            h = self._rows.get(k)
-            if h is None or h[0] is not held or not r.windows:
+            if k not in mine or not r.windows:
                 continue
-            s = windows.merge(h[2], r.windows, cutoff)
-            if s != h[2]:
-                self._rows[k] = (h[0], h[1], s)
+            s = windows.merge(self._rows[k], r.windows, cutoff)
+            if s != self._rows[k]:
+                self._rows[k] = s
                 changed = True
         return changed
 
-    def _drop_pod(self, pod: PodAttribution) -> None:
-        for k in self._row_keys.pop(pod.pod_uid, ()):
+    def _drop_pod(self, uid: str, node: str | None = None, ns: str | None = None) -> None:
+        """Forget the held pod `uid` and its rows. `node` and `ns`: where it probably is (the new state's),
+        so that the held one need not be unpacked when it has not moved."""
+        if node is None or uid not in self._pods_by_node.get(node, ()) or ns not in self._pods_by_ns or (
+            uid not in self._pods_by_ns[ns]
+        ):
+            held = compact.unpack_pod(self._pods[uid])
+            node, ns = held.node, held.namespace
+        for k in _keys(self._row_keys.pop(uid, None)):
             self._rows.pop(k, None)
             self._rendered.pop(k, None)
-        _remove(self._pods_by_node, pod.node, pod.pod_uid)
-        _remove(self._pods_by_ns, pod.namespace, pod.pod_uid)
-        self._row_slices.drop(("node", pod.node), ("ns", pod.namespace))
+        _take(self._pods_by_node, node, uid)
+        _remove(self._pods_by_ns, ns, uid)
+        self._row_slices.drop(("node", node), ("ns", ns))
 
     def prune_windows(self, cutoff_ms: int) -> int:
         """Drop the windows that start before `cutoff_ms` (event time) from every row; how many rows
         lost some. Merging prunes a row by its own pod's time; this catches rows that went quiet."""
         n = 0
         rows = self._rows
-        for k, (p, r, s) in rows.items():  # replacing values, not keys: safe while iterating
+        for k, s in rows.items():  # replacing values, not keys: safe while iterating
             pruned = windows.prune(s, cutoff_ms)
             if pruned is not s:
-                rows[k] = (p, r, pruned)
+                rows[k] = pruned
                 n += 1
         return n
 
     def apply_gpu(self, gpu: GpuState) -> bool:
-        held = self.gpus.get(gpu.gpu_uuid)
-        if held is not None and (gpu.as_of_ms < held.as_of_ms or gpu == held):
+        uuid = intern(gpu.gpu_uuid)
+        held = self._gpus.get(uuid)
+        if held is not None and gpu.as_of_ms < compact.as_of_ms(held):
+            return False
+        stored = compact.gpu(gpu)
+        if compact.same_gpu(held, stored):
             return False
         self._saw(gpu.as_of_ms)
+        node = intern(gpu.node)
         if held is not None:
-            _remove(self._gpus_by_node, held.node, held.gpu_uuid)
-            self._gpu_slices.drop(("node", held.node))
-        gpu = compact.gpu(gpu)
-        self.gpus[gpu.gpu_uuid] = gpu
-        _add(self._gpus_by_node, gpu.node, gpu.gpu_uuid)
-        self._gpu_slices.drop(("node", gpu.node))
+            self._drop_gpu(uuid, node)
+        self._gpus[uuid] = stored
+        _put(self._gpus_by_node, node, uuid)
+        self._gpu_slices.drop(("node", node))
         return True
+
+    def _drop_gpu(self, uuid: str, node: str | None = None) -> None:
+        """Forget the held GPU `uuid`; `node`: where it probably is (the new state's), saving an unpack."""
+        if node is None or uuid not in self._gpus_by_node.get(node, ()):
+            node = compact.unpack_gpu(self._gpus[uuid]).node
+        _take(self._gpus_by_node, node, uuid)
+        self._gpu_slices.drop(("node", node))
+        del self._gpus[uuid]
 
     def apply_finding(self, f: Finding) -> bool:
         held = self.findings.get(f.id)
@@ -229,16 +301,17 @@ class View:
         all released, GPUs no longer reported, cleared findings and XIDs, deleted nodes. Bounds a
         long-running replica; a restarted one re-reads the topics and evicts the same things."""
         n = 0
-        for uid, p in list(self.pods.items()):
-            if p.as_of_ms < cutoff_ms and not any(r.active for r in p.rows):
-                self._drop_pod(p)
-                del self.pods[uid]
+        for uid, b in list(self._pods.items()):
+            if compact.as_of_ms(b) >= cutoff_ms:
+                continue
+            p = compact.unpack_pod(b)
+            if not any(r.active for r in p.rows):
+                self._drop_pod(uid, p.node, p.namespace)
+                del self._pods[uid]
                 n += 1
-        for uuid, g in list(self.gpus.items()):
-            if g.as_of_ms < cutoff_ms:
-                _remove(self._gpus_by_node, g.node, uuid)
-                self._gpu_slices.drop(("node", g.node))
-                del self.gpus[uuid]
+        for uuid, b in list(self._gpus.items()):
+            if compact.as_of_ms(b) < cutoff_ms:
+                self._drop_gpu(uuid)
                 n += 1
         for fid, f in list(self.findings.items()):
             if f.at_ms < cutoff_ms and (not f.active or f.kind == XID_KIND):
@@ -257,11 +330,12 @@ class View:
         """Row keys in contract order (namespace, pod, pod_uid, container, device_id)."""
         if node is not None and namespace is not None:
             # Narrow by whichever index is smaller, then filter by the other.
-            by_node = self._pods_by_node.get(node, set())
+            by_node = self._pods_by_node.get(node, ())
             by_ns = self._pods_by_ns.get(namespace, set())
             if len(by_node) <= len(by_ns):
                 return [k for k in self.row_keys(node=node) if k[0] == namespace]
-            return [k for k in self.row_keys(namespace=namespace) if self._rows[k][0].node == node]
+            on_node = set(by_node)
+            return [k for k in self.row_keys(namespace=namespace) if k[2] in on_node]
         scope: tuple[str, str] | None = None
         uids: Iterable[str]
         if node is not None:
@@ -272,7 +346,7 @@ class View:
             uids = self._row_keys.keys()
         cached = self._row_slices.cache.get(scope)
         if cached is None:
-            cached = sorted(k for uid in uids for k in self._row_keys.get(uid, ()))
+            cached = sorted(k for uid in uids for k in _keys(self._row_keys.get(uid)))
             self._row_slices.cache[scope] = cached
         return cached
 
@@ -282,17 +356,18 @@ class View:
 
     def row(self, key: RowKey) -> tuple[PodAttribution, AttributionRow]:
         """The pod and the row (its `windows` empty: see `windows`)."""
-        held = self._rows[key]
-        return held[0], held[1]
+        uid = key[2]
+        pod = compact.unpack_pod(self._pods[uid])
+        return pod, pod.rows[_keys(self._row_keys[uid]).index(key)]
 
     def windows(self, key: RowKey) -> tuple[WindowStat, ...]:
         """The row's merged closed windows within the retention, oldest first."""
-        return windows.windows(self._rows[key][2])
+        return windows.windows(self._rows[key])
 
     def window_stats(self, key: RowKey) -> list[Stat]:
         """`windows` as plain tuples (start_ms, samples, util_sum, util_samples, fb_max_mib,
         power_sum_w), for scans over many rows."""
-        return windows.unpack(self._rows[key][2])
+        return windows.unpack(self._rows[key])
 
     def row_json(self, key: RowKey) -> render.Json:
         """The rendered /v1/pods row; cached (a bounded number of rows) until the pod changes. Callers
@@ -302,22 +377,22 @@ class View:
         if out is not None:
             cache.move_to_end(key)
             return out
-        pod, row, _ = self._rows[key]
-        out = cache[key] = render.pod_row(pod, row)
+        out = cache[key] = render.pod_row(*self.row(key))
         if len(cache) > self._render_cache:
             cache.popitem(last=False)
         return out
 
     def pod_row_keys(self, pod_uid: str) -> list[RowKey]:
-        return list(self._row_keys.get(pod_uid, ()))
+        return list(_keys(self._row_keys.get(pod_uid)))
 
     def gpu_keys(self, node: str | None = None) -> list[GpuKey]:
         """GPU keys in contract order (node, index, gpu_uuid)."""
         scope = None if node is None else ("node", node)
         cached = self._gpu_slices.cache.get(scope)
         if cached is None:
-            uuids = self.gpus.keys() if node is None else self._gpus_by_node.get(node, set())
-            cached = sorted((self.gpus[u].node, self.gpus[u].index, u) for u in uuids)
+            held, index = self._gpus, compact.gpu_index
+            nodes = self._gpus_by_node.items() if node is None else [(node, self._gpus_by_node.get(node, ()))]
+            cached = sorted((n, index(held[u]), u) for n, uuids in nodes for u in uuids)
             self._gpu_slices.cache[scope] = cached
         return cached
 

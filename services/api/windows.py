@@ -12,12 +12,22 @@ uint16, uint32 or int64, and each sum as float32 when every value survives float
 integer sums, as integer NVML percentages give), float64 otherwise. 20 bytes a window at best, 44 at
 worst; typically 28 for real telemetry (fractional MiB and watts take float64).
 
+Once a row holds `SEAL` windows they are compressed: the records are byte-shuffled (the first byte of
+every record, then the second, ...: a column's bytes change little from one minute to the next) and
+deflated into one block, kept only when smaller. Windows arriving later are appended uncompressed after
+the block until there are `SEAL` of them, then everything is compressed again. Lossless, like the rest.
+Pruning the oldest windows (every minute per row, once a row holds a full retention span) only counts
+them as skipped in the header, so the block is not recompressed each time; skipped windows are dropped
+for good at the next repacking, which comes at the latest once `SEAL` are skipped.
+
 Pure functions over bytes: no I/O, no clock.
 """
 
 from __future__ import annotations
 
 import struct
+import zlib
+from bisect import bisect_left
 from collections.abc import Iterable
 
 from periscope.core.model import WindowStat
@@ -25,9 +35,12 @@ from periscope.core.model import WindowStat
 # start_ms, samples, util_sum, util_samples, fb_max_mib, power_sum_w: WindowStat's fields in order
 Stat = tuple[int, int, float, int, float, float]
 
-# Header: first start (ms), then the record's struct codes: start offset, counts (samples and
-# util_samples), util_sum, fb_max_mib, power_sum_w.
-_HEAD = struct.Struct("<q5s")
+# Header: first start (ms); the record's struct codes: start offset, counts (samples and util_samples),
+# util_sum, fb_max_mib, power_sum_w; how many windows the compressed block holds and its length (0, 0
+# when there is none); how many of the first records are pruned (skipped); the first start not skipped.
+# Then the block, then the uncompressed records.
+_HEAD = struct.Struct("<q5sHHHq")
+SEAL = 8  # compress once this many windows are held uncompressed
 _F32 = struct.Struct("<f")
 _U16_MAX = 2**16 - 1
 _U32_MAX = 2**32 - 1
@@ -87,6 +100,18 @@ def window(s: Stat) -> WindowStat:
     return WindowStat(s[0], s[1], s[2], s[3], s[4], s[5])
 
 
+def _shuffle(raw: bytes, size: int) -> bytes:
+    return b"".join(raw[j::size] for j in range(size))
+
+
+def _unshuffle(data: bytes, size: int) -> bytes:
+    n = len(data) // size
+    out = bytearray(len(data))
+    for j in range(size):
+        out[j::size] = data[j * n : (j + 1) * n]
+    return bytes(out)
+
+
 def pack(stats: list[Stat]) -> bytes:
     """Stats sorted by start, starts unique -> a series (b"" when there are none)."""
     if not stats:
@@ -94,33 +119,72 @@ def pack(stats: list[Stat]) -> bytes:
     base = stats[0][0]
     codes = _codes(stats, base)
     rec = _record(codes)
-    return _HEAD.pack(base, codes) + b"".join(_pack_one(rec, s, base) for s in stats)
+    raw = b"".join(_pack_one(rec, s, base) for s in stats)
+    if len(stats) >= SEAL and len(stats) <= _U16_MAX:
+        block = zlib.compress(_shuffle(raw, rec.size))
+        if len(block) < min(len(raw), _U16_MAX):
+            return _HEAD.pack(base, codes, len(stats), len(block), 0, base) + block
+    return _HEAD.pack(base, codes, 0, 0, 0, base) + raw
+
+
+def _body(series: bytes) -> tuple[int, struct.Struct, bytes]:
+    """First start, record layout and every record (skipped ones too), uncompressed."""
+    base, codes, _, zlen, _, _ = _HEAD.unpack_from(series)
+    rec = _record(codes)
+    if not zlen:
+        return base, rec, series[_HEAD.size :]
+    end = _HEAD.size + zlen
+    return base, rec, _unshuffle(zlib.decompress(series[_HEAD.size : end]), rec.size) + series[end:]
 
 
 def unpack(series: bytes) -> list[Stat]:
     """The stats of a series, oldest first."""
     if not series:
         return []
-    base, codes = _HEAD.unpack_from(series)
-    body = memoryview(series)[_HEAD.size :]
-    return [(base + o, n, u, un, fb, pw) for o, n, un, u, fb, pw in _record(codes).iter_unpack(body)]
+    base, rec, body = _body(series)
+    skip: int = _HEAD.unpack_from(series)[4]
+    return [
+        (base + o, n, u, un, fb, pw)
+        for o, n, un, u, fb, pw in rec.iter_unpack(memoryview(body)[skip * rec.size :])
+    ]
+
+
+def _tail(series: bytes) -> tuple[int, struct.Struct]:
+    """How many windows follow the compressed block uncompressed, and the record layout."""
+    _, codes, _, zlen, _, _ = _HEAD.unpack_from(series)
+    rec = _record(codes)
+    return (len(series) - _HEAD.size - zlen) // rec.size, rec
 
 
 def count(series: bytes) -> int:
     if not series:
         return 0
-    return (len(series) - _HEAD.size) // _record(_HEAD.unpack_from(series)[1]).size
+    _, _, zn, _, skip, _ = _HEAD.unpack_from(series)
+    return int(zn) + _tail(series)[0] - int(skip)
 
 
 def _last_start(series: bytes) -> int:
-    base, codes = _HEAD.unpack_from(series)
-    rec = _record(codes)
-    return base + int(rec.unpack_from(series, len(series) - rec.size)[0])
+    n, rec = _tail(series)
+    if n:
+        base: int = _HEAD.unpack_from(series)[0]
+        return base + int(rec.unpack_from(series, len(series) - rec.size)[0])
+    return unpack(series)[-1][0]
 
 
 def _first_start(series: bytes) -> int:
-    base: int = _HEAD.unpack_from(series)[0]
-    return base
+    first: int = _HEAD.unpack_from(series)[5]
+    return first
+
+
+def _drop_before(series: bytes, cutoff_ms: int) -> bytes:
+    """`series` without the windows starting before `cutoff_ms`: skipped in the header while fewer than
+    `SEAL` are, else repacked."""
+    held = unpack(series)
+    k = bisect_left(held, cutoff_ms, key=lambda s: s[0])
+    base, codes, zn, zlen, skip, _ = _HEAD.unpack_from(series)
+    if k == len(held) or skip + k >= SEAL:
+        return pack(held[k:])
+    return _HEAD.pack(base, codes, zn, zlen, skip + k, held[k][0]) + series[_HEAD.size :]
 
 
 def merge(series: bytes, new: Iterable[WindowStat], cutoff_ms: int) -> bytes:
@@ -128,14 +192,13 @@ def merge(series: bytes, new: Iterable[WindowStat], cutoff_ms: int) -> bytes:
     window starting before `cutoff_ms` dropped."""
     incoming = sorted((stat(w) for w in new if w.start_ms >= cutoff_ms), key=lambda s: s[0])
     if series and _first_start(series) < cutoff_ms:
-        held = [s for s in unpack(series) if s[0] >= cutoff_ms]
-        series = pack(held)
+        series = _drop_before(series, cutoff_ms)
     if not incoming:
         return series
     # The common case, one window newer than all held ones: append a record, no repacking.
     if series and len(incoming) == 1 and incoming[0][0] > _last_start(series):
-        base, codes = _HEAD.unpack_from(series)
-        if _fits(incoming[0], base, codes):
+        base, codes = _HEAD.unpack_from(series)[:2]
+        if _fits(incoming[0], base, codes) and _tail(series)[0] + 1 < SEAL:
             return series + _pack_one(_record(codes), incoming[0], base)
     by_start = {s[0]: s for s in unpack(series)}
     by_start.update((s[0], s) for s in incoming)
@@ -146,7 +209,7 @@ def prune(series: bytes, cutoff_ms: int) -> bytes:
     """`series` without the windows starting before `cutoff_ms`."""
     if not series or _first_start(series) >= cutoff_ms:
         return series
-    return pack([s for s in unpack(series) if s[0] >= cutoff_ms])
+    return _drop_before(series, cutoff_ms)
 
 
 def windows(series: bytes) -> tuple[WindowStat, ...]:

@@ -29,11 +29,11 @@ def _starts(series: bytes) -> list[int]:
 def test_series_give_back_exactly_what_was_merged_in_the_narrowest_exact_layout() -> None:
     narrow = [_w(k, float(k)) for k in range(5)]
     s = windows.merge(b"", narrow, 0)
-    assert windows.windows(s) == tuple(narrow) and len(s) == 13 + 5 * 20  # uint16 counts, float32 sums
+    assert windows.windows(s) == tuple(narrow) and len(s) == 27 + 5 * 20  # uint16 counts, float32 sums
     # 0.1 and 81559.123 are not float32 values: those columns widen instead of rounding them.
     odd = WindowStat(BASE + 9 * MIN, 7, 0.1, 3, 81559.123, 387.25 * 7)
     wide = windows.merge(s, [odd], 0)
-    assert windows.windows(wide) == (*narrow, odd) and len(wide) == 13 + 6 * 28
+    assert windows.windows(wide) == (*narrow, odd) and len(wide) == 27 + 6 * 28
     assert [w.util_sum for w in windows.windows(wide)] == [w.util_sum for w in (*narrow, odd)]
     # Any int64 count and float64 sum survives, and so does a start 60 days on.
     huge = WindowStat(BASE + 10 * MIN, 2**40, math.inf, 70_000, -1.0, 0.0)
@@ -42,6 +42,43 @@ def test_series_give_back_exactly_what_was_merged_in_the_narrowest_exact_layout(
     assert got == (*narrow, huge, late) and windows.count(windows.merge(s, [huge, late], 0)) == 7
     nan = windows.windows(windows.merge(b"", [WindowStat(BASE, 1, math.nan)], 0))[0]
     assert math.isnan(nan.util_sum)
+
+
+def test_an_hour_of_windows_is_compressed_and_still_given_back_exactly() -> None:
+    hour = [WindowStat(BASE + k * MIN, 60, 4450.0 + 40 * (k % 2), 60, 4096.0 + k, 22450.0 + k)
+            for k in range(60)]
+    s = b""
+    for w in hour:  # one at a time, as the joiner delivers them
+        s = windows.merge(s, [w], 0)
+        assert windows.windows(s)[-1] == w
+    assert windows.windows(s) == tuple(hour) and windows.count(s) == 60
+    assert len(s) < 60 * 20 // 2  # regular telemetry deflates well
+    assert windows.windows(windows.pack([windows.stat(w) for w in hour])) == tuple(hour)
+    # A late repeat inside the compressed part replaces it; pruning keeps the rest exact.
+    again = replace(hour[3], util_sum=1.5)
+    s = windows.merge(s, [again], 0)
+    assert windows.windows(s) == (*hour[:3], again, *hour[4:])
+    assert windows.windows(windows.prune(s, BASE + 50 * MIN)) == tuple(hour[50:])
+    # Values that do not deflate are kept uncompressed, as exact.
+    noisy = [WindowStat(BASE + k * MIN, k * 7919 % 65_521, (k * 2654435761 % 2**32) / 7.0, k,
+                        k * 1.000001, -k / 3.0) for k in range(20)]
+    assert windows.windows(windows.merge(b"", noisy, 0)) == tuple(noisy)
+
+
+def test_a_sliding_hour_stays_exact_as_the_oldest_window_is_pruned_each_minute() -> None:
+    span = 20
+    s, held = b"", []
+    for k in range(3 * span):
+        w = WindowStat(BASE + k * MIN, 60, float(k % 3), 60, 4096.0, 100.0 * k)
+        s = windows.merge(s, [w], BASE + (k - span + 1) * MIN)
+        held = [*held, w][-span:]
+        assert windows.windows(s) == tuple(held) and windows.count(s) == len(held)
+    # A late repeat and the view-wide sweep see only what is held.
+    again = replace(held[5], util_sum=7.0)
+    s = windows.merge(s, [again], held[0].start_ms)
+    assert windows.windows(s) == (*held[:5], again, *held[6:])
+    assert windows.windows(windows.prune(s, held[-3].start_ms)) == tuple(held[-3:])
+    assert windows.prune(s, held[-1].start_ms + 1) == b""
 
 
 def test_a_repeat_replaces_the_held_copy_and_order_of_arrival_does_not_matter() -> None:
