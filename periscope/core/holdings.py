@@ -28,9 +28,10 @@ class HoldingIndex:
     by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = field(default_factory=dict)
     ambiguous: list[Holding] = field(default_factory=list)  # holders not identified unambiguously
     by_gpu: dict[str, list[Holding]] = field(default_factory=dict)  # every holding, per physical GPU
-    held_keys: frozenset[tuple[str, str, str]] = frozenset()  # the row keys of `by_instance`
-    held_pods: frozenset[str] = frozenset()  # and their pods
+    held_rows: int = 0  # how many distinct row keys `by_instance` holds (their set: `held_keys`)
+    held_pods: tuple[str, ...] = ()  # and their pods, each once (a tuple: a set of them costs ~6x)
     _owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)
+    _held_keys: frozenset[tuple[str, str, str]] | None = None
 
     @classmethod
     def build(cls, holdings: list[Holding]) -> HoldingIndex:
@@ -43,9 +44,18 @@ class HoldingIndex:
                 hs, keys = ix.by_instance.setdefault(h.device.instance, ([], []))
                 hs.append(h)
                 keys.append(h.key)
-        ix.held_keys = frozenset(k for _, keys in ix.by_instance.values() for k in keys)
-        ix.held_pods = frozenset(k[0] for k in ix.held_keys)
+        held = {k: None for _, keys in ix.by_instance.values() for k in keys}  # distinct, in order
+        ix.held_rows = len(held)
+        ix.held_pods = tuple({k[0]: None for k in held})
         return ix
+
+    def held_keys(self) -> frozenset[tuple[str, str, str]]:
+        """The row keys of `by_instance`, built when first asked for (only while the node keeps rows
+        nobody holds: most of the time every row is held, and the set would only cost memory)."""
+        got = self._held_keys
+        if got is None:
+            got = self._held_keys = frozenset(k for _, keys in self.by_instance.values() for k in keys)
+        return got
 
     def owners(self, gpu_uuid: str) -> tuple[Owner, ...]:
         """The owners of a whole GPU, sorted as GpuState shows them."""
