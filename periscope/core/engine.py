@@ -37,7 +37,7 @@ from periscope.core.publish import emit
 from periscope.core.publish import output_key as output_key  # callers take it from the engine
 from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.sharing import collect, share
+from periscope.core.sharing import Pool, collect, share
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
 
 PRUNE_EVERY_MS = 60_000
@@ -202,9 +202,9 @@ def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
         state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
 
 
-def _pool(state: NodeState) -> dict[str, str]:
+def _pool(state: NodeState) -> Pool:
     """The strings the node holds in its pods, inventory and newest allocation snapshot (for `share`)."""
-    pool: dict[str, str] = {}
+    pool: Pool = {}
     for rec in state.pods.pods.values():
         collect(rec.info, pool)
     collect(state.inventory, pool)
