@@ -9,6 +9,11 @@ GpuState record on periscope.gpus.v1, which a bare consumer in this process coun
 The rate is taken between 10% and 90% of the expected records, so group join and the tail are left out.
 The transport limit is a bare aiokafka consumer reading the telemetry topic from the start (no group,
 no decoding; and once more with protobuf decoding).
+
+Memory per row is a slope, so the worker's fixed costs (fetch and producer buffers, Faust and the
+event loop warming up) cancel: after the other runs, MEM_NODES_FACTOR x as many further nodes (MEM_TICKS
+ticks each) are appended, one fresh worker works through the larger backlog, and the extra RSS growth
+it shows over the one-worker runs is divided by the extra rows.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
+MEM_NODES_FACTOR = 10  # the memory run appends this many times the rate runs' nodes ...
+MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs are small beside them)
 
 
 async def publish(bootstrap: str, batches: list[list[tuple[topics.Topic, Any]]]) -> int:
@@ -48,8 +55,9 @@ async def publish(bootstrap: str, batches: list[list[tuple[topics.Topic, Any]]])
     return sent
 
 
-async def preload(bootstrap: str, nodes: int, ticks: int, shape: NodeShape) -> dict[str, int]:
-    sims = [SyntheticNode(i, shape) for i in range(nodes)]
+async def preload(bootstrap: str, nodes: int, ticks: int, shape: NodeShape, first: int = 0) -> dict[str, int]:
+    """Append the events of nodes first .. first+nodes-1 over `ticks` ticks to the input topics."""
+    sims = [SyntheticNode(i, shape) for i in range(first, first + nodes)]
     batches: list[list[tuple[topics.Topic, Any]]] = [[e for s in sims for e in s.setup(T0_MS - 1)]]
     chunk: list[tuple[topics.Topic, Any]] = []
     for n in range(ticks):
@@ -130,6 +138,8 @@ class Progress:
         """(device samples/s between lo and hi of `expected`, time of lo, time of hi)."""
         t_lo, n_lo = next((t, n) for t, n in self.marks if n >= lo * expected)
         t_hi, n_hi = next(((t, n) for t, n in self.marks if n >= hi * expected), self.marks[-1])
+        if t_hi <= t_lo:  # done between two polls: too small a backlog to time
+            return float("nan"), t_lo, t_hi
         return (n_hi - n_lo) / (t_hi - t_lo), t_lo, t_hi
 
 
@@ -188,11 +198,43 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
         "rss_start": rss_start, "rss_done": rss_done, "nodes_held": nodes_held,
     }
-    if "0.1" in cpu and "0.9" in cpu:
+    if "0.1" in cpu and "0.9" in cpu and span > 0:
         out["worker_cpu_util"] = (cpu["0.9"][0] - cpu["0.1"][0]) / span
         out["broker_cpu_util"] = (cpu["0.9"][1] - cpu["0.1"][1]) / span
         out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][0] - cpu["0.1"][0]) / (span * rate)
     return out
+
+
+async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int,
+                      shape: NodeShape, runs: list[dict[str, Any]], timeout_s: float) -> Figure:
+    """Worker RSS per pod-device row, as the slope between the one-worker runs' backlog (`nodes` over
+    `ticks`) and the same backlog with MEM_NODES_FACTOR x `nodes` further nodes (MEM_TICKS ticks) appended."""
+    extra = MEM_NODES_FACTOR * nodes
+    more = await preload(bootstrap, extra, MEM_TICKS, shape, first=nodes)
+    big = await one_worker_run(bootstrap, tmp, nodes * ticks * shape.gpus + more["device_samples"],
+                               broker_pid, timeout_s)
+    big.pop("worker")
+    grown = [r["rss_done"] - r["rss_start"] for r in runs]
+    big_grown = big["rss_done"] - big["rss_start"]
+    rows, extra_rows = nodes * shape.gpus, extra * shape.gpus
+    per_row = (big_grown - median(grown)) / extra_rows
+    setup: dict[str, Any] = {
+        "what": f"worker RSS per pod-device row: (RSS growth over the backlog with {extra} more nodes "
+                f"x {MEM_TICKS} s appended - median RSS growth over the {nodes}-node x {ticks} s backlog of "
+                f"the one-worker rate runs) / the {extra_rows} extra rows; growth is RSS when the backlog is "
+                "done minus RSS when the worker listens (no state yet), so the fixed costs (fetch/producer "
+                "buffers, Faust internals) cancel; the extra rows hold "
+                f"{MEM_TICKS} s of history (one open window; see joiner_bytes_per_row for an hour)",
+        "rows_small": rows, "rows_large": rows + extra_rows, "extra_rows_ticks": MEM_TICKS,
+        "rss_growth_small_bytes": [int(g) for g in grown], "rss_growth_large_bytes": int(big_grown),
+        "growth_per_row_small_bytes": rounded(median(grown) / rows),
+        "nodes_held_large": big["nodes_held"],
+    }
+    return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup,
+                  "core state per row (last sample, window, last outputs) and the table records Faust keeps "
+                  "in memory", None, [per_row],
+                  f"worker RSS slope over {extra_rows} extra rows ({extra} nodes x {MEM_TICKS} s appended to "
+                  f"the {nodes}-node backlog); fixed costs cancel")
 
 
 async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int, repeats: int,
@@ -213,12 +255,11 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
     raw = [await raw_consume(bootstrap, topics.TELEMETRY, shape.gpus, decode=False) for _ in range(repeats)]
     raw_dec = [await raw_consume(bootstrap, topics.TELEMETRY, shape.gpus, decode=True)
                for _ in range(repeats)]
+    rss_fig = await rss_per_row(bootstrap, broker_pid, tmp, nodes, ticks, shape, runs, timeout_s)
     rates = [r["device_samples_per_s"] for r in runs]
     two_rates = [r["device_samples_per_s"] for r in pairs]
     ratios = [b / a for a, b in zip(rates, two_rates, strict=True)]
     joiner_rate, raw_rate = median(rates), median(raw)
-    rows = nodes * shape.gpus
-    mem = [(r["rss_done"] - r["rss_start"]) / rows for r in runs]
     cores = os.cpu_count()
     setup: dict[str, Any] = {
         "workers": 1, "nodes": nodes, "gpus_per_node": shape.gpus, "processes_per_node": shape.processes,
@@ -299,14 +340,7 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
                                                              "joiner_device_samples_per_s, same run"},
                "see joiner_device_samples_per_s", RATIO_GOAL, [ratio],
                "raw consume rate / joiner rate, same run"),
-        Figure("joiner_bytes_per_row", median(mem), "bytes/row",
-               {"rows": rows, "what": "RSS growth of the worker process from listening (no state) to the "
-                                      "end of the backlog, per pod-device row it holds (core state + Faust "
-                                      "in-memory "
-                                      "tables + buffers)", "history": f"{ticks}s of 1s ticks"},
-               "per-row window lists, last emitted outputs, and the JSON copies in the in-memory tables",
-               None, mem,
-               "worker RSS growth / rows over the backlog (fixed fetch/producer buffers included)"),
+        rss_fig,
     ]
 
     def brief_run(r: dict[str, Any]) -> dict[str, Any]:

@@ -89,8 +89,8 @@ def attribute_sample(
             findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
     # Every held row was observed above: their pods changed, and rows no longer held deactivate.
     touched = set(ix.held_pods)
-    if len(ix.held_keys) < len(rows):
-        current = ix.held_keys
+    if ix.held_rows < len(rows):
+        current = ix.held_keys()
         for key, row in rows.items():
             if key not in current and row.deactivate():
                 touched.add(key[0])

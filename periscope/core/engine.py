@@ -37,6 +37,7 @@ from periscope.core.publish import emit
 from periscope.core.publish import output_key as output_key  # callers take it from the engine
 from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
+from periscope.core.sharing import Pool, collect, share
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
 
 PRUNE_EVERY_MS = 60_000
@@ -115,15 +116,18 @@ def step(
     state.counters.events += 1
     out: list[Output] = []
     if isinstance(event, PodEvent):
-        state.pods.apply(event)
+        if state.pods.apply(event):
+            rec = state.pods.pods.get(event.pod.uid)
+            if rec is not None and rec.info is event.pod:  # stored as it came: share its strings
+                rec.info = share(event.pod, _pool(state))
     elif isinstance(event, NodeEvent):
         if state.node_event is None or event.meta.time_ms >= state.node_event.meta.time_ms:
             state.node_event = event
     elif isinstance(event, DeviceInventory):
         newer = state.inventory is None or event.meta.time_ms >= state.inventory.meta.time_ms
         if newer and state.inventory != event:
-            state.inventory = event
-            state.devmap = DeviceMap.from_inventory(event)
+            state.inventory = share(event, _pool(state))
+            state.devmap = DeviceMap.from_inventory(state.inventory)
         _advance_watermark(state, event.meta.time_ms)
     elif isinstance(event, AllocationSnapshot):
         _add_snapshot(state, event)
@@ -190,11 +194,23 @@ def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
             state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
             if after[1:]:
                 state.alloc_repeats[after[0]] = Repeats(after[1:])
+    snap = share(snap, _pool(state))
     state.allocs.insert(i, snap)
     if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
         # The next run has the new snapshot's content: it is now part of the new snapshot's run.
         nxt = _alloc_key(state.allocs.pop(i + 1))
         state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
+
+
+def _pool(state: NodeState) -> Pool:
+    """The strings the node holds in its pods, inventory and newest allocation snapshot (for `share`)."""
+    pool: Pool = {}
+    for rec in state.pods.pods.values():
+        collect(rec.info, pool)
+    collect(state.inventory, pool)
+    if state.allocs:
+        collect(state.allocs[-1], pool)
+    return pool
 
 
 def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:

@@ -7,6 +7,7 @@ of each GPU) are built once per holdings list here instead of once per sample.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from periscope.core.allocation import Holding
@@ -17,7 +18,7 @@ def owner_of(h: Holding) -> Owner:
     return Owner(h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id)
 
 
-def owners_of(hs: list[Holding]) -> tuple[Owner, ...]:
+def owners_of(hs: Sequence[Holding]) -> tuple[Owner, ...]:
     return tuple(sorted((owner_of(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
 
 
@@ -25,33 +26,51 @@ def owners_of(hs: list[Holding]) -> tuple[Owner, ...]:
 class HoldingIndex:
     holdings: list[Holding]  # the list indexed (compared by identity)
     # Identified holders of a resolved device, per measured unit (GPU or MIG instance), with row keys.
-    by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = field(default_factory=dict)
-    ambiguous: list[Holding] = field(default_factory=list)  # holders not identified unambiguously
-    by_gpu: dict[str, list[Holding]] = field(default_factory=dict)  # every holding, per physical GPU
-    held_keys: frozenset[tuple[str, str, str]] = frozenset()  # the row keys of `by_instance`
-    held_pods: frozenset[str] = frozenset()  # and their pods
+    # (Tuples, not the lists they are built in: a list grown by append holds room for 4.)
+    by_instance: dict[str, tuple[tuple[Holding, ...], tuple[tuple[str, str, str], ...]]] = field(
+        default_factory=dict)
+    ambiguous: tuple[Holding, ...] = ()  # holders not identified unambiguously
+    by_gpu: dict[str, tuple[Holding, ...]] = field(default_factory=dict)  # every holding, per physical GPU
+    held_rows: int = 0  # how many distinct row keys `by_instance` holds (their set: `held_keys`)
+    held_pods: tuple[str, ...] = ()  # and their pods, each once (a tuple: a set of them costs ~6x)
     _owners: dict[str, tuple[Owner, ...]] = field(default_factory=dict)
+    _held_keys: frozenset[tuple[str, str, str]] | None = None
 
     @classmethod
     def build(cls, holdings: list[Holding]) -> HoldingIndex:
         ix = cls(holdings)
+        by_gpu: dict[str, list[Holding]] = {}
+        ambiguous: list[Holding] = []
+        by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = {}
         for h in holdings:
-            ix.by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
+            by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
             if not h.pod_uid:
-                ix.ambiguous.append(h)
+                ambiguous.append(h)
             elif h.device.gpu_uuid:
-                hs, keys = ix.by_instance.setdefault(h.device.instance, ([], []))
+                hs, keys = by_instance.setdefault(h.device.instance, ([], []))
                 hs.append(h)
                 keys.append(h.key)
-        ix.held_keys = frozenset(k for _, keys in ix.by_instance.values() for k in keys)
-        ix.held_pods = frozenset(k[0] for k in ix.held_keys)
+        ix.by_gpu = {g: tuple(hs) for g, hs in by_gpu.items()}
+        ix.ambiguous = tuple(ambiguous)
+        ix.by_instance = {i: (tuple(hs), tuple(keys)) for i, (hs, keys) in by_instance.items()}
+        held = {k: None for _, keys in ix.by_instance.values() for k in keys}  # distinct, in order
+        ix.held_rows = len(held)
+        ix.held_pods = tuple({k[0]: None for k in held})
         return ix
+
+    def held_keys(self) -> frozenset[tuple[str, str, str]]:
+        """The row keys of `by_instance`, built when first asked for (only while the node keeps rows
+        nobody holds: most of the time every row is held, and the set would only cost memory)."""
+        got = self._held_keys
+        if got is None:
+            got = self._held_keys = frozenset(k for _, keys in self.by_instance.values() for k in keys)
+        return got
 
     def owners(self, gpu_uuid: str) -> tuple[Owner, ...]:
         """The owners of a whole GPU, sorted as GpuState shows them."""
         got = self._owners.get(gpu_uuid)
         if got is None:
-            got = self._owners[gpu_uuid] = owners_of(self.by_gpu.get(gpu_uuid, []))
+            got = self._owners[gpu_uuid] = owners_of(self.by_gpu.get(gpu_uuid, ()))
         return got
 
 

@@ -11,6 +11,7 @@ MIG: per-instance memory, util only when the hardware reports it, power stays wi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from periscope.core.allocation import Holding
@@ -35,7 +36,7 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-def sharing_of(holders: list[Holding], strategy: str) -> str:
+def sharing_of(holders: Sequence[Holding], strategy: str) -> str:
     if len(holders) == 1 and holders[0].device.replica is None:  # the common case, without any()
         return "mig" if holders[0].device.mig is not None else "exclusive"
     if any(h.device.mig is not None for h in holders):
@@ -47,7 +48,7 @@ def sharing_of(holders: list[Holding], strategy: str) -> str:
 
 def split_instance(
     sample: DeviceSample | None,
-    holders: list[Holding],
+    holders: Sequence[Holding],
     pods: PodRegistry,
     strategy: str,
     base_fraction: float,

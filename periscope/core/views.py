@@ -63,7 +63,7 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
     for d in tel.devices:
         if d.parent_uuid:
             continue
-        on_gpu = by_gpu.get(d.uuid, [])
+        on_gpu = by_gpu.get(d.uuid, ())
         migs: list[MigState] = []
         for m in children.get(d.uuid, ()) if children else ():
             if m.mig is None:
