@@ -93,7 +93,8 @@ def test_daemon_recognised_by_owner_or_by_pod_name() -> None:
 @settings(max_examples=40, deadline=None)
 @given(
     util=st.floats(0, 100),
-    mems=st.lists(st.floats(0, 40000), min_size=2, max_size=5),
+    # NVML reports usedGpuMemory in whole bytes: MiB values are multiples of 2**-20, never subnormal.
+    mems=st.lists(st.integers(0, 40000 * 2**20).map(lambda b: b / 2**20), min_size=2, max_size=5),
 )
 def test_memory_weighted_shares_add_up_to_the_device(util: float, mems: list[float]) -> None:
     g = gpu(0)
