@@ -260,8 +260,11 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                     "services.joiner) -> output topics -> periscope api (own process, consumer + uvicorn) "
                     f"-> this process polling GET /v1/pods?namespace={MARKER_NS} every "
                     f"{poll_s * 1000:.0f} ms",
-        "samples": "one per node sample, taken when the last of the node's rows shows it; headline: the "
-                   "real probes' nodes" if real else "one per node sample; synthetic markers (no real probe)",
+        "samples": "one per published node sample, taken when the last of the node's rows shows it "
+                   "(rows are published on change or at the joiner's heartbeat, 5 s by default: the real "
+                   "probes' utilization is steady, so their samples are mostly heartbeats; the synthetic "
+                   "markers' utilization moves every tick); headline: the real probes' nodes"
+                   if real else "one per published node sample; synthetic markers (no real probe)",
         "real_probes": {**_quantiles(by_kind["real"]), **lateness_effect(ages, real)},
         "synthetic_markers": {**_quantiles(by_kind["synthetic"]), **lateness_effect(ages, synthetic)},
         "at_output_topic": {**_quantiles(out_ages),

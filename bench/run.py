@@ -84,7 +84,7 @@ QUICK = Plan(replay_nodes=8, replay_ticks=120, hour_nodes=4, hour_s=300, steady_
              probe_ticks=20, probe_tick_s=0.25, probe_span_s=2.5, api_sizes=(10_000,), api_history_min=10,
              api_requests=20, api_full_lists=1, joiner_nodes=10, joiner_ticks=60, live_nodes=20, markers=5,
              real_probes=2,
-             fresh_warm_s=4, fresh_span_s=8, hop_n=8, outage_s=0, repeats=1)
+             fresh_warm_s=4, fresh_span_s=14, hop_n=8, outage_s=0, repeats=1)
 
 
 class Bench:
