@@ -34,6 +34,11 @@ class Goal:
         return x >= self.value if self.op == ">=" else x < self.value
 
 
+# Memory goals of a pod-device row (KiB: 8 KiB = 8,192 bytes); `<` a byte above means "at most".
+JOINER_ROW_GOAL = Goal("<", 8193, "<= 8 KiB (8,192 bytes) per row")
+API_ROW_GOAL = Goal("<", 2049, "<= 2 KiB (2,048 bytes) per row")
+
+
 @dataclass(slots=True)
 class Figure:
     key: str

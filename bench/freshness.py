@@ -39,7 +39,7 @@ from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 from periscope.wirejson import parse_time_ms
 
-GOAL = Goal("<", 2.0, "p99 < 2 s")
+GOAL = Goal("<", 1.5, "p99 < 1.5 s")
 MARKER_NS = "bench-fresh"
 COLLECT_S, SCRAPE_S = 30.0, 15.0
 PROBE_NODE0 = 30_000  # node indices of the real probes

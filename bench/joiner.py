@@ -28,7 +28,17 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import processes
-from bench.common import Figure, Goal, end_offsets, kafka_kwargs, kafka_security, median, proc_cpu_s, rounded
+from bench.common import (
+    JOINER_ROW_GOAL,
+    Figure,
+    Goal,
+    end_offsets,
+    kafka_kwargs,
+    kafka_security,
+    median,
+    proc_cpu_s,
+    rounded,
+)
 from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -232,7 +242,7 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
     }
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup,
                   "core state per row (last sample, window, last outputs) and the table records Faust keeps "
-                  "in memory", None, [per_row],
+                  "in memory", JOINER_ROW_GOAL, [per_row],
                   f"worker RSS slope over {extra_rows} extra rows ({extra} nodes x {MEM_TICKS} s appended to "
                   f"the {nodes}-node backlog); fixed costs cancel")
 

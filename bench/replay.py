@@ -16,7 +16,7 @@ import gc
 import time
 from typing import Any
 
-from bench.common import Figure, Goal, deep_size, median, repeat
+from bench.common import JOINER_ROW_GOAL, Figure, Goal, deep_size, median, repeat
 from bench.hotspots import top_self
 from bench.workload import T0_MS, NodeShape, cluster_events
 from periscope.bus import codec
@@ -156,5 +156,5 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
              "allocation snapshot, the pod registry and the holdings cache; per row: its state with the "
              "windows idle detection needs (10 packed + the open one), the last published PodAttribution "
              "and GpuState, and the compressed JSON records in the tables")
-    return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, None, [per_row],
+    return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, JOINER_ROW_GOAL, [per_row],
                   f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")

@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import Figure, end_offsets, kafka_security, proc_cpu_s, proc_rss_bytes, rounded
+from bench.common import Figure, Goal, end_offsets, kafka_security, proc_cpu_s, proc_rss_bytes, rounded
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker
@@ -53,6 +53,8 @@ TIMEOUT_S = 1800.0
 _SUMMARY = re.compile(r"read (\d+) record\(s\), (\d+) event\(s\); (\d+) device sample\(s\) in ([\d.]+)s "
                       r"\((\d+) device samples/s\); (\d+) bad record\(s\) skipped; ([\d.]+)s in all"
                       r"(?:; reading ([\d.]+)s, replaying ([\d.]+)s, writing ([\d.]+)s)?")
+
+GOAL = Goal(">=", 30_000, ">= 30,000 device-samples/s")
 
 
 def topic_of(ev: NodeInput) -> topics.Topic:
@@ -288,7 +290,7 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
     brief = (f"{shape} published to the embedded broker, then `periscope replay --format json` "
              "in its own process")
     figs = [
-        Figure("replay_hour_device_samples_per_s", speed, "device-samples/s", setup, limit, None, [speed],
+        Figure("replay_hour_device_samples_per_s", speed, "device-samples/s", setup, limit, GOAL, [speed],
                brief + "; device samples / the command's wall time"),
         Figure("replay_hour_speedup_vs_realtime", simulated_s / wall, "x", setup,
                "see replay_hour_device_samples_per_s", None, [simulated_s / wall],
