@@ -1,4 +1,4 @@
-"""Periscope benchmarks: `make bench` (everything, a few minutes) and `bench/run.py --quick` (< 60 s).
+"""Periscope benchmarks: `make bench` (everything, a few minutes) and `bench/run.py --quick` (about 90 s).
 
 Prints a table and writes bench/results.json: every figure as a top-level number, and under "figures"
 its unit, goal, the repeats its median came from, its setup and what limits it. Sections:
@@ -242,7 +242,7 @@ def _round_tree(x: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/run.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat (under a minute)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat (about 90 s)")
     ap.add_argument("--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}")
     ap.add_argument("--profile", action="store_true", help="also profile the joiner and the core")
     ap.add_argument("--out", default=str(HERE / "results.json"), help="where to write the results")
