@@ -119,6 +119,14 @@ class JoinerApp(faust.App):
         self.sensors.remove(self.monitor)
         return deps
 
+    def on_rebalance_start(self) -> None:
+        super().on_rebalance_start()
+        # With no sensor installed the per-sensor rebalance state is empty, and Faust takes an empty
+        # one for a rebalance whose start it missed: it would warn "Missing sensor state" on every
+        # rebalance. A marker says the start was seen; it is only read per installed sensor.
+        if not self._rebalancing_sensor_state:
+            self._rebalancing_sensor_state = {"started": True}
+
     def _new_transport(self) -> Any:
         return transport_class(self.fetch_max_wait_ms)(self.conf.broker_consumer, self)
 
