@@ -3,7 +3,8 @@ bad records are skipped and counted, start offsets are found without trusting th
 index, a node's last snapshot is found behind the lookback, and nothing is committed.
 
 The broker is shared with other tests: every test uses its own node name (and reads with --node), and
-event times far after any other test's, so other records in a partition all come before ours.
+event times later than those of every test that runs before it (modules run in name order; the ones
+before this one publish before BASE), so other records in a partition all come before ours.
 """
 
 from __future__ import annotations
