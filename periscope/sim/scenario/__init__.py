@@ -38,6 +38,18 @@ class StrictLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1 base-60 numbers (so `0:1` stays a string) and with duplicate keys
     rejected instead of silently overwritten."""
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                mark = key_node.start_mark
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
+                )
+            seen[key] = self.construct_object(value_node, deep=True)
+        return seen
+
 
 StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in rs if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
@@ -51,22 +63,6 @@ StrictLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+)$"),
     list("-+0123456789."),
 )
-
-
-def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
-            )
-        seen[key] = loader.construct_object(value_node, deep=True)
-    return seen
-
-
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -131,6 +127,7 @@ _EXPECTED = {
     "float_type": "a number",
     "bool_type": "true or false",
     "string_type": "a non-empty string",
+    "string_too_short": "a non-empty string",  # only Text has a minimum length: got ''
     "list_type": "a list",
     "tuple_type": "a list",
     "dict_type": "a mapping",
@@ -147,21 +144,20 @@ def _worded(err: ErrorDetails) -> tuple[str, str]:
     cause = ctx.get("error")
     if isinstance(cause, Invalid):
         return _path(loc, cause.path), cause.problem
-    if loc and loc[-1] == "[key]":  # a key outside a mapping's fixed vocabulary (policy components)
-        loc = loc[:-1]
-        return _path(loc), _unknown(str(loc[-1]), _find(_at(loc[:-1]), "propertyNames", {}).get("enum", []))
-    if kind == "extra_forbidden":
-        return _path(loc), _unknown(str(loc[-1]), list(_find(_at(loc[:-1]), "properties", {})))
+    if kind == "extra_forbidden" or loc[-1:] == ["[key]"]:  # `[key]`: outside a mapping's vocabulary
+        loc = loc[:-1] if loc[-1] == "[key]" else loc
+        up = _at(loc[:-1])
+        allowed = _find(up, "propertyNames", {}).get("enum") or list(_find(up, "properties", {}))
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        return _path(loc), "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
     parent = _at(loc[:-1]) if loc and isinstance(loc[-1], int) else []
     if kind in ("missing", "too_short", "too_long") and _find(parent, "prefixItems"):
         return _path(loc[:-1]), f"expected {_find(parent, 'description')}"  # e.g. an [offset, pct] step
     if kind == "missing":
         return _path(loc), "required"
     nodes = _at(loc)
-    if kind in ("too_short", "string_too_short") and not v:
-        return _path(loc), "must not be empty" if isinstance(
-            v, list | dict
-        ) else "expected a non-empty string, got ''"
+    if kind == "too_short" and not v:
+        return _path(loc), "must not be empty"
     if kind in ("too_short", "too_long", "tuple_type") and _find(nodes, "description"):
         return _path(loc), f"expected {_find(nodes, 'description')}, got {describe_value(v)}"
     if kind == "literal_error":
@@ -178,11 +174,6 @@ def _worded(err: ErrorDetails) -> tuple[str, str]:
     if kind in _EXPECTED:
         return _path(loc), f"expected {_EXPECTED[kind]}, got {describe_value(v)}"
     return _path(loc), err["msg"]
-
-
-def _unknown(key: str, allowed: list[str]) -> str:
-    hint = difflib.get_close_matches(key, allowed, n=1)
-    return "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
 
 
 def _path(loc: list[int | str], rel: str = "") -> str:

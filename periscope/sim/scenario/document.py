@@ -98,12 +98,9 @@ class Node(Document):
 
     def resources(self) -> tuple[str, ...]:
         """Extended resources the node's device plugin advertises (mixed MIG strategy)."""
-        out: list[str] = []
-        if any(not g.mig for g in self.gpus):
-            out.append(self.shared_resource if self.sharing.strategy != "none" else GPU_RESOURCE)
-        for g in self.gpus:
-            out.extend(f"nvidia.com/mig-{p}" for p in g.mig if f"nvidia.com/mig-{p}" not in out)
-        return tuple(out)
+        # Without sharing `rename` is unset, so `shared_resource` is the plain nvidia.com/gpu.
+        whole = [self.shared_resource] if any(not g.mig for g in self.gpus) else []
+        return tuple(dict.fromkeys(whole + [f"nvidia.com/mig-{p}" for g in self.gpus for p in g.mig]))
 
 
 # ---------------------------------------------------------------- pods
@@ -245,10 +242,7 @@ class ScenarioDocument(Document):
         return self._source
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        return {n.name: n for n in self.nodes}[name]
 
     @property
     def xids(self) -> tuple[XidSpec, ...]:

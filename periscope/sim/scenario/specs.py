@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -37,14 +37,8 @@ Component = Literal[
     "validator", "gds", "gdrcopy", "vfioManager", "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager",
     "cdi", "kataManager", "ccManager",
 ]
-FAULTS: tuple[str, ...] = get_args(Fault)
 NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
 FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
-SHARING: tuple[str, ...] = get_args(Strategy)
-CHECKPOINT_FORMATS: tuple[str, ...] = get_args(Checkpoint)
-QOS: tuple[str, ...] = get_args(Qos)
-POLICY_STATES: tuple[str, ...] = get_args(PolicyState)
-COMPONENTS: tuple[str, ...] = get_args(Component)
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
@@ -152,7 +146,6 @@ Pin = Annotated[
     BeforeValidator(_pin_text, json_schema_input_type=int | str),
     Field(pattern=PIN, description='a GPU index ("0") or a GPU:MIG index pair ("0:1")'),
 ]
-
 
 
 # ---------------------------------------------------------------- leaf models
