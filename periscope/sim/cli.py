@@ -18,6 +18,8 @@ from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
 from periscope.sim.up import UpOptions, run_up, snapshots_path
 
 
+# click's own checks (IntRange, Path(writable=True)) word a failure as "Invalid value for ..." and neither
+# try a port nor look for a new file's directory; these keep the one-line `<flag> <value>: <problem>` form.
 def _duration(flag: str, text: str) -> int:
     try:
         ms = parse_duration_ms(text)

@@ -213,13 +213,8 @@ class Policy(Document):
     name: Annotated[str, Field(pattern=DNS_NAME, description="a valid name")] = "cluster-policy"
     state: PolicyState = "ready"
     components: Annotated[
-        dict[Component, ComponentSpec],
-        BeforeValidator(
-            lambda v: {k: {} if c is None else c for k, c in (v or {}).items()}
-            if isinstance(v, dict | None)
-            else v,
-            json_schema_input_type=dict[Component, ComponentSpec | None] | None,
-        ),
+        dict[Component, Annotated[ComponentSpec, _absent_as({}, ComponentSpec)]],
+        _absent_as({}, dict[Component, ComponentSpec | None]),
     ] = {}
 
 
