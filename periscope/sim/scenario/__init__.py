@@ -177,10 +177,9 @@ def _worded(err: ErrorDetails) -> tuple[str, str]:
 
 
 def _path(loc: list[int | str], rel: str = "") -> str:
-    out = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    if rel:
-        out = f"{out}{rel}" if rel.startswith("[") or not out else f"{out}.{rel}"
-    return out or "(top level)"
+    """`pods[2].containers[0]` for a loc; `rel` is a path inside it, from a rule (`util_pct[1][0]`)."""
+    parts = [*loc, rel] if rel else loc
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "(top level)"
 
 
 def _at(loc: list[int | str]) -> list[dict[str, Any]]:
