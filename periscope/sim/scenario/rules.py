@@ -12,8 +12,8 @@ before the end. Allocation conflicts (more pods than devices at some moment) are
 from __future__ import annotations
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario.document import Container, Event, Node, Pod, ScenarioDocument
-from periscope.sim.scenario.specs import SHARED_RESOURCE, Invalid, mig_memory_mib
+from periscope.sim.scenario.document import SHARED_RESOURCE, Container, Event, Node, Pod, ScenarioDocument
+from periscope.sim.scenario.specs import Invalid, mig_memory_mib
 
 
 def build_scenario(doc: ScenarioDocument, source: str, default_name: str) -> ScenarioDocument:
