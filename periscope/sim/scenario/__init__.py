@@ -38,18 +38,6 @@ class StrictLoader(yaml.SafeLoader):
     """SafeLoader without YAML 1.1 base-60 numbers (so `0:1` stays a string) and with duplicate keys
     rejected instead of silently overwritten."""
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                mark = key_node.start_mark
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
-                )
-            seen[key] = self.construct_object(value_node, deep=True)
-        return seen
-
 
 StrictLoader.yaml_implicit_resolvers = {
     ch: [(tag, rx) for tag, rx in rs if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
@@ -63,6 +51,22 @@ StrictLoader.add_implicit_resolver(
     re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+)$"),
     list("-+0123456789."),
 )
+
+
+def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            mark = key_node.start_mark
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
+            )
+        seen[key] = loader.construct_object(value_node, deep=True)
+    return seen
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def builtin_names() -> tuple[str, ...]:
