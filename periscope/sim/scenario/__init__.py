@@ -3,8 +3,8 @@
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
 The file's shape is pydantic models (`scenario.document`, published as docs/scenario.schema.json),
-which are also what the simulator reads; the rules across its sections are `rules`, the vocabularies
-and field types `specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
+which are also what the simulator reads; the rules across its sections are `rules`, the field types
+`specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
 the command line does, finds built-in scenarios, and keeps every public name importable from here.
 Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster.model`,
 which raises the same `ScenarioError`.
