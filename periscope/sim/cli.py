@@ -12,14 +12,14 @@ import click
 from periscope.cli.errors import InputError
 from periscope.core.duration import parse_duration_ms
 from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.report.score import ReportOptions, Truth, build_report
+from periscope.sim.report.score import ReportOptions, Row, Truth, build_report
 from periscope.sim.report.text import format_report, live_snapshots, read_jsonl
 from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
 from periscope.sim.up import UpOptions, run_up, snapshots_path
 
-_LEVELS = ("debug", "info", "warning", "error")
 
-
+# click's own checks (IntRange, Path(writable=True)) word a failure as "Invalid value for ..." and neither
+# try a port nor look for a new file's directory; these keep the one-line `<flag> <value>: <problem>` form.
 def _duration(flag: str, text: str) -> int:
     try:
         ms = parse_duration_ms(text)
@@ -56,11 +56,10 @@ def _writable(flag: str, path: Path) -> None:
         raise InputError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
 
 
-@click.command("up")
+@click.command("up", context_settings={"show_default": True})
 @click.option(
     "--scenario",
     default="demo",
-    show_default=True,
     metavar="NAME|PATH",
     help=f"Built-in scenario ({', '.join(builtin_names())}) or a scenario YAML file.",
 )
@@ -68,35 +67,30 @@ def _writable(flag: str, path: Path) -> None:
     "--api-port",
     type=click.IntRange(0, 65535),
     default=8080,
-    show_default=True,
     help="Port of the HTTP API on 127.0.0.1 (0 = any free port).",
 )
 @click.option(
     "--broker-port",
     type=click.IntRange(0, 65535),
     default=9092,
-    show_default=True,
     help="Port of the embedded Kafka broker on 127.0.0.1 (0 = any free port).",
 )
 @click.option(
     "--speed",
     type=click.FloatRange(0, 100, min_open=True),
     default=1.0,
-    show_default=True,
     help="Run the simulated clock this many times faster than real time.",
 )
-@click.option("--idle-window", default="10m", show_default=True, help="Window for allocated-but-idle.")
+@click.option("--idle-window", default="10m", help="Window for allocated-but-idle.")
 @click.option(
     "--idle-threshold",
     type=click.FloatRange(0, 100),
     default=5.0,
-    show_default=True,
     help="Mean util (%) under which a held GPU counts as idle.",
 )
 @click.option(
     "--truth",
     type=click.Path(path_type=Path),
-    default=None,
     help="Write the ground truth as JSON lines here (and the API, sampled per tick, beside it).",
 )
 @click.option("--exit-at-end", is_flag=True, help="Stop everything when the scenario's duration ends.")
@@ -108,9 +102,8 @@ def _writable(flag: str, path: Path) -> None:
 )
 @click.option(
     "--log-level",
-    type=click.Choice(_LEVELS, case_sensitive=False),
+    type=click.Choice(("debug", "info", "warning", "error"), case_sensitive=False),
     default="warning",
-    show_default=True,
     help="Log level of the services (their lines are prefixed [name]).",
 )
 @click.option(
@@ -165,7 +158,7 @@ def up(
     ctx.exit(run_up(opts, model))
 
 
-@click.command("report")
+@click.command("report", context_settings={"show_default": True})
 @click.option(
     "--truth",
     "truth_path",
@@ -176,21 +169,18 @@ def up(
 @click.option(
     "--snapshots",
     type=click.Path(path_type=Path),
-    default=None,
     help="API snapshots recorded by `up --truth` [default: <truth>.api.jsonl beside it].",
 )
-@click.option("--api", default=None, metavar="URL", help="Score one live snapshot of this API instead.")
+@click.option("--api", metavar="URL", help="Score one live snapshot of this API instead.")
 @click.option(
     "--allowance",
     type=click.IntRange(0, 100),
     default=2,
-    show_default=True,
     help="Convergence allowance in ticks after each change.",
 )
 @click.option(
     "--baseline-lag",
     default="30s",
-    show_default=True,
     help="How old the name-join baseline's data is (the incumbent's collect interval).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
@@ -204,7 +194,10 @@ def report(
 ) -> None:
     """Score a simulated run against its ground truth, next to a name-join baseline."""
     lag_ms = 0 if baseline_lag.strip() in ("0", "0s") else _duration("--baseline-lag", baseline_lag)
-    truth = Truth(_read("truth file", truth_path))
+    try:
+        truth = Truth(_read("truth file", truth_path))
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"truth file {truth_path}: {e}") from None
     if api is not None:
         try:
             snaps = live_snapshots(api)
@@ -216,16 +209,10 @@ def report(
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 
 
-def _read(what: str, path: Path) -> list[dict[str, object]]:
+def _read(what: str, path: Path) -> list[Row]:
     if not path.is_file():
         raise InputError(f"{what} {path}: no such file")
     try:
-        rows = read_jsonl(path)
+        return read_jsonl(path)
     except (ValueError, UnicodeDecodeError) as e:
         raise InputError(f"{what} {e}") from None
-    if what == "truth file":
-        try:
-            Truth(rows)
-        except (ValueError, KeyError, TypeError) as e:
-            raise InputError(f"{what} {path}: {e}") from None
-    return rows  # type: ignore[return-value]

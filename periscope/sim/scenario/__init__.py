@@ -3,8 +3,8 @@
 Every problem is reported as `scenario <file>: <path>: <problem>` with a path such as
 `pods[2].containers[0].util_pct`, so a user can find it; nothing is started before a scenario validates.
 The file's shape is pydantic models (`scenario.document`, published as docs/scenario.schema.json),
-which are also what the simulator reads; the rules across its sections are `rules`, the vocabularies
-and field types `specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
+which are also what the simulator reads; the rules across its sections are `rules`, the field types
+`specs`. This module reads the YAML strictly, words pydantic's first error the way the rest of
 the command line does, finds built-in scenarios, and keeps every public name importable from here.
 Allocation conflicts (more pods than devices at some moment) are found by `periscope.sim.cluster.model`,
 which raises the same `ScenarioError`.
@@ -131,6 +131,7 @@ _EXPECTED = {
     "float_type": "a number",
     "bool_type": "true or false",
     "string_type": "a non-empty string",
+    "string_too_short": "a non-empty string",  # only Text has a minimum length: got ''
     "list_type": "a list",
     "tuple_type": "a list",
     "dict_type": "a mapping",
@@ -147,21 +148,20 @@ def _worded(err: ErrorDetails) -> tuple[str, str]:
     cause = ctx.get("error")
     if isinstance(cause, Invalid):
         return _path(loc, cause.path), cause.problem
-    if loc and loc[-1] == "[key]":  # a key outside a mapping's fixed vocabulary (policy components)
-        loc = loc[:-1]
-        return _path(loc), _unknown(str(loc[-1]), _find(_at(loc[:-1]), "propertyNames", {}).get("enum", []))
-    if kind == "extra_forbidden":
-        return _path(loc), _unknown(str(loc[-1]), list(_find(_at(loc[:-1]), "properties", {})))
+    if kind == "extra_forbidden" or loc[-1:] == ["[key]"]:  # `[key]`: outside a mapping's vocabulary
+        loc = loc[:-1] if loc[-1] == "[key]" else loc
+        up = _at(loc[:-1])
+        allowed = _find(up, "propertyNames", {}).get("enum") or list(_find(up, "properties", {}))
+        hint = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        return _path(loc), "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
     parent = _at(loc[:-1]) if loc and isinstance(loc[-1], int) else []
     if kind in ("missing", "too_short", "too_long") and _find(parent, "prefixItems"):
         return _path(loc[:-1]), f"expected {_find(parent, 'description')}"  # e.g. an [offset, pct] step
     if kind == "missing":
         return _path(loc), "required"
     nodes = _at(loc)
-    if kind in ("too_short", "string_too_short") and not v:
-        return _path(loc), "must not be empty" if isinstance(
-            v, list | dict
-        ) else "expected a non-empty string, got ''"
+    if kind == "too_short" and not v:
+        return _path(loc), "must not be empty"
     if kind in ("too_short", "too_long", "tuple_type") and _find(nodes, "description"):
         return _path(loc), f"expected {_find(nodes, 'description')}, got {describe_value(v)}"
     if kind == "literal_error":
@@ -180,16 +180,10 @@ def _worded(err: ErrorDetails) -> tuple[str, str]:
     return _path(loc), err["msg"]
 
 
-def _unknown(key: str, allowed: list[str]) -> str:
-    hint = difflib.get_close_matches(key, allowed, n=1)
-    return "unknown key" + (f" (did you mean {hint[0]}?)" if hint else "")
-
-
 def _path(loc: list[int | str], rel: str = "") -> str:
-    out = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-    if rel:
-        out = f"{out}{rel}" if rel.startswith("[") or not out else f"{out}.{rel}"
-    return out or "(top level)"
+    """`pods[2].containers[0]` for a loc; `rel` is a path inside it, from a rule (`util_pct[1][0]`)."""
+    parts = [*loc, rel] if rel else loc
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".") or "(top level)"
 
 
 def _at(loc: list[int | str]) -> list[dict[str, Any]]:

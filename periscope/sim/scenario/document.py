@@ -1,4 +1,4 @@
-"""A scenario file as pydantic models: the YAML keys, their types and the rules inside one object.
+"""A scenario file as pydantic models: the YAML keys, their vocabularies and the rules inside one object.
 
 The models mirror the file exactly (docs/scenarios.md), so their JSON Schema is what an editor
 checks a scenario file against (docs/scenario.schema.json), and they are also what the simulator
@@ -14,6 +14,7 @@ instance) are in `rules`. A field's `description` doubles as the words of its er
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
@@ -21,33 +22,39 @@ from pydantic import BeforeValidator, Field, PrivateAttr, model_validator
 from periscope.sim.scenario.specs import (
     DNS_LABEL,
     DNS_NAME,
-    FAULT_DEFAULT_MS,
-    GPU_RESOURCE,
     LAX,
-    NODE_FAULTS,
-    SHARED_RESOURCE,
     UUID_RE,
-    Checkpoint,
-    Component,
     ComponentSpec,
     Count,
     Document,
     Duration,
-    Fault,
-    FaultSpec,
     GpuSpec,
     Index,
     Invalid,
     Namespace,
     NodeName,
     Pin,
-    PolicyState,
-    Qos,
-    Strategy,
     Text,
     Util,
-    XidSpec,
 )
+
+# ---------------------------------------------------------------- vocabularies
+
+Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
+Strategy = Literal["none", "time-slicing", "mps"]
+Checkpoint = Literal["v2", "v1", "none"]
+Qos = Literal["guaranteed", "burstable", "besteffort"]
+PolicyState = Literal["ready", "notReady", "ignored"]
+# ClusterPolicy spec keys that carry an `enabled` switch (GPU Operator clusterpolicy_types.go).
+Component = Literal[
+    "driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "nodeStatusExporter", "gfd", "migManager",
+    "validator", "gds", "gdrcopy", "vfioManager", "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager",
+    "cdi", "kataManager", "ccManager",
+]
+NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
+FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
+GPU_RESOURCE = "nvidia.com/gpu"
+SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
 def _absent_as(empty: Any, shape: Any) -> Any:
@@ -98,12 +105,9 @@ class Node(Document):
 
     def resources(self) -> tuple[str, ...]:
         """Extended resources the node's device plugin advertises (mixed MIG strategy)."""
-        out: list[str] = []
-        if any(not g.mig for g in self.gpus):
-            out.append(self.shared_resource if self.sharing.strategy != "none" else GPU_RESOURCE)
-        for g in self.gpus:
-            out.extend(f"nvidia.com/mig-{p}" for p in g.mig if f"nvidia.com/mig-{p}" not in out)
-        return tuple(out)
+        # Without sharing `rename` is unset, so `shared_resource` is the plain nvidia.com/gpu.
+        whole = [self.shared_resource] if any(not g.mig for g in self.gpus) else []
+        return tuple(dict.fromkeys(whole + [f"nvidia.com/mig-{p}" for g in self.gpus for p in g.mig]))
 
 
 # ---------------------------------------------------------------- pods
@@ -216,13 +220,8 @@ class Policy(Document):
     name: Annotated[str, Field(pattern=DNS_NAME, description="a valid name")] = "cluster-policy"
     state: PolicyState = "ready"
     components: Annotated[
-        dict[Component, ComponentSpec],
-        BeforeValidator(
-            lambda v: {k: {} if c is None else c for k, c in (v or {}).items()}
-            if isinstance(v, dict | None)
-            else v,
-            json_schema_input_type=dict[Component, ComponentSpec | None] | None,
-        ),
+        dict[Component, Annotated[ComponentSpec, _absent_as({}, ComponentSpec)]],
+        _absent_as({}, dict[Component, ComponentSpec | None]),
     ] = {}
 
 
@@ -245,10 +244,7 @@ class ScenarioDocument(Document):
         return self._source
 
     def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
+        return {n.name: n for n in self.nodes}[name]
 
     @property
     def xids(self) -> tuple[XidSpec, ...]:
@@ -268,6 +264,26 @@ class ScenarioDocument(Document):
             for e in sorted(self.events, key=lambda e: e.at_ms)
             if e.fault is not None
         )
+
+
+# ---------------------------------------------------------------- the timeline the simulator fires
+
+
+@dataclass(frozen=True, slots=True)
+class XidSpec:
+    at_ms: int
+    node: str
+    gpu: int
+    code: int
+    mig: int | None = None  # index into the GPU's `mig:` list when the error names an instance
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    at_ms: int
+    fault: str
+    node: str | None = None
+    duration_ms: int = 0
 
 
 # The names the simulator and its tests know them by.

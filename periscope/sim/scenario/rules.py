@@ -11,13 +11,9 @@ before the end. Allocation conflicts (more pods than devices at some moment) are
 
 from __future__ import annotations
 
-import re
-
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario.document import Container, Event, Node, Pod, ScenarioDocument
-from periscope.sim.scenario.specs import PIN, SHARED_RESOURCE, Invalid, mig_memory_mib
-
-_PIN = re.compile(PIN)
+from periscope.sim.scenario.document import SHARED_RESOURCE, Container, Event, Node, Pod, ScenarioDocument
+from periscope.sim.scenario.specs import Invalid, mig_memory_mib
 
 
 def build_scenario(doc: ScenarioDocument, source: str, default_name: str) -> ScenarioDocument:
@@ -28,7 +24,9 @@ def build_scenario(doc: ScenarioDocument, source: str, default_name: str) -> Sce
     if not 10 <= doc.tick_ms <= doc.duration_ms:
         raise Invalid("tick", f"must be between 10ms and the duration ({end})")
     for i, p in enumerate(doc.pods):
-        _check_times(p, f"pods[{i}]", doc.duration_ms)
+        _before_end(p.start_ms, f"pods[{i}].start", doc.duration_ms)
+        if p.stop_ms is not None and not p.start_ms < p.stop_ms <= doc.duration_ms:
+            raise Invalid(f"pods[{i}].stop", "must be after start and not after the scenario's duration")
     nodes = _nodes(doc)
     by_name = {n.name: n for n in nodes}
     for i, pod in enumerate(doc.pods):
@@ -72,20 +70,14 @@ def _nodes(doc: ScenarioDocument) -> tuple[Node, ...]:
 # ---------------------------------------------------------------- pods
 
 
-def _check_times(p: Pod, path: str, duration: int) -> None:
-    if p.start_ms >= duration:
-        raise Invalid(
-            f"{path}.start",
-            f"{format_duration_ms(p.start_ms)} is not before the end ({format_duration_ms(duration)})",
-        )
-    if p.stop_ms is not None and not p.start_ms < p.stop_ms <= duration:
-        raise Invalid(f"{path}.stop", "must be after start and not after the scenario's duration")
+def _before_end(at_ms: int, path: str, duration: int) -> None:
+    if at_ms >= duration:
+        end = format_duration_ms(duration)
+        raise Invalid(path, f"{format_duration_ms(at_ms)} is not before the end ({end})")
 
 
 def _check_pod(pod: Pod, path: str, nodes: dict[str, Node], earlier: tuple[Pod, ...]) -> None:
-    node = nodes.get(pod.node)
-    if node is None:
-        raise Invalid(f"{path}.node", f"no node {pod.node!r} in nodes (nodes: {', '.join(nodes)})")
+    node = _known_node(pod.node, f"{path}.node", nodes)
     for j, c in enumerate(pod.containers):
         cpath = f"{path}.containers[{j}]"
         if c.resource not in node.resources():
@@ -117,19 +109,18 @@ def _check_pod(pod: Pod, path: str, nodes: dict[str, Node], earlier: tuple[Pod, 
 
 
 def _check_pin(pin: str, path: str, node: Node, resource: str) -> None:
-    m = _PIN.match(pin)
-    assert m is not None  # the document's pattern
-    g = int(m.group(1))
+    g_text, _, k_text = pin.partition(":")  # the document's pattern: "<gpu>" or "<gpu>:<mig>"
+    g = int(g_text)
     if g >= len(node.gpus):
         raise Invalid(path, f"node {node.name} has no GPU {g} (it has {len(node.gpus)})")
     gpu = node.gpus[g]
-    if m.group(2) is None:
+    if not k_text:
         if gpu.mig:
             raise Invalid(path, f'GPU {g} of {node.name} is in MIG mode; pin a MIG instance such as "{g}:0"')
         if resource.startswith("nvidia.com/mig-"):
             raise Invalid(path, f'{resource} needs a MIG instance pin such as "{g}:0"')
         return
-    k = int(m.group(2))
+    k = int(k_text)
     if k >= len(gpu.mig):
         raise Invalid(path, f"GPU {g} of {node.name} has no MIG instance {k}")
     if resource != f"nvidia.com/mig-{gpu.mig[k]}":
@@ -146,9 +137,7 @@ def _device_memory(node: Node, c: Container) -> int:
 
 
 def _check_event(e: Event, path: str, duration: int, nodes: dict[str, Node]) -> None:
-    if e.at_ms >= duration:
-        end = format_duration_ms(duration)
-        raise Invalid(f"{path}.at", f"{format_duration_ms(e.at_ms)} is not before the end ({end})")
+    _before_end(e.at_ms, f"{path}.at", duration)
     if e.xid is not None:
         node = _known_node(e.xid.node, f"{path}.xid.node", nodes)
         if e.xid.gpu >= len(node.gpus):

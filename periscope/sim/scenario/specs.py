@@ -1,14 +1,13 @@
-"""What every part of a scenario file is built from: vocabularies, field types, the strict `Document`
-base, the `Invalid` a rule raises, the two leaf models (a GPU, an operator component), MIG profile
-arithmetic, and the Xid errors and faults of the timeline the simulator fires. The models of the
-file itself are `document`.
+"""What every part of a scenario file is built from: field types (durations, names, pins, utilisation),
+the strict `Document` base, the `Invalid` a rule raises, the two leaf models (a GPU, an operator
+component) and MIG profile arithmetic. The models of the file itself, with their vocabularies, are
+`document`.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -26,27 +25,6 @@ from pydantic_core import PydanticCustomError
 
 from periscope.core.duration import parse_duration_ms
 
-Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
-Strategy = Literal["none", "time-slicing", "mps"]
-Checkpoint = Literal["v2", "v1", "none"]
-Qos = Literal["guaranteed", "burstable", "besteffort"]
-PolicyState = Literal["ready", "notReady", "ignored"]
-# ClusterPolicy spec keys that carry an `enabled` switch (GPU Operator clusterpolicy_types.go).
-Component = Literal[
-    "driver", "toolkit", "devicePlugin", "dcgmExporter", "dcgm", "nodeStatusExporter", "gfd", "migManager",
-    "validator", "gds", "gdrcopy", "vfioManager", "sandboxDevicePlugin", "vgpuManager", "vgpuDeviceManager",
-    "cdi", "kataManager", "ccManager",
-]
-FAULTS: tuple[str, ...] = get_args(Fault)
-NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
-FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
-SHARING: tuple[str, ...] = get_args(Strategy)
-CHECKPOINT_FORMATS: tuple[str, ...] = get_args(Checkpoint)
-QOS: tuple[str, ...] = get_args(Qos)
-POLICY_STATES: tuple[str, ...] = get_args(PolicyState)
-COMPONENTS: tuple[str, ...] = get_args(Component)
-GPU_RESOURCE = "nvidia.com/gpu"
-SHARED_RESOURCE = "nvidia.com/gpu.shared"
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
 GpuUuid = Annotated[
     str,
@@ -154,7 +132,6 @@ Pin = Annotated[
 ]
 
 
-
 # ---------------------------------------------------------------- leaf models
 
 
@@ -200,19 +177,3 @@ def mig_memory_mib(profile: str) -> int:
     m = MIG_PROFILE.match(profile)
     return int(m.group(2)) * 1024 if m else 0
 
-
-@dataclass(frozen=True, slots=True)
-class XidSpec:
-    at_ms: int
-    node: str
-    gpu: int
-    code: int
-    mig: int | None = None  # index into the GPU's `mig:` list when the error names an instance
-
-
-@dataclass(frozen=True, slots=True)
-class FaultSpec:
-    at_ms: int
-    fault: str
-    node: str | None = None
-    duration_ms: int = 0
