@@ -297,6 +297,8 @@ def test_yaml_problems() -> None:
         parse_scenario("name: x\nnodes: [\n", "y.yaml")
     with pytest.raises(ScenarioError, match=r"duplicate key 'seed'"):
         parse_scenario("seed: 1\nseed: 2\nduration: 1s\nnodes: []\n", "y.yaml")
+    with pytest.raises(ScenarioError, match=r"scenario y.yaml: invalid YAML at line 2: found unhashable key"):
+        parse_scenario("seed: 1\n? [1]\n: 2\n", "y.yaml")
     with pytest.raises(
         ScenarioError, match=r"scenario y.yaml: \(top level\): expected a mapping, got a list"
     ):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Hashable
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -57,6 +58,10 @@ def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):  # a list or a mapping used as a key, worded as PyYAML does
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
+            )
         if key in seen:
             mark = key_node.start_mark
             raise yaml.constructor.ConstructorError(
