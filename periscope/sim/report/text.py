@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from periscope.sim.cluster.truth import read_truth
 from periscope.sim.report.score import Row, parse_time
-from periscope.sim.up.sampler import api_get
+from periscope.sim.up.sampler import api_get, final_row
 
 
 def read_jsonl(path: str | Path) -> list[Row]:
@@ -19,20 +18,9 @@ def read_jsonl(path: str | Path) -> list[Row]:
 def live_snapshots(api: str, timeout_s: float = 10.0) -> list[Row]:
     """One snapshot of a running API, dated by its newest GPU sample, plus the final endpoints."""
     with httpx.Client(base_url=api.rstrip("/"), timeout=timeout_s) as client:
-
-        def get(path: str) -> Any:
-            return api_get(client, path)[0]
-
-        pods, gpus = get("/v1/pods?active=true"), get("/v1/gpus")
+        pods, gpus = api_get(client, "/v1/pods?active=true")[0], api_get(client, "/v1/gpus")[0]
         at = max((parse_time(g.get("sample_at")) or 0 for g in gpus), default=0)
-        final = {
-            "kind": "final",
-            "at_ms": at,
-            "xid": get("/v1/xid"),
-            "policy": get("/v1/policy"),
-            "idle": get("/v1/idle"),
-            "pods": get("/v1/pods"),
-        }
+        final = final_row(client, at)
     return [{"kind": "snapshot", "at_ms": at, "pods": pods, "gpus": gpus}, final]
 
 

@@ -11,38 +11,23 @@ the stack's supervision reads.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+# The broker's own hook: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
+# the broker goes too, and a graceful shutdown would wait on it (the joiner's consumer group leave)
+# long after nobody is left to care.
+from periscope.bus.broker import _pdeathsig_hook
+
 Emit = Callable[[str], None]
-_PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    parent = os.getpid()
-
-    def hook() -> None:  # in the child, between fork and exec
-        # SIGKILL, not SIGTERM: with the orchestrator gone the broker goes too, and a graceful shutdown
-        # would wait on it (the joiner's consumer group leave) long after nobody is left to care.
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return hook
 
 
 class Child:
@@ -72,7 +57,7 @@ class Child:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             process_group=0,
-            preexec_fn=_die_with_parent(),
+            preexec_fn=_pdeathsig_hook(),
             close_fds=True,
         )
         threading.Thread(

@@ -20,9 +20,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -135,7 +135,9 @@ class Stack:
         cfg = self.workdir / "sim" / "config.json"
         cfg.write_text(json.dumps(config))
         self._add("sim", py("periscope.sim.cluster.runner", str(cfg)), self._env(), stdin=True)
-        ready = self._wait_file(self.workdir / "sim" / "ready.json", "sim", 30)
+        ready_file = self.workdir / "sim" / "ready.json"
+        self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
+        ready = json.loads(ready_file.read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, self._tuning()):
             self._add(name, argv, self._env(**settings))
@@ -143,45 +145,41 @@ class Stack:
     def _tuning(self) -> Tuning:
         return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after, self.heartbeat_ms)
 
-    # The waits below poll at a fixed short interval under a deadline: everything is local and each
-    # poll is cheap, so backoff (and a retry library for it) would only make startup slower.
-    def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
+    def _poll(self, done: Callable[[], bool], limit_s: float, every_s: float, late: str, *names: str) -> None:
+        """Poll `done` until the deadline (then UpError `late`), failing as soon as a child (`names`, or
+        any) exits. A fixed short interval, not backoff (or a retry library for it): everything is local
+        and each poll is cheap, so backing off would only make startup slower."""
+        deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            self._check_startup(owner)
-            if path.exists():
-                data: dict[str, Any] = json.loads(path.read_text())
-                return data
-            time.sleep(0.05)
-        raise UpError(f"{owner} did not come up within {timeout_s:g}s")
-
-    def _check_startup(self, *names: str) -> None:
-        for name in names or tuple(self.children):
-            rc = self.children[name].exited()
-            if rc is not None:
-                raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
+            for name in names or tuple(self.children):
+                rc = self.children[name].exited()
+                if rc is not None:
+                    raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
+            if done():
+                return
+            time.sleep(every_s)
+        raise UpError(late)
 
     def wait_ready(self) -> None:
         """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
         want = {g.uuid for gpus in self.model.gpus.values() for g in gpus}
-        deadline = time.monotonic() + self.opts.ready_timeout_s
         with httpx.Client(base_url=self.api_url, timeout=2.0, headers=self.api_headers()) as client:
-            while time.monotonic() < deadline:
-                self._check_startup()
+
+            def shows_all() -> bool:
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
                     if client.get("/readyz").status_code == 200:
-                        seen = {g["gpu_uuid"] for g in client.get("/v1/gpus").json()["items"]}
-                        if want <= seen:
-                            return
-                time.sleep(0.2)
-        raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
+                        return want <= {g["gpu_uuid"] for g in client.get("/v1/gpus").json()["items"]}
+                return False
+
+            late = f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s"
+            self._poll(shows_all, self.opts.ready_timeout_s, 0.2, late)
 
     def api_headers(self) -> dict[str, str]:
         """With --api-auth, the stack itself reads the API as the first cluster-wide scenario user."""
         ops = next((u for u in self.scenario.users if u.cluster), None)
         return {"Authorization": f"Bearer {ops.token}"} if self.opts.api_auth and ops else {}
 
-    def begin(self) -> int:
+    def begin(self) -> None:
         self.start_ms = start = self.clock.now_ms()
         self.children["sim"].send(f"start {start}")
         if self.opts.truth is not None:
@@ -189,21 +187,14 @@ class Stack:
                 self.api_url, snapshots_path(self.opts.truth), self.clock, self.scenario.tick_ms, start
             )
             self.sampler.start()
-        return start
 
     # ------------------------------------------------------------------ supervision
 
     def supervise(self) -> None:
         """Until Ctrl-C (or the scenario's end with --exit-at-end): run faults, restart crashed children."""
         assert self.start_ms is not None
-        pending = sorted(
-            (
-                f
-                for f in self.scenario.faults
-                if f.fault in ("probe-restart", "joiner-restart", "watcher-restart")
-            ),
-            key=lambda f: f.at_ms,
-        )
+        restarts = ("probe-restart", "joiner-restart", "watcher-restart")
+        pending = sorted((f for f in self.scenario.faults if f.fault in restarts), key=lambda f: f.at_ms)
         end = self.start_ms + self.scenario.duration_ms
         while True:
             lost = broker_lost(self.broker)
@@ -213,12 +204,11 @@ class Stack:
             while pending and self.start_ms + pending[0].at_ms <= now:
                 f = pending.pop(0)
                 name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
-                old = self.children[name].pid
-                self.restart(name)
-                self.emit(
-                    f"[up] fault at {format_duration_ms(f.at_ms)}: restarted {name} (pid {old} -> "
-                    f"{self.children[name].pid})"
-                )
+                child, old = self.children[name], self.children[name].pid
+                child.stop()
+                child.start()
+                at = format_duration_ms(f.at_ms)
+                self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
             for name in self.order:
                 child = self.children[name]
                 rc = child.exited()
@@ -233,11 +223,6 @@ class Stack:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
                 return
             time.sleep(0.05)
-
-    def restart(self, name: str) -> None:
-        child = self.children[name]
-        child.stop()
-        child.start()
 
     def stop(self) -> None:
         if self.sampler is not None:
