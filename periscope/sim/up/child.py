@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -30,44 +31,34 @@ Emit = Callable[[str], None]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
+@dataclass(eq=False, repr=False)  # no repr: the environment may hold a user's secrets
 class Child:
     """One service process; its output lines are emitted as `[name] line`."""
 
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], cwd: Path, emit: Emit, stdin: bool = False
-    ) -> None:
-        self.name, self.argv, self.env, self.cwd, self.emit = name, argv, env, cwd, emit
-        self.stdin = stdin
-        self.proc: subprocess.Popen[str] | None = None
-        self.crashes = 0
-        self.expected_exit = False
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    emit: Emit
+    stdin: bool = False
+    proc: subprocess.Popen[str] | None = field(default=None, init=False)
+    crashes: int = field(default=0, init=False)
+    expected_exit: bool = field(default=False, init=False)
 
     def start(self) -> None:
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.expected_exit = False
         # Spawned from the main thread only: PDEATHSIG follows the thread that forked the child.
         self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            cwd=self.cwd,
-            text=True,
-            bufsize=1,
-            errors="replace",
-            stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            preexec_fn=_pdeathsig_hook(),
-            close_fds=True,
+            self.argv, env=self.env, cwd=self.cwd, text=True, bufsize=1, errors="replace",
+            stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, process_group=0, preexec_fn=_pdeathsig_hook(), close_fds=True,
         )
-        threading.Thread(
-            target=self._pump, args=(self.proc.stdout,), daemon=True, name=f"log-{self.name}"
-        ).start()
+        log = f"log-{self.name}"
+        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True, name=log).start()
 
     def _pump(self, stream: IO[str] | None) -> None:
-        if stream is None:
-            return
-        for line in stream:
+        for line in stream or ():
             text = _ANSI.sub("", line).rstrip()  # cursor/colour codes of Faust's console output
             if text:
                 self.emit(f"[{self.name}] {text}")

@@ -36,7 +36,7 @@ from periscope.sim.scenario import describe
 from periscope.sim.up.broker import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, SecureBroker, broker_lost
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
-from periscope.sim.up.services import Tuning, py, seconds, services
+from periscope.sim.up.services import Tuning, py, services
 
 _MAX_CRASHES = 5
 
@@ -73,20 +73,10 @@ class Stack:
         self.secure: SecureBroker | None = None
         self.bootstrap = ""  # what clients connect to: the broker, or its TLS proxy with --secure
         self.children: dict[str, Child] = {}
-        self.order: list[str] = []
         self.api_url = ""
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
-        # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
-        self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
-        # The joiner republishes unchanged outputs every two ticks (event time), so that data newer than
-        # a fault shows within the five ticks the report allows for recovery; ten ticks and three
-        # heartbeats without an output (at least 5 s of real time) mean stale, so a quiet cluster does
-        # not flap /readyz.
-        self.heartbeat_ms = 2 * self.scenario.tick_ms
-        self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed,
-                                       3 * self.heartbeat_ms / opts.speed))
 
     # ------------------------------------------------------------------ children
 
@@ -104,12 +94,10 @@ class Stack:
         env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
         return env
 
-    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> Child:
+    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> None:
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
-        self.children[name] = child
-        self.order.append(name)
+        self.children[name] = child  # in start order
         child.start()
-        return child
 
     def start(self) -> None:
         opts = self.opts
@@ -121,6 +109,7 @@ class Stack:
             self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
             self.bootstrap = self.broker.start()
         security = self.secure.security if self.secure else PLAINTEXT
+        tune = self._tuning()
         asyncio.run(ensure_topics(self.bootstrap, security=security))
         config = {
             "scenario": self.scenario.source,
@@ -129,7 +118,7 @@ class Stack:
             "truth": str(opts.truth) if opts.truth else None,
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
-            "truth_meta": {"idle_bucket_ms": self.idle_bucket_ms},
+            "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
         }
         (self.workdir / "sim").mkdir()
         cfg = self.workdir / "sim" / "config.json"
@@ -139,11 +128,11 @@ class Stack:
         self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
         ready = json.loads(ready_file.read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
-        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, self._tuning()):
+        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
             self._add(name, argv, self._env(**settings))
 
     def _tuning(self) -> Tuning:
-        return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after, self.heartbeat_ms)
+        return Tuning.derive(self.workdir / "run", self.scenario.tick_ms, self.opts)
 
     def _poll(self, done: Callable[[], bool], limit_s: float, every_s: float, late: str, *names: str) -> None:
         """Poll `done` until the deadline (then UpError `late`), failing as soon as a child (`names`, or
@@ -183,9 +172,8 @@ class Stack:
         self.start_ms = start = self.clock.now_ms()
         self.children["sim"].send(f"start {start}")
         if self.opts.truth is not None:
-            self.sampler = Sampler(
-                self.api_url, snapshots_path(self.opts.truth), self.clock, self.scenario.tick_ms, start
-            )
+            path = snapshots_path(self.opts.truth)
+            self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start)
             self.sampler.start()
 
     # ------------------------------------------------------------------ supervision
@@ -209,8 +197,7 @@ class Stack:
                 child.start()
                 at = format_duration_ms(f.at_ms)
                 self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
-            for name in self.order:
-                child = self.children[name]
+            for name, child in self.children.items():
                 rc = child.exited()
                 if rc is not None and not child.expected_exit:
                     child.crashes += 1
@@ -229,7 +216,7 @@ class Stack:
             self.sampler.finish()
         # Services stop together (each may take a few seconds to leave its group or flush), then the
         # simulator, then the broker they all talk to.
-        services = [self.children[n] for n in reversed(self.order) if n != "sim"]
+        services = [self.children[n] for n in reversed(self.children) if n != "sim"]
         for child in services:
             child.terminate()
         deadline = time.monotonic() + SERVICES_GRACE_S
