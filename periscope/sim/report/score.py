@@ -142,10 +142,6 @@ def _owners(t: Row) -> set[str]:
     return {t["pod_uid"]} if t["pod_uid"] else set()
 
 
-def _rows(snapshot: Row) -> list[Row]:
-    return [r for r in snapshot.get("pods") or [] if r.get("active", True)]
-
-
 @dataclass(frozen=True, slots=True)
 class ReportOptions:
     allowance_ticks: int = 2
@@ -160,6 +156,8 @@ class _Baseline:
     def __init__(self, truth: Truth, lag_ticks: int) -> None:
         self.truth, self.lag = truth, lag_ticks
         self._series: dict[tuple[str, str, int], float | None] = {}
+        self.window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
+        self.threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
 
     def owner(self, device: str, tick: int) -> str | None:
         r = self.truth.row(tick - self.lag, device)
@@ -180,10 +178,10 @@ class _Baseline:
             self._series[key] = sum(vals) / len(vals) if vals else None
         return self._series[key]
 
-    def idle(self, ns: str, pod: str, tick: int, window_ticks: int, threshold: float) -> bool:
-        samples = [self._name_util(ns, pod, j) for j in range(tick - window_ticks + 1, tick + 1)]
+    def idle(self, ns: str, pod: str, tick: int) -> bool:
+        samples = [self._name_util(ns, pod, j) for j in range(tick - self.window_ticks + 1, tick + 1)]
         got = [s for s in samples if s is not None]
-        return len(got) >= window_ticks and sum(got) / len(got) < threshold
+        return len(got) >= self.window_ticks and sum(got) / len(got) < self.threshold
 
 
 def gpu_views(snapshot: Row, truth: Truth) -> list[tuple[str, int, set[str]]]:
@@ -209,8 +207,6 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     final = next((s for s in reversed(snapshots) if s.get("kind") == "final"), None)
     allow, tol = o.allowance_ticks, o.tolerance_pct
     base = _Baseline(truth, max(0, round(o.baseline_lag_ms / truth.tick_ms)))
-    window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
-    threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
     # Idleness is decided per aggregation window, so its allowance grows by one window.
     idle_allow = allow + math.ceil(int(truth.meta.get("idle_bucket_ms", 0)) / truth.tick_ms)
     first_uid: dict[tuple[str, str], str] = {}  # a later pod of the same name is a reused name
@@ -234,7 +230,7 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
             if got != want:
                 _example(examples, "owner", k, t, f"API says {sorted(got) or 'nobody'}")
             theirs["owners"].add(base.owner(dev, k) == t["pod_uid"])
-        for r in _rows(s):
+        for r in (r for r in s.get("pods") or [] if r.get("active", True)):
             k = truth.tick_at(parse_time(r.get("sample_at")) or parse_time(r.get("last_seen")) or 0)
             dev, uid = str(r.get("device_id")), r.get("pod_uid")
             t = truth.row(k, dev)
@@ -254,9 +250,7 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                         scores["reused_names"].add(e <= tol, e)
             if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
                 idle_ours.add(bool(r.get("idle")), bool(t["idle"]))
-                idle_theirs.add(
-                    base.idle(t["namespace"], t["pod"], k, window_ticks, threshold), bool(t["idle"])
-                )
+                idle_theirs.add(base.idle(t["namespace"], t["pod"], k), bool(t["idle"]))
     xid_items = (final or {}).get("xid") or []
     for x in truth.xids:
         want = {ow["pod_uid"] for ow in x["owners"]}

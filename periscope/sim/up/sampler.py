@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from periscope.clock import ScaledClock
+from periscope.clock import ScaledClock, real_seconds
 from periscope.wirejson import rfc3339
 
 
@@ -63,8 +63,7 @@ class Sampler(threading.Thread):
         with httpx.Client(base_url=self.api, timeout=5.0) as client:
             k = 0
             while not self.stopping.is_set():
-                due = self.start_ms + k * self.tick_ms
-                wait_s = (due - self.clock.now_ms()) / 1000 / self.clock.speed
+                wait_s = real_seconds(self.clock, self.start_ms + k * self.tick_ms - self.clock.now_ms())
                 if wait_s > 0 and self.stopping.wait(wait_s):
                     break
                 at = self.clock.now_ms()
