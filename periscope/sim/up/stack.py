@@ -82,17 +82,13 @@ class Stack:
 
     def _env(self, **settings: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
-        env.update(
-            PYTHONUNBUFFERED="1",
-            PERISCOPE_CLOCK=self.clock.setting(),
-            PERISCOPE_LOG_LEVEL=self.opts.log_level,
-        )
+        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level}
         if self.broker is not None:
-            env["PERISCOPE_KAFKA_BOOTSTRAP"] = self.bootstrap
+            shared["kafka_bootstrap"] = self.bootstrap
         if self.secure is not None:
-            env.update({f"PERISCOPE_{k.upper()}": v for k, v in self.secure.settings().items()})
-        env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
-        return env
+            shared |= self.secure.settings()
+        env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
+        return env | {"PYTHONUNBUFFERED": "1"}
 
     def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> None:
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
