@@ -15,12 +15,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from periscope.wirejson import parse_time_ms
 
 Row = dict[str, Any]
+# The owner and usage scores, in the order the report lists them; idleness is a `Confusion` after them.
+SCORES = ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _mean_max(values: list[float]) -> dict[str, float]:
+    return {"mean": round(sum(values) / len(values), 2), "max": round(max(values), 2)}
 
 
 @dataclass(slots=True)
@@ -36,14 +46,10 @@ class Score:
             self.errors.append(error)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "right": self.right,
-            "total": self.total,
-            "share": None if not self.total else round(self.right / self.total, 4),
-        }
+        out: dict[str, Any] = {"right": self.right, "total": self.total}
+        out["share"] = _ratio(self.right, self.total)
         if self.errors:
-            out["mean_error"] = round(sum(self.errors) / len(self.errors), 2)
-            out["max_error"] = round(max(self.errors), 2)
+            out["mean_error"], out["max_error"] = _mean_max(self.errors).values()
         return out
 
 
@@ -55,26 +61,12 @@ class Confusion:
     tn: int = 0
 
     def add(self, said: bool, truth: bool) -> None:
-        if said and truth:
-            self.tp += 1
-        elif said:
-            self.fp += 1
-        elif truth:
-            self.fn += 1
-        else:
-            self.tn += 1
+        cell = ("tn", "fn", "fp", "tp")[2 * said + truth]
+        setattr(self, cell, getattr(self, cell) + 1)
 
     def to_json(self) -> dict[str, Any]:
-        p = self.tp / (self.tp + self.fp) if self.tp + self.fp else None
-        r = self.tp / (self.tp + self.fn) if self.tp + self.fn else None
-        return {
-            "precision": None if p is None else round(p, 4),
-            "recall": None if r is None else round(r, 4),
-            "tp": self.tp,
-            "fp": self.fp,
-            "fn": self.fn,
-            "tn": self.tn,
-        }
+        return {"precision": _ratio(self.tp, self.tp + self.fp), "recall": _ratio(self.tp, self.tp + self.fn),
+                **asdict(self)}
 
 
 def parse_time(value: Any) -> int | None:
@@ -95,19 +87,18 @@ class Truth:
         self.ticks: dict[int, dict[str, Row]] = {}
         self.xids: list[Row] = []
         self.faults: list[Row] = []
+        listed = {"xid": self.xids, "fault": self.faults}
         for n, r in enumerate(rows, 1):
             kind = r.get("kind")
-            try:
-                if kind == "meta":
-                    self.meta = r
-                elif kind == "holder":
+            if kind == "meta":
+                self.meta = r
+            elif kind in ("xid", "fault"):  # a tuple: a kind of any JSON type is only compared
+                listed[kind].append(r)
+            elif kind == "holder":
+                try:
                     self.ticks.setdefault(int(r["tick"]), {})[str(r["device_id"])] = r
-                elif kind == "xid":
-                    self.xids.append(r)
-                elif kind == "fault":
-                    self.faults.append(r)
-            except (KeyError, TypeError, ValueError) as e:
-                raise ValueError(f"line {n}: {kind} without a valid {e}") from None
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"line {n}: {kind} without a valid {e}") from None
         if not self.meta:
             raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
         self.tick_ms = int(self.meta["tick_ms"])
@@ -118,40 +109,37 @@ class Truth:
                 if d not in self.devices:
                     self.devices[d] = r["node"]
                     self.gpu_devices.setdefault(r["gpu_uuid"], []).append(d)
-        self.nodes = sorted(set(self.devices.values()))
         self.start_ms = int(self.meta["start_ms"])
         self.last = max(self.ticks, default=-1)
 
     def tick_at(self, at_ms: int) -> int:
         return min(self.last, max(0, (at_ms - self.start_ms) // self.tick_ms))
 
+    def _at(self, tick: int) -> dict[str, Row]:
+        return self.ticks.get(max(0, min(tick, self.last)), {})
+
     def row(self, tick: int, device: str) -> Row | None:
-        return self.ticks.get(max(0, min(tick, self.last)), {}).get(device)
+        return self._at(tick).get(device)
 
     def stable(self, tick: int, device: str, allowance: int, *keys: str) -> bool:
         """Whether the truth for `device` did not change over the `allowance` ticks before `tick`."""
         now = self.row(tick, device)
         if now is None:
             return False
-        for k in range(tick - allowance, tick):
-            before = self.row(k, device)
-            if before is None or any(before.get(key) != now.get(key) for key in keys):
-                return False
-        return True
+        before = (self.row(k, device) for k in range(tick - allowance, tick))
+        return all(b is not None and all(b.get(x) == now.get(x) for x in keys) for b in before)
+
+    def settled_owner(self, tick: int, device: str, allowance: int) -> Row | None:
+        """The truth an owner answer is checked against; None while it was still changing."""
+        return self.row(tick, device) if self.stable(tick, device, allowance, "pod_uid") else None
 
     def current_uid(self, tick: int, namespace: str, pod: str) -> str | None:
-        for r in self.ticks.get(max(0, min(tick, self.last)), {}).values():
-            if r["namespace"] == namespace and r["pod"] == pod:
-                return str(r["pod_uid"])
-        return None
+        named = (r for r in self._at(tick).values() if r["namespace"] == namespace and r["pod"] == pod)
+        return next((str(r["pod_uid"]) for r in named), None)
 
 
-def _rows_by_device(snapshot: Row) -> dict[str, list[Row]]:
-    out: dict[str, list[Row]] = {}
-    for r in snapshot.get("pods") or []:
-        if r.get("active", True):
-            out.setdefault(str(r.get("device_id")), []).append(r)
-    return out
+def _owners(t: Row) -> set[str]:
+    return {t["pod_uid"]} if t["pod_uid"] else set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +156,12 @@ class _Baseline:
     def __init__(self, truth: Truth, lag_ticks: int) -> None:
         self.truth, self.lag = truth, lag_ticks
         self._series: dict[tuple[str, str, int], float | None] = {}
-
-    def name_at(self, device: str, tick: int) -> tuple[str, str] | None:
-        r = self.truth.row(tick - self.lag, device)
-        return (r["namespace"], r["pod"]) if r and r["pod_uid"] else None
+        self.window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
+        self.threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
 
     def owner(self, device: str, tick: int) -> str | None:
-        name = self.name_at(device, tick)
-        return self.truth.current_uid(tick, *name) if name else None
+        r = self.truth.row(tick - self.lag, device)
+        return self.truth.current_uid(tick, r["namespace"], r["pod"]) if r and r["pod_uid"] else None
 
     def util(self, device: str, tick: int) -> float | None:
         r = self.truth.row(tick - self.lag, device)
@@ -192,10 +178,10 @@ class _Baseline:
             self._series[key] = sum(vals) / len(vals) if vals else None
         return self._series[key]
 
-    def idle(self, ns: str, pod: str, tick: int, window_ticks: int, threshold: float) -> bool:
-        samples = [self._name_util(ns, pod, j) for j in range(tick - window_ticks + 1, tick + 1)]
+    def idle(self, ns: str, pod: str, tick: int) -> bool:
+        samples = [self._name_util(ns, pod, j) for j in range(tick - self.window_ticks + 1, tick + 1)]
         got = [s for s in samples if s is not None]
-        return len(got) >= window_ticks and sum(got) / len(got) < threshold
+        return len(got) >= self.window_ticks and sum(got) / len(got) < self.threshold
 
 
 def gpu_views(snapshot: Row, truth: Truth) -> list[tuple[str, int, set[str]]]:
@@ -221,17 +207,14 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     final = next((s for s in reversed(snapshots) if s.get("kind") == "final"), None)
     allow, tol = o.allowance_ticks, o.tolerance_pct
     base = _Baseline(truth, max(0, round(o.baseline_lag_ms / truth.tick_ms)))
-    window_ticks = max(1, int(truth.meta.get("idle_window_ms", 600_000)) // truth.tick_ms)
-    threshold = float(truth.meta.get("idle_threshold_pct", 5.0))
     # Idleness is decided per aggregation window, so its allowance grows by one window.
     idle_allow = allow + math.ceil(int(truth.meta.get("idle_bucket_ms", 0)) / truth.tick_ms)
-    names: dict[tuple[str, str], list[str]] = {}
+    first_uid: dict[tuple[str, str], str] = {}  # a later pod of the same name is a reused name
     for k in sorted(truth.ticks):
         for r in truth.ticks[k].values():
-            if r["pod_uid"] and r["pod_uid"] not in names.setdefault((r["namespace"], r["pod"]), []):
-                names[(r["namespace"], r["pod"])].append(r["pod_uid"])
-    ours = {k: Score() for k in ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")}
-    theirs = {k: Score() for k in ours}
+            if r["pod_uid"]:
+                first_uid.setdefault((r["namespace"], r["pod"]), r["pod_uid"])
+    ours, theirs = {k: Score() for k in SCORES}, {k: Score() for k in SCORES}
     idle_ours, idle_theirs = Confusion(), Confusion()
     lags: list[float] = []
     examples: list[str] = []
@@ -240,16 +223,14 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
         for dev, t_ms, got in gpu_views(s, truth):
             lags.append((int(s["at_ms"]) - t_ms) / truth.tick_ms)
             k = truth.tick_at(t_ms)
-            t = truth.row(k, dev)
-            if ("o", dev, k) in seen or t is None or not truth.stable(k, dev, allow, "pod_uid"):
+            if ("o", dev, k) in seen or (t := truth.settled_owner(k, dev, allow)) is None:
                 continue
             seen.add(("o", dev, k))
-            want = {t["pod_uid"]} if t["pod_uid"] else set()
-            ours["owners"].add(got == want)
+            ours["owners"].add(got == (want := _owners(t)))
             if got != want:
                 _example(examples, "owner", k, t, f"API says {sorted(got) or 'nobody'}")
             theirs["owners"].add(base.owner(dev, k) == t["pod_uid"])
-        for r in (r for rows in _rows_by_device(s).values() for r in rows):
+        for r in (r for r in s.get("pods") or [] if r.get("active", True)):
             k = truth.tick_at(parse_time(r.get("sample_at")) or parse_time(r.get("last_seen")) or 0)
             dev, uid = str(r.get("device_id")), r.get("pod_uid")
             t = truth.row(k, dev)
@@ -260,37 +241,36 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 key = "shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"
                 err = _err(r.get("util_pct"), t["util_pct"])
                 b_err = _err(base.util(dev, k) if base.owner(dev, k) == uid else None, t["util_pct"])
-                ours[key].add(err <= tol, err)
-                theirs[key].add(b_err <= tol, b_err)
                 if err > tol:
                     _example(examples, "util", k, t, f"API says {r.get('util_pct')}")
-                if names[(t["namespace"], t["pod"])].index(uid) > 0:  # a reused name
-                    ours["reused_names"].add(err <= tol, err)
-                    theirs["reused_names"].add(b_err <= tol, b_err)
+                reused = first_uid[(t["namespace"], t["pod"])] != uid
+                for scores, e in ((ours, err), (theirs, b_err)):
+                    scores[key].add(e <= tol, e)
+                    if reused:
+                        scores["reused_names"].add(e <= tol, e)
             if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
                 idle_ours.add(bool(r.get("idle")), bool(t["idle"]))
-                idle_theirs.add(
-                    base.idle(t["namespace"], t["pod"], k, window_ticks, threshold), bool(t["idle"])
-                )
+                idle_theirs.add(base.idle(t["namespace"], t["pod"], k), bool(t["idle"]))
     xid_items = (final or {}).get("xid") or []
     for x in truth.xids:
-        want_set = {ow["pod_uid"] for ow in x["owners"]}
-        near = [
-            i
+        want = {ow["pod_uid"] for ow in x["owners"]}
+        near = [  # the owner sets the API gave for this error
+            {ow.get("pod_uid") for ow in i.get("owners") or []}
             for i in xid_items
             if i.get("gpu_uuid") == x["gpu_uuid"]
             and i.get("code") == x["code"]
             and abs((parse_time(i.get("at")) or 0) - x["at_ms"]) <= (allow + 1) * truth.tick_ms
         ]
         if final is not None:
-            ours["xid_owners"].add(
-                any({ow.get("pod_uid") for ow in i.get("owners") or []} == want_set for i in near)
-            )
-        q = truth.tick_at(x["at_ms"]) + base.lag
-        theirs["xid_owners"].add(
-            {truth.current_uid(q, ow["namespace"], ow["pod"]) for ow in x["owners"]} == want_set
-        )
-    report: Row = {
+            ours["xid_owners"].add(want in near)
+        q = truth.tick_at(x["at_ms"]) + base.lag  # the baseline resolves names when it is asked
+        named = {truth.current_uid(q, ow["namespace"], ow["pod"]) for ow in x["owners"]}
+        theirs["xid_owners"].add(named == want)
+
+    def side(scores: dict[str, Score], idle: Confusion, **extra: Any) -> Row:
+        return {**{k: v.to_json() for k, v in scores.items()}, "idle": idle.to_json(), **extra}
+
+    return {
         "scenario": truth.meta.get("scenario"),
         "seed": truth.meta.get("seed"),
         "ticks": truth.last + 1,
@@ -299,16 +279,11 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
         "allowance_ticks": allow,
         "baseline_lag_ms": o.baseline_lag_ms,
         "tolerance_pct": tol,
-        "lag_ticks": None
-        if not lags
-        else {"mean": round(sum(lags) / len(lags), 2), "max": round(max(lags), 2)},
-        "periscope": {**{k: v.to_json() for k, v in ours.items()}, "idle": idle_ours.to_json()},
-        "baseline": {**{k: v.to_json() for k, v in theirs.items()}, "idle": idle_theirs.to_json()},
+        "lag_ticks": _mean_max(lags) if lags else None,
+        "periscope": side(ours, idle_ours, examples=examples, policy=_policy(truth, final),
+                          faults=_faults(truth, snaps, allow, o.recovery_ticks)),
+        "baseline": side(theirs, idle_theirs),
     }
-    report["periscope"]["examples"] = examples
-    report["periscope"]["policy"] = _policy(truth, final)
-    report["periscope"]["faults"] = _faults(truth, snaps, allow, o.recovery_ticks)
-    return report
 
 
 def _example(out: list[str], what: str, tick: int, t: Row, said: str, limit: int = 20) -> None:
@@ -326,20 +301,14 @@ def _err(got: Any, want: Any) -> float:
 
 
 def _policy(truth: Truth, final: Row | None) -> Row:
-    expected = ((truth.meta.get("policy") or {}).get("components")) or {}
-    if final is None or not expected:
-        return {"right": 0, "total": 0, "share": None, "mismatches": []}
-    got = {c.get("name"): c.get("status") for c in (final.get("policy") or {}).get("components") or []}
+    expected = (((truth.meta.get("policy") or {}).get("components")) or {}) if final is not None else {}
+    components = ((final or {}).get("policy") or {}).get("components") or []
+    got = {c.get("name"): c.get("status") for c in components}
     mismatches = [
         {"component": k, "expected": v, "got": got.get(k)} for k, v in expected.items() if got.get(k) != v
     ]
-    total = len(expected)
-    return {
-        "right": total - len(mismatches),
-        "total": total,
-        "share": round((total - len(mismatches)) / total, 4),
-        "mismatches": mismatches,
-    }
+    score = Score(right=len(expected) - len(mismatches), total=len(expected))
+    return {**score.to_json(), "mismatches": mismatches}
 
 
 def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]:
@@ -348,31 +317,17 @@ def _faults(truth: Truth, snaps: list[Row], allow: int, limit: int) -> list[Row]
     out = []
     for f in truth.faults:
         end, node = int(f["end_ms"]), f.get("node")
-        recovered: int | None = None
-        for s in snaps:
-            if s["at_ms"] < end:
-                continue
-            views = [v for v in gpu_views(s, truth) if node is None or truth.devices.get(v[0]) == node]
-            if not views or any(t_ms < end for _, t_ms, _ in views):
-                continue
-            ok = True
-            for dev, t_ms, got in views:
-                k = truth.tick_at(t_ms)
-                t = truth.row(k, dev)
-                if t is not None and truth.stable(k, dev, allow, "pod_uid"):
-                    ok = ok and got == ({t["pod_uid"]} if t["pod_uid"] else set())
-            if ok:
-                recovered = int(s["at_ms"])
-                break
-        ticks = None if recovered is None else math.ceil((recovered - end) / truth.tick_ms)
-        out.append(
-            {
-                "fault": f["fault"],
-                "node": node,
-                "at": f.get("at"),
-                "end_ms": end,
-                "recovered_ticks": ticks,
-                "ok": ticks is not None and ticks <= limit,
-            }
-        )
+        at = next((int(s["at_ms"]) for s in snaps if _recovered(truth, s, node, end, allow)), None)
+        ticks = None if at is None else math.ceil((at - end) / truth.tick_ms)
+        out.append({"fault": f["fault"], "node": node, "at": f.get("at"), "end_ms": end,
+                    "recovered_ticks": ticks, "ok": ticks is not None and ticks <= limit})
     return out
+
+
+def _recovered(truth: Truth, snap: Row, node: str | None, end: int, allow: int) -> bool:
+    if snap["at_ms"] < end:
+        return False
+    views = [v for v in gpu_views(snap, truth) if node is None or truth.devices.get(v[0]) == node]
+    settled = ((got, truth.settled_owner(truth.tick_at(t_ms), dev, allow)) for dev, t_ms, got in views)
+    return (bool(views) and all(t_ms >= end for _, t_ms, _ in views)
+            and all(t is None or got == _owners(t) for got, t in settled))

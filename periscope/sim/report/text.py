@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from periscope.sim.cluster.truth import read_truth
 from periscope.sim.report.score import Row, parse_time
-from periscope.sim.up.sampler import api_get
+from periscope.sim.up.sampler import api_get, final_row
 
 
 def read_jsonl(path: str | Path) -> list[Row]:
@@ -19,20 +18,9 @@ def read_jsonl(path: str | Path) -> list[Row]:
 def live_snapshots(api: str, timeout_s: float = 10.0) -> list[Row]:
     """One snapshot of a running API, dated by its newest GPU sample, plus the final endpoints."""
     with httpx.Client(base_url=api.rstrip("/"), timeout=timeout_s) as client:
-
-        def get(path: str) -> Any:
-            return api_get(client, path)[0]
-
-        pods, gpus = get("/v1/pods?active=true"), get("/v1/gpus")
+        pods, gpus = api_get(client, "/v1/pods?active=true")[0], api_get(client, "/v1/gpus")[0]
         at = max((parse_time(g.get("sample_at")) or 0 for g in gpus), default=0)
-        final = {
-            "kind": "final",
-            "at_ms": at,
-            "xid": get("/v1/xid"),
-            "policy": get("/v1/policy"),
-            "idle": get("/v1/idle"),
-            "pods": get("/v1/pods"),
-        }
+        final = final_row(client, at)
     return [{"kind": "snapshot", "at_ms": at, "pods": pods, "gpus": gpus}, final]
 
 
@@ -48,8 +36,7 @@ def _pct(score: Row) -> str:
 def _pr(c: Row) -> str:
     if c["precision"] is None and c["recall"] is None:
         return "n/a"
-    f = lambda v: "n/a" if v is None else f"{v:.2f}"  # noqa: E731
-    return f"{f(c['precision'])} / {f(c['recall'])}"
+    return " / ".join("n/a" if v is None else f"{v:.2f}" for v in (c["precision"], c["recall"]))
 
 
 def _lag(lag: Row | None) -> str:
@@ -68,28 +55,26 @@ def format_report(r: Row) -> str:
         "",
         f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
     ]
+    tol = f"within ±{r['tolerance_pct']:g}"
     rows = [
-        ("owner right (tick x device)", _pct(p["owners"]), _pct(b["owners"])),
-        (f"shared-GPU util within ±{r['tolerance_pct']:g}", _pct(p["shared_util"]), _pct(b["shared_util"])),
-        (
-            f"exclusive util within ±{r['tolerance_pct']:g}",
-            _pct(p["exclusive_util"]),
-            _pct(b["exclusive_util"]),
-        ),
-        ("reused name, new pod's usage", _pct(p["reused_names"]), _pct(b["reused_names"])),
-        ("XID owner at error time", _pct(p["xid_owners"]), _pct(b["xid_owners"])),
-        ("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
-        ("policy statuses", _pct(p["policy"]), "n/a"),
+        (label, _pct(p[key]), _pct(b[key]))
+        for label, key in (
+            ("owner right (tick x device)", "owners"),
+            (f"shared-GPU util {tol}", "shared_util"),
+            (f"exclusive util {tol}", "exclusive_util"),
+            ("reused name, new pod's usage", "reused_names"),
+            ("XID owner at error time", "xid_owners"),
+        )
     ]
+    rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"]))]
+    rows += [("policy statuses", _pct(p["policy"]), "n/a")]
     lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
-    for line in p.get("examples") or []:
-        lines.append(f"  wrong: {line}")
-    for m in p["policy"]["mismatches"]:
-        lines.append(f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}")
+    lines += [f"  wrong: {line}" for line in p.get("examples") or []]
+    lines += [f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}"
+              for m in p["policy"]["mismatches"]]
     for f in p["faults"]:
         where = f" on {f['node']}" if f["node"] else ""
-        took = (
-            "not recovered" if f["recovered_ticks"] is None else f"recovered in {f['recovered_ticks']} ticks"
-        )
+        n = f["recovered_ticks"]
+        took = "not recovered" if n is None else f"recovered in {n} ticks"
         lines.append(f"fault {f['fault']}{where} at {f['at']}: {took}{'' if f['ok'] else '  <-- too slow'}")
     return "\n".join(lines)

@@ -27,6 +27,7 @@ from periscope.sim.up.sampler import snapshots_path
 from periscope.sim.up.stack import Stack, UpError, UpOptions, banner
 
 __all__ = ["UpOptions", "run_up", "snapshots_path"]  # what `periscope up` and `periscope report` use
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> int:
@@ -41,7 +42,7 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
     # SIGTERM (a supervisor, `timeout`, `kill`) stops everything as Ctrl-C does. SIGINT is set too:
     # a parent that started us with it ignored (a background job of a script) would otherwise leave
     # Ctrl-C without effect, as Python installs its own handler only when SIGINT was not ignored.
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _SIGNALS:
         signal.signal(sig, _interrupt)
     stack = Stack(opts, model, out)
     started = time.monotonic()
@@ -75,9 +76,9 @@ def _interrupt(signum: int, frame: Any) -> None:
 @contextlib.contextmanager
 def _no_interrupts() -> Any:
     """A second Ctrl-C must not cut the shutdown short and leave children behind."""
-    previous = [signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)]
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in _SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous[0])
-        signal.signal(signal.SIGTERM, previous[1])
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -11,78 +11,54 @@ the stack's supervision reads.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+# The broker's own hook: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
+# the broker goes too, and a graceful shutdown would wait on it (the joiner's consumer group leave)
+# long after nobody is left to care.
+from periscope.bus.broker import _pdeathsig_hook
+
 Emit = Callable[[str], None]
-_PR_SET_PDEATHSIG = 1
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    parent = os.getpid()
-
-    def hook() -> None:  # in the child, between fork and exec
-        # SIGKILL, not SIGTERM: with the orchestrator gone the broker goes too, and a graceful shutdown
-        # would wait on it (the joiner's consumer group leave) long after nobody is left to care.
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return hook
-
-
+@dataclass(eq=False, repr=False)  # no repr: the environment may hold a user's secrets
 class Child:
     """One service process; its output lines are emitted as `[name] line`."""
 
-    def __init__(
-        self, name: str, argv: list[str], env: dict[str, str], cwd: Path, emit: Emit, stdin: bool = False
-    ) -> None:
-        self.name, self.argv, self.env, self.cwd, self.emit = name, argv, env, cwd, emit
-        self.stdin = stdin
-        self.proc: subprocess.Popen[str] | None = None
-        self.crashes = 0
-        self.expected_exit = False
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    emit: Emit
+    stdin: bool = False
+    proc: subprocess.Popen[str] | None = field(default=None, init=False)
+    crashes: int = field(default=0, init=False)
+    expected_exit: bool = field(default=False, init=False)
 
     def start(self) -> None:
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.expected_exit = False
         # Spawned from the main thread only: PDEATHSIG follows the thread that forked the child.
         self.proc = subprocess.Popen(
-            self.argv,
-            env=self.env,
-            cwd=self.cwd,
-            text=True,
-            bufsize=1,
-            errors="replace",
-            stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            process_group=0,
-            preexec_fn=_die_with_parent(),
-            close_fds=True,
+            self.argv, env=self.env, cwd=self.cwd, text=True, bufsize=1, errors="replace",
+            stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, process_group=0, preexec_fn=_pdeathsig_hook(), close_fds=True,
         )
-        threading.Thread(
-            target=self._pump, args=(self.proc.stdout,), daemon=True, name=f"log-{self.name}"
-        ).start()
+        log = f"log-{self.name}"
+        threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True, name=log).start()
 
     def _pump(self, stream: IO[str] | None) -> None:
-        if stream is None:
-            return
-        for line in stream:
+        for line in stream or ():
             text = _ANSI.sub("", line).rstrip()  # cursor/colour codes of Faust's console output
             if text:
                 self.emit(f"[{self.name}] {text}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from periscope.clock import ScaledClock
+from periscope.clock import ScaledClock, real_seconds
 from periscope.wirejson import rfc3339
 
 
@@ -44,6 +44,12 @@ def api_get(client: httpx.Client, path: str) -> tuple[Any, str | None]:
         url = f"{path}{'&' if '?' in path else '?'}continue={doc['continue']}"
 
 
+def final_row(client: httpx.Client, at_ms: int, **extra: Any) -> dict[str, Any]:
+    """The `final` row: the listings a report reads once, after the run."""
+    paths = {"xid": "/v1/xid", "policy": "/v1/policy", "idle": "/v1/idle", "pods": "/v1/pods"}
+    return {"kind": "final", "at_ms": at_ms, **extra, **{k: api_get(client, p)[0] for k, p in paths.items()}}
+
+
 class Sampler(threading.Thread):
     """Records what the API says at every tick (a report after the run cannot see the past)."""
 
@@ -52,51 +58,25 @@ class Sampler(threading.Thread):
         self.api, self.clock, self.tick_ms, self.start_ms = api, clock, tick_ms, start_ms
         self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
         self.stopping = threading.Event()
-        self.samples = 0
-        self.as_of: str | None = None  # the API's "newest event time in the view" of the last listing
-
-    def _get(self, client: httpx.Client, path: str) -> Any:
-        doc, self.as_of = api_get(client, path)
-        return doc
 
     def run(self) -> None:
         with httpx.Client(base_url=self.api, timeout=5.0) as client:
             k = 0
             while not self.stopping.is_set():
-                due = self.start_ms + k * self.tick_ms
-                wait_s = (due - self.clock.now_ms()) / 1000 / self.clock.speed
+                wait_s = real_seconds(self.clock, self.start_ms + k * self.tick_ms - self.clock.now_ms())
                 if wait_s > 0 and self.stopping.wait(wait_s):
                     break
                 at = self.clock.now_ms()
                 k = max(k + 1, (at - self.start_ms) // self.tick_ms + 1)  # skip ticks we fell behind on
                 with contextlib.suppress(httpx.HTTPError, ValueError):
-                    pods = self._get(client, "/v1/pods?active=true")
-                    as_of = self.as_of
-                    gpus = self._get(client, "/v1/gpus")
-                    self._write(
-                        {
-                            "kind": "snapshot",
-                            "at_ms": at,
-                            "at": rfc3339(at),
-                            "as_of": as_of,
-                            "pods": pods,
-                            "gpus": gpus,
-                        }
-                    )
-                    self.samples += 1
+                    # as_of: the API's "newest event time in the view" of the pod listing
+                    pods, as_of = api_get(client, "/v1/pods?active=true")
+                    gpus = api_get(client, "/v1/gpus")[0]
+                    self._write({"kind": "snapshot", "at_ms": at, "at": rfc3339(at), "as_of": as_of,
+                                 "pods": pods, "gpus": gpus})
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 at = self.clock.now_ms()
-                self._write(
-                    {
-                        "kind": "final",
-                        "at_ms": at,
-                        "at": rfc3339(at),
-                        "xid": self._get(client, "/v1/xid"),
-                        "policy": self._get(client, "/v1/policy"),
-                        "idle": self._get(client, "/v1/idle"),
-                        "pods": self._get(client, "/v1/pods"),
-                    }
-                )
+                self._write(final_row(client, at, at=rfc3339(at)))
 
     def _write(self, row: dict[str, Any]) -> None:
         self.out.write(json.dumps(row, separators=(",", ":")) + "\n")

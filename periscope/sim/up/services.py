@@ -28,7 +28,19 @@ class Tuning:
     run_dir: Path  # each child's working directory lies below it
     idle_bucket_ms: int  # the joiner's aggregation window
     stale_after: str  # seconds without an output after which a service counts as stale
-    heartbeat_ms: int = 5000  # the joiner republishes unchanged outputs this often (event time)
+    heartbeat_ms: int  # the joiner republishes unchanged outputs this often (event time)
+
+    @classmethod
+    def derive(cls, run_dir: Path, tick_ms: int, opts: UpOptions) -> Tuning:
+        # The aggregation window: fine enough that idleness is decided within a few ticks. The joiner
+        # republishes unchanged outputs every two ticks (event time), so that data newer than a fault
+        # shows within the five ticks the report allows for recovery; ten ticks and three heartbeats
+        # without an output (at least 5 s of real time) mean stale, so a quiet cluster does not flap
+        # /readyz.
+        heartbeat_ms = 2 * tick_ms
+        stale_s = max(5000.0, 10 * tick_ms / opts.speed, 3 * heartbeat_ms / opts.speed)
+        bucket_ms = max(tick_ms, min(60_000, opts.idle_window_ms // 5))
+        return cls(run_dir, bucket_ms, seconds(stale_s), heartbeat_ms)
 
 
 def py(*args: str) -> list[str]:

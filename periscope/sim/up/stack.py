@@ -20,9 +20,9 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -36,7 +36,7 @@ from periscope.sim.scenario import describe
 from periscope.sim.up.broker import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, SecureBroker, broker_lost
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
-from periscope.sim.up.services import Tuning, py, seconds, services
+from periscope.sim.up.services import Tuning, py, services
 
 _MAX_CRASHES = 5
 
@@ -73,43 +73,27 @@ class Stack:
         self.secure: SecureBroker | None = None
         self.bootstrap = ""  # what clients connect to: the broker, or its TLS proxy with --secure
         self.children: dict[str, Child] = {}
-        self.order: list[str] = []
         self.api_url = ""
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
-        # The joiner's aggregation window: fine enough that idleness is decided within a few ticks.
-        self.idle_bucket_ms = max(self.scenario.tick_ms, min(60_000, opts.idle_window_ms // 5))
-        # The joiner republishes unchanged outputs every two ticks (event time), so that data newer than
-        # a fault shows within the five ticks the report allows for recovery; ten ticks and three
-        # heartbeats without an output (at least 5 s of real time) mean stale, so a quiet cluster does
-        # not flap /readyz.
-        self.heartbeat_ms = 2 * self.scenario.tick_ms
-        self.stale_after = seconds(max(5000.0, 10 * self.scenario.tick_ms / opts.speed,
-                                       3 * self.heartbeat_ms / opts.speed))
 
     # ------------------------------------------------------------------ children
 
     def _env(self, **settings: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
-        env.update(
-            PYTHONUNBUFFERED="1",
-            PERISCOPE_CLOCK=self.clock.setting(),
-            PERISCOPE_LOG_LEVEL=self.opts.log_level,
-        )
+        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level}
         if self.broker is not None:
-            env["PERISCOPE_KAFKA_BOOTSTRAP"] = self.bootstrap
+            shared["kafka_bootstrap"] = self.bootstrap
         if self.secure is not None:
-            env.update({f"PERISCOPE_{k.upper()}": v for k, v in self.secure.settings().items()})
-        env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
-        return env
+            shared |= self.secure.settings()
+        env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
+        return env | {"PYTHONUNBUFFERED": "1"}
 
-    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> Child:
+    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> None:
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
-        self.children[name] = child
-        self.order.append(name)
+        self.children[name] = child  # in start order
         child.start()
-        return child
 
     def start(self) -> None:
         opts = self.opts
@@ -121,6 +105,7 @@ class Stack:
             self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
             self.bootstrap = self.broker.start()
         security = self.secure.security if self.secure else PLAINTEXT
+        tune = self._tuning()
         asyncio.run(ensure_topics(self.bootstrap, security=security))
         config = {
             "scenario": self.scenario.source,
@@ -129,81 +114,71 @@ class Stack:
             "truth": str(opts.truth) if opts.truth else None,
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
-            "truth_meta": {"idle_bucket_ms": self.idle_bucket_ms},
+            "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
         }
         (self.workdir / "sim").mkdir()
         cfg = self.workdir / "sim" / "config.json"
         cfg.write_text(json.dumps(config))
         self._add("sim", py("periscope.sim.cluster.runner", str(cfg)), self._env(), stdin=True)
-        ready = self._wait_file(self.workdir / "sim" / "ready.json", "sim", 30)
+        ready_file = self.workdir / "sim" / "ready.json"
+        self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
+        ready = json.loads(ready_file.read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
-        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, self._tuning()):
+        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
             self._add(name, argv, self._env(**settings))
 
     def _tuning(self) -> Tuning:
-        return Tuning(self.workdir / "run", self.idle_bucket_ms, self.stale_after, self.heartbeat_ms)
+        return Tuning.derive(self.workdir / "run", self.scenario.tick_ms, self.opts)
 
-    # The waits below poll at a fixed short interval under a deadline: everything is local and each
-    # poll is cheap, so backoff (and a retry library for it) would only make startup slower.
-    def _wait_file(self, path: Path, owner: str, timeout_s: float) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
+    def _poll(self, done: Callable[[], bool], limit_s: float, every_s: float, late: str, *names: str) -> None:
+        """Poll `done` until the deadline (then UpError `late`), failing as soon as a child (`names`, or
+        any) exits. A fixed short interval, not backoff (or a retry library for it): everything is local
+        and each poll is cheap, so backing off would only make startup slower."""
+        deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
-            self._check_startup(owner)
-            if path.exists():
-                data: dict[str, Any] = json.loads(path.read_text())
-                return data
-            time.sleep(0.05)
-        raise UpError(f"{owner} did not come up within {timeout_s:g}s")
-
-    def _check_startup(self, *names: str) -> None:
-        for name in names or tuple(self.children):
-            rc = self.children[name].exited()
-            if rc is not None:
-                raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
+            for name in names or tuple(self.children):
+                rc = self.children[name].exited()
+                if rc is not None:
+                    raise UpError(f"{name} exited during startup with status {rc} (its log is above)")
+            if done():
+                return
+            time.sleep(every_s)
+        raise UpError(late)
 
     def wait_ready(self) -> None:
         """Ready = the API shows every simulated GPU: the whole pipeline carries data end to end."""
         want = {g.uuid for gpus in self.model.gpus.values() for g in gpus}
-        deadline = time.monotonic() + self.opts.ready_timeout_s
         with httpx.Client(base_url=self.api_url, timeout=2.0, headers=self.api_headers()) as client:
-            while time.monotonic() < deadline:
-                self._check_startup()
+
+            def shows_all() -> bool:
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
                     if client.get("/readyz").status_code == 200:
-                        seen = {g["gpu_uuid"] for g in client.get("/v1/gpus").json()["items"]}
-                        if want <= seen:
-                            return
-                time.sleep(0.2)
-        raise UpError(f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s")
+                        return want <= {g["gpu_uuid"] for g in client.get("/v1/gpus").json()["items"]}
+                return False
+
+            late = f"the pipeline did not show all {len(want)} GPUs within {self.opts.ready_timeout_s:g}s"
+            self._poll(shows_all, self.opts.ready_timeout_s, 0.2, late)
 
     def api_headers(self) -> dict[str, str]:
         """With --api-auth, the stack itself reads the API as the first cluster-wide scenario user."""
         ops = next((u for u in self.scenario.users if u.cluster), None)
         return {"Authorization": f"Bearer {ops.token}"} if self.opts.api_auth and ops else {}
 
-    def begin(self) -> int:
+    def begin(self) -> None:
         self.start_ms = start = self.clock.now_ms()
         self.children["sim"].send(f"start {start}")
         if self.opts.truth is not None:
-            self.sampler = Sampler(
-                self.api_url, snapshots_path(self.opts.truth), self.clock, self.scenario.tick_ms, start
-            )
+            path = snapshots_path(self.opts.truth)
+            self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start)
             self.sampler.start()
-        return start
 
     # ------------------------------------------------------------------ supervision
 
     def supervise(self) -> None:
         """Until Ctrl-C (or the scenario's end with --exit-at-end): run faults, restart crashed children."""
         assert self.start_ms is not None
-        pending = sorted(
-            (
-                f
-                for f in self.scenario.faults
-                if f.fault in ("probe-restart", "joiner-restart", "watcher-restart")
-            ),
-            key=lambda f: f.at_ms,
-        )
+        restarts = ("probe-restart", "joiner-restart", "watcher-restart")
+        pending = sorted((f for f in self.scenario.faults if f.fault in restarts), key=lambda f: f.at_ms)
         end = self.start_ms + self.scenario.duration_ms
         while True:
             lost = broker_lost(self.broker)
@@ -213,14 +188,12 @@ class Stack:
             while pending and self.start_ms + pending[0].at_ms <= now:
                 f = pending.pop(0)
                 name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
-                old = self.children[name].pid
-                self.restart(name)
-                self.emit(
-                    f"[up] fault at {format_duration_ms(f.at_ms)}: restarted {name} (pid {old} -> "
-                    f"{self.children[name].pid})"
-                )
-            for name in self.order:
-                child = self.children[name]
+                child, old = self.children[name], self.children[name].pid
+                child.stop()
+                child.start()
+                at = format_duration_ms(f.at_ms)
+                self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
+            for name, child in self.children.items():
                 rc = child.exited()
                 if rc is not None and not child.expected_exit:
                     child.crashes += 1
@@ -234,17 +207,12 @@ class Stack:
                 return
             time.sleep(0.05)
 
-    def restart(self, name: str) -> None:
-        child = self.children[name]
-        child.stop()
-        child.start()
-
     def stop(self) -> None:
         if self.sampler is not None:
             self.sampler.finish()
         # Services stop together (each may take a few seconds to leave its group or flush), then the
         # simulator, then the broker they all talk to.
-        services = [self.children[n] for n in reversed(self.order) if n != "sim"]
+        services = [self.children[n] for n in reversed(self.children) if n != "sim"]
         for child in services:
             child.terminate()
         deadline = time.monotonic() + SERVICES_GRACE_S
