@@ -42,7 +42,8 @@ class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
 
 
-def _pdeathsig_hook() -> Callable[[], None] | None:
+def die_with_parent_hook() -> Callable[[], None] | None:
+    """A preexec_fn that has Linux kill the child (SIGKILL) when this process dies; None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -65,7 +66,7 @@ _spawner_lock = threading.Lock()
 def _spawn(argv: list[str], log: int) -> subprocess.Popen[bytes]:
     def popen() -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=_pdeathsig_hook(), close_fds=True)
+                                start_new_session=True, preexec_fn=die_with_parent_hook(), close_fds=True)
 
     if threading.current_thread() is threading.main_thread():
         return popen()

@@ -25,7 +25,7 @@ from typing import IO
 # The broker's own hook: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
 # the broker goes too, and a graceful shutdown would wait on it (the joiner's consumer group leave)
 # long after nobody is left to care.
-from periscope.bus.broker import _pdeathsig_hook
+from periscope.bus.broker import die_with_parent_hook
 
 Emit = Callable[[str], None]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -52,7 +52,7 @@ class Child:
         self.proc = subprocess.Popen(
             self.argv, env=self.env, cwd=self.cwd, text=True, bufsize=1, errors="replace",
             stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, process_group=0, preexec_fn=_pdeathsig_hook(), close_fds=True,
+            stderr=subprocess.STDOUT, process_group=0, preexec_fn=die_with_parent_hook(), close_fds=True,
         )
         log = f"log-{self.name}"
         threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True, name=log).start()
