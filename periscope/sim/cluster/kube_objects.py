@@ -9,6 +9,7 @@ apiserver returns it, so the watcher's mappers read them unchanged.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
@@ -42,17 +43,9 @@ def pod_object(
 
 
 def pod_document(
-    namespace: str,
-    name: str,
-    uid: str,
-    node: str,
-    labels: dict[str, str],
-    owner: tuple[str, str] | None,
+    namespace: str, name: str, uid: str, node: str, labels: dict[str, str], owner: tuple[str, str] | None,
     containers: list[tuple[str, str, dict[str, Any], str]],  # (name, image, resources, container ID)
-    qos: str,
-    runtime: str,
-    created_ms: int,
-    deleted_ms: int | None = None,
+    qos: str, runtime: str, created_ms: int, deleted_ms: int | None = None,
 ) -> dict[str, Any]:
     """A running pod as the apiserver returns it (with its deletion stamped once it is going away)."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "labels": labels}
@@ -133,15 +126,13 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
         "nvidia.com/gpu.deploy.operands": "true",
         "nvidia.com/gpu.workload.config": "container",
     }
-    for profile, count in _mig_counts(model, node).items():
+    for profile, count in Counter(m.profile for g in gpus for m in g.mig).items():
         labels[f"nvidia.com/mig-{profile}.count"] = str(count)
-    if model.scenario.policy is not None:
-        for op in operands(model.scenario):
-            if node in deploy_nodes(model.scenario, op.component):
-                labels[f"nvidia.com/gpu.deploy.{op.deploy_label}"] = "true"
+    for op in operands(model.scenario):  # none without a ClusterPolicy
+        if node in deploy_nodes(model.scenario, op.component):
+            labels[f"nvidia.com/gpu.deploy.{op.deploy_label}"] = "true"
     capacity = {"cpu": "64", "memory": "515920Mi", "pods": "110"}
-    for resource, ids in model.registered(node).items():
-        capacity[resource] = str(len(ids))
+    capacity.update((resource, str(len(ids))) for resource, ids in model.registered(node).items())
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -153,14 +144,6 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
         },
     }
-
-
-def _mig_counts(model: ClusterModel, node: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for g in model.gpus[node]:
-        for m in g.mig:
-            out[m.profile] = out.get(m.profile, 0) + 1
-    return out
 
 
 def cluster_policy_object(model: ClusterModel) -> dict[str, Any] | None:

@@ -16,13 +16,11 @@ class Operand:
     component: str  # ClusterPolicy spec key
     daemonset: str
     deploy_label: str  # nvidia.com/gpu.deploy.<this>=true selects its nodes
-    intended: str  # enabled | disabled | default (spec silent)
     present: bool  # whether the DaemonSet exists
     desired: int
     ready: int
-    expected_status: (
-        str  # what /v1/policy should say: ok | degraded | disabled-as-intended | missing | unexpected
-    )
+    # what /v1/policy should say: ok | degraded | disabled-as-intended | missing | unexpected
+    expected_status: str
 
 
 def deploy_nodes(s: Scenario, component: str) -> list[str]:
@@ -41,14 +39,12 @@ def operands(s: Scenario) -> list[Operand]:
     spec: dict[str, ComponentSpec] = {str(k): v for k, v in s.policy.components.items()}
     out: list[Operand] = []
     for op in OPERANDS:
-        c = spec.get(op.component)
-        enabled = None if c is None else c.enabled
-        intended = "default" if enabled is None else ("enabled" if enabled else "disabled")
-        wanted = op.default_enabled if enabled is None else enabled
-        present = c.present if c is not None and c.present is not None else wanted
+        c = spec.get(op.component) or ComponentSpec()  # every field None: the spec is silent
+        wanted = op.default_enabled if c.enabled is None else c.enabled
+        present = wanted if c.present is None else c.present
         nodes = len(deploy_nodes(s, op.component))
-        desired = c.desired if c is not None and c.desired is not None else (nodes if present else 0)
-        ready = c.ready if c is not None and c.ready is not None else desired
+        desired = (nodes if present else 0) if c.desired is None else c.desired
+        ready = desired if c.ready is None else c.ready
         if not present:
             desired = ready = 0
             status = "missing" if wanted else "disabled-as-intended"
@@ -56,7 +52,5 @@ def operands(s: Scenario) -> list[Operand]:
             status = "unexpected"
         else:
             status = "ok" if ready >= desired >= nodes else "degraded"
-        out.append(
-            Operand(op.component, op.daemonset, op.deploy_label, intended, present, desired, ready, status)
-        )
+        out.append(Operand(op.component, op.daemonset, op.deploy_label, present, desired, ready, status))
     return out
