@@ -44,6 +44,12 @@ def model_profile(model: str) -> tuple[float, float, str]:
     return 30.0, 300.0, "unknown"
 
 
+def power_temp(model: str, util: float) -> tuple[float, float]:
+    """Board power (W) and temperature (°C) of a GPU of `model` that is `util` % busy."""
+    idle_w, peak_w, _ = model_profile(model)
+    return round(idle_w + (peak_w - idle_w) * util / 100.0, 1), round(32.0 + 0.45 * util, 1)
+
+
 def mig_capable(model: str) -> bool:
     return any(key in model for key in _MIG_CAPABLE)
 

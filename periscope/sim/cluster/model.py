@@ -19,9 +19,11 @@ from periscope.sim.cluster.hardware import (
     digest,
     gen_uuid,
     gpu_devices,
-    model_profile,
+    power_temp,
 )
 from periscope.sim.scenario import Container, Pod, Scenario, ScenarioError, XidSpec
+
+MPS_DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +170,7 @@ class ClusterModel:
         return [p for p in self.pods if p.alive_at(t_ms) and (node is None or p.node == node)]
 
     def holder(self, device_id: str, t_ms: int) -> tuple[PodModel, ContainerModel] | None:
-        for pod, c in self._holders.get(device_id, ()):
-            if pod.alive_at(t_ms):
-                return pod, c
-        return None
+        return next(((pod, c) for pod, c in self._holders.get(device_id, ()) if pod.alive_at(t_ms)), None)
 
     def tick_times(self) -> range:
         return range(0, self.scenario.duration_ms, self.scenario.tick_ms)
@@ -230,7 +229,6 @@ class ClusterModel:
         return {k: v * scale for k, v in demand.items()}
 
     def _gpu_usage(self, g: Gpu, t_ms: int) -> GpuUsage:
-        idle_w, peak_w, _ = model_profile(g.model)
         if g.mig:
             migs: list[MigUsage] = []
             busy = 0.0
@@ -241,14 +239,14 @@ class ClusterModel:
                 busy += _util(h[1].spec, t_ms) * inst.slices / 7.0
                 migs.append(MigUsage(inst, h[1].spec.memory_mib, _processes(h[0], h[1], None)))
             fb_total = sum(m.fb_used_mib for m in migs)
-            return GpuUsage(g, None, fb_total, _power(idle_w, peak_w, busy), _temp(busy), (), tuple(migs))
+            return GpuUsage(g, None, fb_total, *power_temp(g.model, busy), (), tuple(migs))
         shares = self._shares(g, t_ms)
         # a container holding several replicas of the GPU runs its processes once
         holders = {c.container_id: (pod, c) for _, pod, c in self._held(g, t_ms)}
         fb = sum((c.spec.memory_mib for _, c in holders.values()), 0.0)
         procs = [p for pod, c in holders.values() for p in _processes(pod, c, shares[c.container_id])]
         util = min(100.0, sum(shares.values()))
-        return GpuUsage(g, util, fb, _power(idle_w, peak_w, util), _temp(util), tuple(procs))
+        return GpuUsage(g, util, fb, *power_temp(g.model, util), tuple(procs))
 
 
 def _util(c: Container, t_ms: int) -> float:
@@ -274,9 +272,30 @@ def _pids(seed: int, node: str, pod: int, container: str, n: int, used: set[int]
     return tuple(out)
 
 
-def _power(idle_w: float, peak_w: float, util: float) -> float:
-    return round(idle_w + (peak_w - idle_w) * util / 100.0, 1)
+@dataclass(frozen=True, slots=True)
+class MpsDaemon:
+    """The device plugin's MPS control daemon on a node shared with `sharing.mps`: one pod of its
+    DaemonSet, asking for no GPU resource, in which `nvidia-cuda-mps-control` starts
+    `nvidia-cuda-mps-server`; the driver lists that server as the compute process of every GPU it
+    serves (the clients appear only in the MPS list)."""
+
+    node: str
+    uid: str
+    name: str
+    container_id: str
+    server_pid: int
 
 
-def _temp(util: float) -> float:
-    return round(32.0 + 0.45 * util, 1)
+def mps_daemon(model: ClusterModel, node: str) -> MpsDaemon | None:
+    """The node's MPS daemon, or None when none of its GPUs is shared with MPS."""
+    if not any(g.sharing == "mps" for g in model.gpus[node]):
+        return None
+    seed = model.scenario.seed
+    suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[b % 27] for b in digest(seed, "mps-pod", node)[:5])
+    return MpsDaemon(
+        node=node,
+        uid=gen_uuid(seed, "mps-daemon", node),
+        name=f"{MPS_DAEMONSET}-{suffix}",
+        container_id=digest(seed, "mps-container", node).hex(),
+        server_pid=400 + sum(map(ord, node)) % 100,  # below the pods' PIDs, apart from host daemons
+    )

@@ -17,13 +17,14 @@ from typing import Any, Literal, cast
 from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.cluster.hardware import mig_capable
-from periscope.sim.cluster.model import ClusterModel, ContainerModel, PodModel
-from periscope.sim.cluster.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
+from periscope.sim.cluster.model import ClusterModel, ContainerModel, PodModel, mps_daemon
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs, atomic_write
 
 _RUNTIMES: tuple[Runtime, ...] = ("containerd", "crio", "containerd")
+MPS_SERVER_COMM = "nvidia-cuda-mps-server"
+MPS_SERVER_USED_MIB = 30.0  # the MPS server's own context on each GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +83,7 @@ class NodeSim:
         node, the MPS server in the device plugin's daemon pod."""
         self.procfs.add_host_process(600 + sum(map(ord, self.node)) % 300, comm="nvidia-persistenced")
         if (d := self.mps) is not None:
-            self._add_pod_process(d.server_pid, d.uid, d.container_id, "besteffort", SERVER_COMM)
+            self._add_pod_process(d.server_pid, d.uid, d.container_id, "besteffort", MPS_SERVER_COMM)
 
     def _add_pod_process(self, pid: int, uid: str, container_id: str, qos: str, comm: str = "python") -> None:
         self.procfs.add_pod_process(
@@ -168,8 +169,9 @@ class NodeSim:
                     for m in u.mig
                 ]
             else:
-                if g.sharing == "mps" and self.mps is not None:
-                    doc["mps"] = nvml_mps_state(self.mps)
+                if g.sharing == "mps" and (d := self.mps) is not None:  # the clients' util is the server's
+                    doc["mps"] = {"server_pid": d.server_pid, "server_used_mib": MPS_SERVER_USED_MIB,
+                                  "utilization": "clients"}
                 doc["util_pct"] = round(u.util_pct or 0.0)
                 doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
                 doc["processes"] = [

@@ -23,11 +23,11 @@ from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.cluster.kube_objects import (
     cluster_policy_object,
     daemonset_objects,
+    mps_daemon_pod_object,
     node_object,
     pod_object,
 )
 from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.cluster.mps_daemon import mps_daemon_pod_object
 from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.cluster.truth import TruthWriter
 from periscope.sim.procfs import atomic_write

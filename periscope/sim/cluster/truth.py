@@ -20,14 +20,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from periscope.sim.cluster.kube_objects import operands
 from periscope.sim.cluster.model import ClusterModel, Holding
-from periscope.sim.cluster.operator import operands
 from periscope.sim.scenario import XidSpec
 from periscope.wirejson import rfc3339
 
 
 def _at(ms: int) -> dict[str, Any]:
     return {"at_ms": ms, "at": rfc3339(ms)}
+
+
+def _holder(h: Holding) -> dict[str, str | None]:
+    """Who holds the device (all None when it is free)."""
+    pod, c = h.pod, h.container
+    return {
+        "pod_uid": pod.uid if pod else None,
+        "namespace": pod.namespace if pod else None,
+        "pod": pod.name if pod else None,
+        "container": c.name if c else None,
+    }
 
 
 class TruthWriter:
@@ -108,7 +119,7 @@ class TruthWriter:
         gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
         rows = []
         for h in model.holdings(t):
-            d, pod = h.device, h.pod
+            d = h.device
             rows.append(
                 {
                     "kind": "holder",
@@ -122,13 +133,10 @@ class TruthWriter:
                     if d.mig is None
                     else {"uuid": d.mig.uuid, "profile": d.mig.profile, "gi": d.mig.gi, "ci": d.mig.ci},
                     "sharing": d.sharing,
-                    "pod_uid": pod.uid if pod else None,
-                    "namespace": pod.namespace if pod else None,
-                    "pod": pod.name if pod else None,
-                    "container": h.container.name if h.container else None,
+                    **_holder(h),
                     "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
                     "util_observable": d.mig is None,
-                    "fb_used_mib": h.fb_used_mib if pod else 0.0,
+                    "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
                     "gpu_util_pct": gpu_util.get(d.gpu.uuid),
                     "idle": self._idle(h, t),
                 }
@@ -158,17 +166,7 @@ class TruthWriter:
             "gpu_uuid": gpu.uuid,
             "code": x.code,
             "mig": None if inst is None else {"uuid": inst.uuid, "gi": inst.gi, "ci": inst.ci},
-            "owners": [
-                {
-                    "pod_uid": h.pod.uid,
-                    "namespace": h.pod.namespace,
-                    "pod": h.pod.name,
-                    "container": h.container.name,
-                    "device_id": h.device.id,
-                }
-                for h in self.model.xid_owners(x)
-                if h.pod is not None and h.container is not None
-            ],
+            "owners": [{**_holder(h), "device_id": h.device.id} for h in self.model.xid_owners(x)],
         }
 
 
