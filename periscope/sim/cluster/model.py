@@ -189,23 +189,13 @@ class ClusterModel:
         for name in self.gpus if node is None else (node,):
             for g in self.gpus[name]:
                 shares = self._shares(g, t_ms)
-                for d in self._on_gpu[g.node, g.index]:
-                    if (h := self.holder(d.id, t_ms)) is None:
-                        out.append(Holding(d))
-                        continue
-                    pod, c = h
-                    util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
-                    out.append(Holding(d, pod, c, util, c.spec.memory_mib))
+                out.extend(self._holding(d, t_ms, shares) for d in self._on_gpu[g.node, g.index])
         return out
 
     def util_of(self, device_id: str, t_ms: int) -> float:
         """True util of whoever holds `device_id` at t (its capped share on a shared GPU); 0 when free."""
-        if (h := self.holder(device_id, t_ms)) is None:
-            return 0.0
-        dev = self.devices[device_id]
-        if dev.mig is not None:
-            return _util(h[1].spec, t_ms)
-        return self._shares(dev.gpu, t_ms).get(h[1].container_id, 0.0)
+        d = self.devices[device_id]
+        return self._holding(d, t_ms, self._shares(d.gpu, t_ms)).util_pct or 0.0
 
     def xid_owners(self, x: XidSpec) -> list[Holding]:
         """Holders of the GPU (or of the named MIG instance) at the moment of the error."""
@@ -216,6 +206,13 @@ class ClusterModel:
         return rows
 
     # ------------------------------------------------------------------ usage
+
+    def _holding(self, d: Device, t_ms: int, shares: dict[str, float]) -> Holding:
+        if (h := self.holder(d.id, t_ms)) is None:
+            return Holding(d)
+        pod, c = h
+        util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
+        return Holding(d, pod, c, util, c.spec.memory_mib)
 
     def _held(self, g: Gpu, t_ms: int) -> list[tuple[Device, PodModel, ContainerModel]]:
         """The GPU's devices held at t, with their holders, in device order."""

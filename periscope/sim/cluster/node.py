@@ -2,8 +2,9 @@
 
 A NodeSim owns the node's FakeKubelet (PodResources gRPC on its own unix socket), the device-manager
 checkpoint file (v2, v1 or none, including the torn writes of a checkpoint-corrupt fault), the /proc
-tree with one process per container PID, and the fake NVML state file with memory, utilisation, MIG
-instances and XIDs. `apply(t)` brings all of them to scenario time t from the cluster model; NodePaths
+tree with one process per container PID (plus nvidia-persistenced and, on an MPS node, the MPS server
+in its daemon pod's cgroup), and the fake NVML state file with memory, utilisation, MIG instances, the
+MPS server and XIDs. `apply(t)` brings all of them to scenario time t from the cluster model; NodePaths
 names where each lives under the simulator's work directory, so the orchestrator can point each
 node's probe at them.
 """
@@ -169,9 +170,12 @@ class NodeSim:
                     for m in u.mig
                 ]
             else:
-                if g.sharing == "mps" and (d := self.mps) is not None:  # the clients' util is the server's
-                    doc["mps"] = {"server_pid": d.server_pid, "server_used_mib": MPS_SERVER_USED_MIB,
-                                  "utilization": "clients"}
+                if g.sharing == "mps" and (d := self.mps) is not None:
+                    doc["mps"] = {
+                        "server_pid": d.server_pid,
+                        "server_used_mib": MPS_SERVER_USED_MIB,
+                        "utilization": "clients",  # utilization samples per client
+                    }
                 doc["util_pct"] = round(u.util_pct or 0.0)
                 doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
                 doc["processes"] = [

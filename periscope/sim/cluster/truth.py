@@ -102,8 +102,16 @@ class TruthWriter:
         for f in self.model.scenario.faults:
             if lo <= f.at_ms < hi:
                 at = self.start_ms + f.at_ms
-                row = {"kind": "fault", **_at(at), "fault": f.fault, "node": f.node}
-                self._emit({**row, "duration_ms": f.duration_ms, "end_ms": at + f.duration_ms})
+                self._emit(
+                    {
+                        "kind": "fault",
+                        **_at(at),
+                        "fault": f.fault,
+                        "node": f.node,
+                        "duration_ms": f.duration_ms,
+                        "end_ms": at + f.duration_ms,
+                    }
+                )
         for k in range(self._done + 1, tick + 1):
             for row in self._holder_rows(k):
                 self._emit(row)
