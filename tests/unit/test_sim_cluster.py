@@ -7,8 +7,8 @@ import re
 import pytest
 
 from periscope.core.deviceid import parse_device_id
+from periscope.sim.cluster.kube_objects import operands
 from periscope.sim.cluster.model import ClusterModel, Holding
-from periscope.sim.cluster.operator import operands
 from periscope.sim.scenario import Scenario, load_scenario, parse_scenario
 
 SCENARIO = """

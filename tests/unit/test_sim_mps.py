@@ -9,8 +9,8 @@ import pytest
 
 from periscope.core.cgroup import parse_cgroup
 from periscope.core.mps import is_mps_daemon
-from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.cluster.mps_daemon import mps_daemon, mps_daemon_pod_object
+from periscope.sim.cluster.kube_objects import mps_daemon_pod_object
+from periscope.sim.cluster.model import ClusterModel, mps_daemon
 from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.nvml import fake_pynvml
 from periscope.sim.scenario import load_scenario

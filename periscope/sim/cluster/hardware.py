@@ -5,7 +5,11 @@ they are advertised as. Generated identifiers are hashes of the scenario seed, s
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass
+from itertools import accumulate
+
+from periscope.sim.scenario import Scenario, mig_memory_mib, mig_slices
 
 # (idle watts, max watts, GPU family) by a substring of the product name; first match wins.
 _MODELS = (
@@ -30,11 +34,7 @@ def digest(seed: int, *parts: object) -> bytes:
 
 def gen_uuid(seed: int, *parts: object) -> str:
     """A version-4-shaped UUID fixed by (seed, parts)."""
-    b = bytearray(digest(seed, *parts)[:16])
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    h = b.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    return str(uuid.UUID(bytes=digest(seed, *parts)[:16], version=4))
 
 
 def model_profile(model: str) -> tuple[float, float, str]:
@@ -42,6 +42,12 @@ def model_profile(model: str) -> tuple[float, float, str]:
         if key in model:
             return idle, peak, family
     return 30.0, 300.0, "unknown"
+
+
+def power_temp(model: str, util: float) -> tuple[float, float]:
+    """Board power (W) and temperature (°C) of a GPU of `model` that is `util` % busy."""
+    idle_w, peak_w, _ = model_profile(model)
+    return round(idle_w + (peak_w - idle_w) * util / 100.0, 1), round(32.0 + 0.45 * util, 1)
 
 
 def mig_capable(model: str) -> bool:
@@ -64,7 +70,7 @@ class MigInstance:
 @dataclass(frozen=True, slots=True)
 class Gpu:
     node: str
-    index: int
+    index: int  # also the device minor number
     uuid: str
     model: str
     memory_mib: int
@@ -72,10 +78,6 @@ class Gpu:
     mig: tuple[MigInstance, ...] = ()
     sharing: str = "none"  # none | time-slicing | mps (MIG GPUs are never shared here)
     replicas: int = 1
-
-    @property
-    def minor(self) -> int:
-        return self.index
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +95,41 @@ class Device:
         if self.mig is not None:
             return "mig"
         return "exclusive" if self.gpu.sharing == "none" else self.gpu.sharing
+
+
+def build_gpus(scenario: Scenario, node: str) -> tuple[Gpu, ...]:
+    """The node's GPUs as the scenario lists them, MIG instances placed one after the other."""
+    spec, seed = scenario.node(node), scenario.seed
+    out: list[Gpu] = []
+    for i, g in enumerate(spec.gpus):
+        slices = [mig_slices(p) for p in g.mig]
+        starts = list(accumulate(slices, initial=0))
+        mig = tuple(
+            MigInstance(
+                uuid="MIG-" + gen_uuid(seed, "mig", node, i, k),
+                profile=profile,
+                gi=k + 1,
+                ci=0,
+                position=k,
+                memory_mib=(mem := mig_memory_mib(profile)),
+                profile_id=15 if n == 1 and mem >= 20 * 1024 else GI_PROFILE.get(n, 19),
+                placement_start=starts[k],
+                slices=n,
+            )
+            for k, (profile, n) in enumerate(zip(g.mig, slices, strict=True))
+        )
+        shared = spec.sharing.strategy if not g.mig else "none"
+        replicas = spec.sharing.replicas or 1 if shared != "none" else 1
+        pci = f"00000000:{0x07 + 0x10 * i:02X}:00.0"
+        gpu_uuid = g.uuid or "GPU-" + gen_uuid(seed, "gpu", node, i)
+        out.append(Gpu(node, i, gpu_uuid, g.model, g.memory_mib, pci, mig, shared, replicas))
+    return tuple(out)
+
+
+def gpu_devices(g: Gpu, shared_resource: str) -> list[Device]:
+    """The kubelet devices a GPU is advertised as: its MIG instances, its replicas, or itself."""
+    if g.mig:
+        return [Device(m.uuid, f"nvidia.com/mig-{m.profile}", g, mig=m) for m in g.mig]
+    if g.sharing != "none":
+        return [Device(f"{g.uuid}::{r}", shared_resource, g, replica=r) for r in range(g.replicas)]
+    return [Device(g.uuid, "nvidia.com/gpu", g)]

@@ -1,24 +1,26 @@
 """The Kubernetes objects the simulated cluster's apiserver serves, built from the cluster model.
 
 Pods (owner references, QoS resources, container statuses with the node's CRI scheme, deletion
-timestamps), GPU nodes with the labels GPU Feature Discovery and the GPU operator set (product,
-sharing, MIG counts, deploy labels) and their device capacity, the operator's ClusterPolicy and its
-operand DaemonSets with their scheduling status. Every object is a plain dict shaped as the real
-apiserver returns it, so the watcher's mappers read them unchanged.
+timestamps), among them the device plugin's MPS control daemon on MPS nodes; GPU nodes with the labels
+GPU Feature Discovery and the GPU operator set (product, sharing, MIG counts, deploy labels) and their
+device capacity; the operator's ClusterPolicy and the operand DaemonSets it reconciled, with their
+scheduling status and what `/v1/policy` should say about each. Every object is a plain dict shaped as
+the real apiserver returns it, so the watcher's mappers read them unchanged.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
+from periscope.core.policy import OPERANDS
 from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
-from periscope.sim.cluster.model import ClusterModel, PodModel
-from periscope.sim.cluster.operator import deploy_nodes, operands
+from periscope.sim.cluster.model import MPS_DAEMONSET, ClusterModel, MpsDaemon, PodModel
+from periscope.sim.scenario import ComponentSpec, Scenario
 from periscope.wirejson import rfc3339
 
 OPERATOR_NAMESPACE = "gpu-operator"
-
-
 _CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 
 
@@ -42,17 +44,9 @@ def pod_object(
 
 
 def pod_document(
-    namespace: str,
-    name: str,
-    uid: str,
-    node: str,
-    labels: dict[str, str],
-    owner: tuple[str, str] | None,
+    namespace: str, name: str, uid: str, node: str, labels: dict[str, str], owner: tuple[str, str] | None,
     containers: list[tuple[str, str, dict[str, Any], str]],  # (name, image, resources, container ID)
-    qos: str,
-    runtime: str,
-    created_ms: int,
-    deleted_ms: int | None = None,
+    qos: str, runtime: str, created_ms: int, deleted_ms: int | None = None,
 ) -> dict[str, Any]:
     """A running pod as the apiserver returns it (with its deletion stamped once it is going away)."""
     meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid, "labels": labels}
@@ -108,6 +102,15 @@ def pod_document(
     }
 
 
+def mps_daemon_pod_object(d: MpsDaemon, created_ms: int, runtime: str) -> dict[str, Any]:
+    image = "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"
+    labels = {"app.kubernetes.io/name": MPS_DAEMONSET}
+    return pod_document(
+        OPERATOR_NAMESPACE, d.name, d.uid, d.node, labels, ("DaemonSet", MPS_DAEMONSET),
+        [("mps-control-daemon-ctr", image, {}, d.container_id)], "besteffort", runtime, created_ms,
+    )
+
+
 def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
     spec = model.scenario.node(node)
     gpus = model.gpus[node]
@@ -133,15 +136,13 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
         "nvidia.com/gpu.deploy.operands": "true",
         "nvidia.com/gpu.workload.config": "container",
     }
-    for profile, count in _mig_counts(model, node).items():
+    for profile, count in Counter(m.profile for g in gpus for m in g.mig).items():
         labels[f"nvidia.com/mig-{profile}.count"] = str(count)
-    if model.scenario.policy is not None:
-        for op in operands(model.scenario):
-            if node in deploy_nodes(model.scenario, op.component):
-                labels[f"nvidia.com/gpu.deploy.{op.deploy_label}"] = "true"
+    for op in operands(model.scenario):  # none without a ClusterPolicy
+        if node in deploy_nodes(model.scenario, op.component):
+            labels[f"nvidia.com/gpu.deploy.{op.deploy_label}"] = "true"
     capacity = {"cpu": "64", "memory": "515920Mi", "pods": "110"}
-    for resource, ids in model.registered(node).items():
-        capacity[resource] = str(len(ids))
+    capacity.update((resource, str(len(ids))) for resource, ids in model.registered(node).items())
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -155,11 +156,48 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
     }
 
 
-def _mig_counts(model: ClusterModel, node: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for g in model.gpus[node]:
-        for m in g.mig:
-            out[m.profile] = out.get(m.profile, 0) + 1
+@dataclass(frozen=True, slots=True)
+class Operand:
+    component: str  # ClusterPolicy spec key
+    daemonset: str
+    deploy_label: str  # nvidia.com/gpu.deploy.<this>=true selects its nodes
+    present: bool  # whether the DaemonSet exists
+    desired: int
+    ready: int
+    # what /v1/policy should say: ok | degraded | disabled-as-intended | missing | unexpected
+    expected_status: str
+
+
+def deploy_nodes(s: Scenario, component: str) -> list[str]:
+    """GPU nodes the operator labels for an operand (mig-manager only where MIG is possible)."""
+    if component == "migManager":
+        return [n.name for n in s.nodes if any(mig_capable(g.model) for g in n.gpus)]
+    return [n.name for n in s.nodes]
+
+
+def operands(s: Scenario) -> list[Operand]:
+    """The operand DaemonSets the simulated operator reconciled, each with the /v1/policy status it
+    deserves (an independent statement of the rules: wanted+ready = ok, wanted+short = degraded,
+    wanted+absent = missing, unwanted+absent = disabled-as-intended, unwanted+running = unexpected)."""
+    if s.policy is None:
+        return []
+    spec: dict[str, ComponentSpec] = {str(k): v for k, v in s.policy.components.items()}
+    out: list[Operand] = []
+    for op in OPERANDS:
+        c = spec.get(op.component) or ComponentSpec()  # every field None: the spec is silent
+        wanted = op.default_enabled if c.enabled is None else c.enabled
+        present = wanted if c.present is None else c.present
+        nodes = len(deploy_nodes(s, op.component))
+        desired = (nodes if present else 0) if c.desired is None else c.desired
+        ready = desired if c.ready is None else c.ready
+        if not present:
+            desired = ready = 0
+            status = "missing" if wanted else "disabled-as-intended"
+        elif not wanted:
+            status = "unexpected"
+        else:
+            status = "ok" if ready >= desired >= nodes else "degraded"
+        out.append(Operand(op.component, op.daemonset, op.deploy_label, present, desired, ready, status))
     return out
 
 

@@ -12,23 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from periscope.sim.cluster.hardware import (
-    GI_PROFILE,
     Device,
     Gpu,
     MigInstance,
+    build_gpus,
     digest,
     gen_uuid,
-    model_profile,
+    gpu_devices,
+    power_temp,
 )
-from periscope.sim.scenario import (
-    Container,
-    Pod,
-    Scenario,
-    ScenarioError,
-    XidSpec,
-    mig_memory_mib,
-    mig_slices,
-)
+from periscope.sim.scenario import Container, Pod, Scenario, ScenarioError, XidSpec
+
+MPS_DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,13 +104,14 @@ class ClusterModel:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.gpus: dict[str, tuple[Gpu, ...]] = {n.name: self._build_gpus(n.name) for n in scenario.nodes}
-        self.devices: dict[str, Device] = {}
+        self.gpus: dict[str, tuple[Gpu, ...]] = {n.name: build_gpus(scenario, n.name) for n in scenario.nodes}
         self.node_devices: dict[str, tuple[Device, ...]] = {}
+        self._on_gpu: dict[tuple[str, int], tuple[Device, ...]] = {}  # (node, GPU index) -> devices
         for node, gpus in self.gpus.items():
-            devs = tuple(d for g in gpus for d in _gpu_devices(g, scenario.node(node).shared_resource))
-            self.node_devices[node] = devs
-            self.devices.update((d.id, d) for d in devs)
+            for g in gpus:
+                self._on_gpu[node, g.index] = tuple(gpu_devices(g, scenario.node(node).shared_resource))
+            self.node_devices[node] = tuple(d for g in gpus for d in self._on_gpu[node, g.index])
+        self.devices: dict[str, Device] = {d.id: d for devs in self.node_devices.values() for d in devs}
         self.pods: tuple[PodModel, ...] = self._allocate()
         self._holders: dict[str, list[tuple[PodModel, ContainerModel]]] = {}
         for pod in self.pods:
@@ -124,51 +120,6 @@ class ClusterModel:
                     self._holders.setdefault(dev, []).append((pod, c))
 
     # ------------------------------------------------------------------ build
-
-    def _build_gpus(self, node: str) -> tuple[Gpu, ...]:
-        spec = self.scenario.node(node)
-        seed = self.scenario.seed
-        out: list[Gpu] = []
-        for i, g in enumerate(spec.gpus):
-            uuid = g.uuid or "GPU-" + gen_uuid(seed, "gpu", node, i)
-            instances: list[MigInstance] = []
-            start = 0
-            for k, profile in enumerate(g.mig):
-                slices = mig_slices(profile)
-                pid = (
-                    15
-                    if (slices == 1 and mig_memory_mib(profile) >= 20 * 1024)
-                    else GI_PROFILE.get(slices, 19)
-                )
-                instances.append(
-                    MigInstance(
-                        uuid="MIG-" + gen_uuid(seed, "mig", node, i, k),
-                        profile=profile,
-                        gi=k + 1,
-                        ci=0,
-                        position=k,
-                        memory_mib=mig_memory_mib(profile),
-                        profile_id=pid,
-                        placement_start=start,
-                        slices=slices,
-                    )
-                )
-                start += slices
-            shared = spec.sharing.strategy if not g.mig else "none"
-            out.append(
-                Gpu(
-                    node=node,
-                    index=i,
-                    uuid=uuid,
-                    model=g.model,
-                    memory_mib=g.memory_mib,
-                    pci_bus_id=f"00000000:{0x07 + 0x10 * i:02X}:00.0",
-                    mig=tuple(instances),
-                    sharing=shared,
-                    replicas=spec.sharing.replicas or 1 if shared != "none" else 1,
-                )
-            )
-        return tuple(out)
 
     def _allocate(self) -> tuple[PodModel, ...]:
         seed = self.scenario.seed
@@ -190,9 +141,7 @@ class ClusterModel:
             built[i] = PodModel(i, uid, spec, tuple(containers))
         return tuple(built[i] for i in range(len(self.scenario.pods)))
 
-    def _pick(
-        self, pod: Pod, c: Container, busy: dict[str, int | None], path: str
-    ) -> tuple[str, ...]:
+    def _pick(self, pod: Pod, c: Container, busy: dict[str, int | None], path: str) -> tuple[str, ...]:
         def free(d: Device) -> bool:
             stop = busy.get(d.id, -1)
             return stop is not None and stop <= pod.start_ms
@@ -202,14 +151,9 @@ class ClusterModel:
         for k in range(c.count):
             pool = candidates
             if c.devices is not None:
-                pin = c.devices[k]
-                g, _, m = pin.partition(":")
-                pool = [
-                    d
-                    for d in candidates
-                    if d.gpu.index == int(g)
-                    and (d.mig.position if d.mig else None) == (int(m) if m else None)
-                ]
+                g, _, m = c.devices[k].partition(":")
+                pin = (int(g), int(m) if m else None)  # "<gpu>" or "<gpu>:<MIG position>"
+                pool = [d for d in candidates if (d.gpu.index, d.mig.position if d.mig else None) == pin]
             choice = next((d for d in pool if free(d) and d.id not in picked), None)
             if choice is None:
                 what = f"device {c.devices[k]!r}" if c.devices is not None else f"{c.resource} device"
@@ -226,10 +170,7 @@ class ClusterModel:
         return [p for p in self.pods if p.alive_at(t_ms) and (node is None or p.node == node)]
 
     def holder(self, device_id: str, t_ms: int) -> tuple[PodModel, ContainerModel] | None:
-        for pod, c in self._holders.get(device_id, ()):
-            if pod.alive_at(t_ms):
-                return pod, c
-        return None
+        return next(((pod, c) for pod, c in self._holders.get(device_id, ()) if pod.alive_at(t_ms)), None)
 
     def tick_times(self) -> range:
         return range(0, self.scenario.duration_ms, self.scenario.tick_ms)
@@ -248,27 +189,13 @@ class ClusterModel:
         for name in self.gpus if node is None else (node,):
             for g in self.gpus[name]:
                 shares = self._shares(g, t_ms)
-                for d in self.node_devices[name]:
-                    if d.gpu is not g:
-                        continue
-                    h = self.holder(d.id, t_ms)
-                    if h is None:
-                        out.append(Holding(d))
-                        continue
-                    pod, c = h
-                    util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
-                    out.append(Holding(d, pod, c, util, c.spec.memory_mib))
+                out.extend(self._holding(d, t_ms, shares) for d in self._on_gpu[g.node, g.index])
         return out
 
     def util_of(self, device_id: str, t_ms: int) -> float:
         """True util of whoever holds `device_id` at t (its capped share on a shared GPU); 0 when free."""
-        h = self.holder(device_id, t_ms)
-        if h is None:
-            return 0.0
-        dev = self.devices[device_id]
-        if dev.mig is not None:
-            return _util(h[1].spec, t_ms)
-        return self._shares(dev.gpu, t_ms).get(h[1].container_id, 0.0)
+        d = self.devices[device_id]
+        return self._holding(d, t_ms, self._shares(d.gpu, t_ms)).util_pct or 0.0
 
     def xid_owners(self, x: XidSpec) -> list[Holding]:
         """Holders of the GPU (or of the named MIG instance) at the moment of the error."""
@@ -280,53 +207,43 @@ class ClusterModel:
 
     # ------------------------------------------------------------------ usage
 
+    def _holding(self, d: Device, t_ms: int, shares: dict[str, float]) -> Holding:
+        if (h := self.holder(d.id, t_ms)) is None:
+            return Holding(d)
+        pod, c = h
+        util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
+        return Holding(d, pod, c, util, c.spec.memory_mib)
+
+    def _held(self, g: Gpu, t_ms: int) -> list[tuple[Device, PodModel, ContainerModel]]:
+        """The GPU's devices held at t, with their holders, in device order."""
+        return [(d, *h) for d in self._on_gpu[g.node, g.index] if (h := self.holder(d.id, t_ms))]
+
     def _shares(self, g: Gpu, t_ms: int) -> dict[str, float]:
         """container_id -> true util on a whole GPU; time-sliced demand above 100 % is scaled down."""
-        demand: dict[str, float] = {}
-        for d in self.node_devices[g.node]:
-            if d.gpu is g and d.mig is None and (h := self.holder(d.id, t_ms)) is not None:
-                demand[h[1].container_id] = _util(h[1].spec, t_ms)
+        demand = {c.container_id: _util(c.spec, t_ms) for d, _, c in self._held(g, t_ms) if d.mig is None}
         total = sum(demand.values())
         scale = 100.0 / total if total > 100.0 else 1.0
         return {k: v * scale for k, v in demand.items()}
 
     def _gpu_usage(self, g: Gpu, t_ms: int) -> GpuUsage:
-        idle_w, peak_w, _ = model_profile(g.model)
         if g.mig:
             migs: list[MigUsage] = []
             busy = 0.0
             for inst in g.mig:
-                h = self.holder(self._mig_device(g, inst).id, t_ms)
-                if h is None:
+                if (h := self.holder(inst.uuid, t_ms)) is None:
                     migs.append(MigUsage(inst, 0.0, ()))
                     continue
                 busy += _util(h[1].spec, t_ms) * inst.slices / 7.0
                 migs.append(MigUsage(inst, h[1].spec.memory_mib, _processes(h[0], h[1], None)))
             fb_total = sum(m.fb_used_mib for m in migs)
-            return GpuUsage(g, None, fb_total, _power(idle_w, peak_w, busy), _temp(busy), (), tuple(migs))
+            return GpuUsage(g, None, fb_total, *power_temp(g.model, busy), (), tuple(migs))
         shares = self._shares(g, t_ms)
-        procs: list[ProcessUsage] = []
-        fb = 0.0
-        seen: set[str] = set()
-        for d in self.node_devices[g.node]:
-            if d.gpu is not g or (h := self.holder(d.id, t_ms)) is None or h[1].container_id in seen:
-                continue
-            seen.add(h[1].container_id)
-            fb += h[1].spec.memory_mib
-            procs.extend(_processes(h[0], h[1], shares[h[1].container_id]))
+        # a container holding several replicas of the GPU runs its processes once
+        holders = {c.container_id: (pod, c) for _, pod, c in self._held(g, t_ms)}
+        fb = sum((c.spec.memory_mib for _, c in holders.values()), 0.0)
+        procs = [p for pod, c in holders.values() for p in _processes(pod, c, shares[c.container_id])]
         util = min(100.0, sum(shares.values()))
-        return GpuUsage(g, util, fb, _power(idle_w, peak_w, util), _temp(util), tuple(procs))
-
-    def _mig_device(self, g: Gpu, inst: MigInstance) -> Device:
-        return self.devices[inst.uuid]
-
-
-def _gpu_devices(g: Gpu, shared_resource: str) -> list[Device]:
-    if g.mig:
-        return [Device(m.uuid, f"nvidia.com/mig-{m.profile}", g, mig=m) for m in g.mig]
-    if g.sharing != "none":
-        return [Device(f"{g.uuid}::{r}", shared_resource, g, replica=r) for r in range(g.replicas)]
-    return [Device(g.uuid, "nvidia.com/gpu", g)]
+        return GpuUsage(g, util, fb, *power_temp(g.model, util), tuple(procs))
 
 
 def _util(c: Container, t_ms: int) -> float:
@@ -352,9 +269,30 @@ def _pids(seed: int, node: str, pod: int, container: str, n: int, used: set[int]
     return tuple(out)
 
 
-def _power(idle_w: float, peak_w: float, util: float) -> float:
-    return round(idle_w + (peak_w - idle_w) * util / 100.0, 1)
+@dataclass(frozen=True, slots=True)
+class MpsDaemon:
+    """The device plugin's MPS control daemon on a node shared with `sharing.mps`: one pod of its
+    DaemonSet, asking for no GPU resource, in which `nvidia-cuda-mps-control` starts
+    `nvidia-cuda-mps-server`; the driver lists that server as the compute process of every GPU it
+    serves (the clients appear only in the MPS list)."""
+
+    node: str
+    uid: str
+    name: str
+    container_id: str
+    server_pid: int
 
 
-def _temp(util: float) -> float:
-    return round(32.0 + 0.45 * util, 1)
+def mps_daemon(model: ClusterModel, node: str) -> MpsDaemon | None:
+    """The node's MPS daemon, or None when none of its GPUs is shared with MPS."""
+    if not any(g.sharing == "mps" for g in model.gpus[node]):
+        return None
+    seed = model.scenario.seed
+    suffix = "".join("bcdfghjklmnpqrstvwxz2456789"[b % 27] for b in digest(seed, "mps-pod", node)[:5])
+    return MpsDaemon(
+        node=node,
+        uid=gen_uuid(seed, "mps-daemon", node),
+        name=f"{MPS_DAEMONSET}-{suffix}",
+        container_id=digest(seed, "mps-container", node).hex(),
+        server_pid=400 + sum(map(ord, node)) % 100,  # below the pods' PIDs, apart from host daemons
+    )

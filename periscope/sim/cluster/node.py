@@ -2,8 +2,9 @@
 
 A NodeSim owns the node's FakeKubelet (PodResources gRPC on its own unix socket), the device-manager
 checkpoint file (v2, v1 or none, including the torn writes of a checkpoint-corrupt fault), the /proc
-tree with one process per container PID, and the fake NVML state file with memory, utilisation, MIG
-instances and XIDs. `apply(t)` brings all of them to scenario time t from the cluster model; NodePaths
+tree with one process per container PID (plus nvidia-persistenced and, on an MPS node, the MPS server
+in its daemon pod's cgroup), and the fake NVML state file with memory, utilisation, MIG instances, the
+MPS server and XIDs. `apply(t)` brings all of them to scenario time t from the cluster model; NodePaths
 names where each lives under the simulator's work directory, so the orchestrator can point each
 node's probe at them.
 """
@@ -17,13 +18,14 @@ from typing import Any, Literal, cast
 from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.cluster.hardware import mig_capable
-from periscope.sim.cluster.model import ClusterModel, PodModel
-from periscope.sim.cluster.mps_daemon import SERVER_COMM, mps_daemon, nvml_mps_state
+from periscope.sim.cluster.model import ClusterModel, ContainerModel, PodModel, mps_daemon
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs, atomic_write
 
 _RUNTIMES: tuple[Runtime, ...] = ("containerd", "crio", "containerd")
+MPS_SERVER_COMM = "nvidia-cuda-mps-server"
+MPS_SERVER_USED_MIB = 30.0  # the MPS server's own context on each GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,57 +82,36 @@ class NodeSim:
     def write_host_processes(self) -> None:
         """The node's processes that belong to no scenario pod: nvidia-persistenced and, on an MPS
         node, the MPS server in the device plugin's daemon pod."""
-        self.procfs.add_host_process(self._host_pid(), comm="nvidia-persistenced")
-        if self.mps is not None:
-            self.procfs.add_pod_process(
-                self.mps.server_pid,
-                pod_uid=self.mps.uid,
-                container_id=self.mps.container_id,
-                qos="besteffort",
-                runtime=self.runtime,
-                driver=self.driver,
-                cgroup_version=self.cgroup_version,
-                comm=SERVER_COMM,
-            )
+        self.procfs.add_host_process(600 + sum(map(ord, self.node)) % 300, comm="nvidia-persistenced")
+        if (d := self.mps) is not None:
+            self._add_pod_process(d.server_pid, d.uid, d.container_id, "besteffort", MPS_SERVER_COMM)
 
-    def _host_pid(self) -> int:
-        return 600 + sum(map(ord, self.node)) % 300
+    def _add_pod_process(self, pid: int, uid: str, container_id: str, qos: str, comm: str = "python") -> None:
+        self.procfs.add_pod_process(
+            pid, pod_uid=uid, container_id=container_id, qos=cast(Qos, qos), runtime=self.runtime,
+            driver=self.driver, cgroup_version=self.cgroup_version, comm=comm,
+        )
 
     def apply(self, t_ms: int) -> tuple[list[PodModel], list[PodModel]]:
         """Bring the node to scenario time t; returns (started, stopped) pods."""
         now = {p.uid: p for p in self.model.alive(t_ms, self.node)}
         started = [p for uid, p in now.items() if uid not in self.alive]
         stopped = [p for uid, p in self.alive.items() if uid not in now]
-        for p in stopped:
-            for c in p.containers:
-                for pid in c.pids:
-                    self.procfs.remove(pid)
+        for pid in (pid for p in stopped for c in p.containers for pid in c.pids):
+            self.procfs.remove(pid)
         for p in started:
             for c in p.containers:
                 for pid in c.pids:
-                    self.procfs.add_pod_process(
-                        pid,
-                        pod_uid=p.uid,
-                        container_id=c.container_id,
-                        qos=cast(Qos, p.spec.qos),
-                        runtime=self.runtime,
-                        driver=self.driver,
-                        cgroup_version=self.cgroup_version,
-                    )
+                    self._add_pod_process(pid, p.uid, c.container_id, p.spec.qos)
         self.alive = now
         if started or stopped:
-            self.kubelet.set_pods(
-                _fake_pod(p, self.model) for p in sorted(now.values(), key=lambda p: p.index)
-            )
+            self.kubelet.set_pods(_fake_pod(p, self.model) for p in now.values())  # in scenario order
         if started:
             # The device manager rewrites its checkpoint on admission, and only then drops the entries of
             # pods that ended since: between admissions the file still lists terminated pods.
             self.entries = {k: e for k, e in self.entries.items() if e.pod_uid in now}
             for p in started:
-                for c in p.containers:
-                    self.entries[(p.uid, c.name)] = _entry(
-                        p, c.name, c.spec.resource, c.device_ids, self.model
-                    )
+                self.entries.update(((p.uid, c.name), _entry(p, c, self.model)) for c in p.containers)
             self.write_checkpoint(t_ms)
         elif self.corrupt_until is not None and t_ms >= self.corrupt_until:
             self.write_checkpoint(t_ms)  # the kubelet's next write replaces the torn file
@@ -141,14 +122,16 @@ class NodeSim:
         if self.spec.checkpoint == "none" or (self.corrupt_until is not None and t_ms < self.corrupt_until):
             return
         self.corrupt_until = None
-        data = render_checkpoint(self.entries.values(), self.model.registered(self.node), self._format)
-        atomic_write(self.paths.checkpoint, data)
+        atomic_write(self.paths.checkpoint, self._checkpoint())
 
     def corrupt_checkpoint(self, t_ms: int, duration_ms: int) -> None:
         """A torn write: the file ends mid-JSON until the kubelet writes it again."""
-        data = render_checkpoint(self.entries.values(), self.model.registered(self.node), self._format)
+        data = self._checkpoint()
         atomic_write(self.paths.checkpoint, data[: max(1, len(data) // 2)])
         self.corrupt_until = t_ms + duration_ms
+
+    def _checkpoint(self) -> bytes:
+        return render_checkpoint(self.entries.values(), self.model.registered(self.node), self._format)
 
     def add_xid(self, gpu: int, code: int, mig: int | None) -> None:
         g = self.model.gpus[self.node][gpu]
@@ -162,7 +145,7 @@ class NodeSim:
             doc: dict[str, Any] = {
                 "uuid": g.uuid,
                 "name": g.model,
-                "minor": g.minor,
+                "minor": g.index,
                 "pci_bus_id": g.pci_bus_id,
                 "memory_total_mib": g.memory_mib,
                 "memory_used_mib": u.fb_used_mib,
@@ -187,8 +170,12 @@ class NodeSim:
                     for m in u.mig
                 ]
             else:
-                if g.sharing == "mps" and self.mps is not None:
-                    doc["mps"] = nvml_mps_state(self.mps)
+                if g.sharing == "mps" and (d := self.mps) is not None:
+                    doc["mps"] = {
+                        "server_pid": d.server_pid,
+                        "server_used_mib": MPS_SERVER_USED_MIB,
+                        "utilization": "clients",  # utilization samples per client
+                    }
                 doc["util_pct"] = round(u.util_pct or 0.0)
                 doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
                 doc["processes"] = [
@@ -227,15 +214,11 @@ def _numa(ids: tuple[str, ...], model: ClusterModel) -> tuple[int, ...]:
     return tuple(sorted({model.devices[i].gpu.index // 4 for i in ids}))
 
 
-def _entry(
-    p: PodModel, container: str, resource: str, ids: tuple[str, ...], model: ClusterModel
-) -> CheckpointEntry:
+def _entry(p: PodModel, c: ContainerModel, model: ClusterModel) -> CheckpointEntry:
     numa: dict[str, tuple[str, ...]] = {}
-    for i in ids:
+    for i in c.device_ids:
         zone = str(model.devices[i].gpu.index // 4)
         numa[zone] = (*numa.get(zone, ()), i)
-    visible = ",".join(dict.fromkeys(i.split("::")[0] for i in ids))
-    return CheckpointEntry(
-        p.uid, container, resource, ids, numa, {"envs": {"NVIDIA_VISIBLE_DEVICES": visible}}
-    )
-
+    visible = ",".join(dict.fromkeys(i.split("::")[0] for i in c.device_ids))
+    alloc = {"envs": {"NVIDIA_VISIBLE_DEVICES": visible}}
+    return CheckpointEntry(p.uid, c.name, c.spec.resource, c.device_ids, numa, alloc)

@@ -23,11 +23,11 @@ from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.cluster.kube_objects import (
     cluster_policy_object,
     daemonset_objects,
+    mps_daemon_pod_object,
     node_object,
     pod_object,
 )
-from periscope.sim.cluster.model import ClusterModel, PodModel
-from periscope.sim.cluster.mps_daemon import mps_daemon_pod_object
+from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.cluster.truth import TruthWriter
 from periscope.sim.procfs import atomic_write
@@ -72,17 +72,12 @@ class Simulator:
     # ------------------------------------------------------------------ state
 
     def apply(self, t_ms: int, stamp_ms: int) -> None:
-        gone: list[PodModel] = []
-        new: list[PodModel] = []
-        for node in self.nodes.values():
-            started, stopped = node.apply(t_ms)
-            new += started
-            gone += stopped
-        for p in gone:  # deletions first: a recreated pod may reuse the name
+        changes = [node.apply(t_ms) for node in self.nodes.values()]  # (started, stopped) per node
+        for p in [p for _, stopped in changes for p in stopped]:  # deletions first: a name may be reused
             runtime = self.nodes[p.node].runtime
             self.api.upsert("pods", pod_object(p, self.created.get(p.uid, stamp_ms), stamp_ms, runtime))
             self.api.delete("pods", p.namespace, p.name)
-        for p in sorted(new, key=lambda p: p.index):
+        for p in sorted((p for started, _ in changes for p in started), key=lambda p: p.index):
             self.created[p.uid] = stamp_ms
             self.api.upsert("pods", pod_object(p, stamp_ms, runtime=self.nodes[p.node].runtime))
 
@@ -147,40 +142,27 @@ class Simulator:
         tick = self.scenario.tick_ms
         truth = None
         if self.truth_path:
+            prestart_ms = max(0, start_ms - self.prepared_ms)
             truth = TruthWriter(
-                self.truth_path,
-                self.model,
-                start_ms,
-                self.clock.speed,
-                self.idle_window_ms,
-                self.idle_threshold,
-                prestart_ms=max(0, start_ms - self.prepared_ms),
-                extra_meta=self.truth_meta,
+                self.truth_path, self.model, start_ms, self.clock.speed, self.idle_window_ms,
+                self.idle_threshold, prestart_ms, self.truth_meta,
             )
-        log.info(
-            "scenario %s started (%d ticks of %d ms at speed %g)",
-            self.scenario.name,
-            len(self.model.tick_times()),
-            tick,
-            self.clock.speed,
-        )
+        ticks = self.model.tick_times()
+        log.info("scenario %s started (%d ticks of %d ms at speed %g)", self.scenario.name, len(ticks), tick,
+                 self.clock.speed)
         try:
-            prev = 0
-            for k, t in enumerate(self.model.tick_times()):
+            for k, t in enumerate(ticks):
                 delay = (start_ms + t - self.clock.now_ms()) / 1000 / self.clock.speed
                 if delay > 0:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stop.wait(), delay)
                 if self._stop.is_set():
                     return
-                if k:
-                    self._fire_events(prev, t)
-                    self.apply(t, start_ms + t)
-                else:
-                    self.apply(0, start_ms)  # the frozen start state: only the NVML sample is rewritten
+                if k:  # the events of time 0 fired before the frozen start state was served
+                    self._fire_events(t - tick, t)
+                self.apply(t, start_ms + t)  # at tick 0 only the NVML sample is rewritten
                 if truth is not None:
                     truth.write_tick(k)
-                prev = t
             log.info("scenario %s ended; holding the last state", self.scenario.name)
         finally:
             if truth is not None:

@@ -16,145 +16,28 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from periscope.sim.cluster.kube_objects import operands
 from periscope.sim.cluster.model import ClusterModel, Holding
-from periscope.sim.cluster.operator import operands
-from periscope.sim.scenario import FaultSpec, XidSpec
+from periscope.sim.scenario import XidSpec
 from periscope.wirejson import rfc3339
 
 
-def idle_truth(
-    model: ClusterModel,
-    h: Holding,
-    t_ms: int,
-    window_ms: int,
-    threshold: float,
-    util: Callable[[str, int], float] | None = None,
-    prestart_ms: int = 0,
-) -> bool | None:
-    """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
-    the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device.
-    Pods of time 0 already existed for `prestart_ms` while the cluster waited, frozen, for the start."""
-    if h.pod is None or h.device.mig is not None:
-        return None
-    start = h.pod.spec.start_ms or -prestart_ms
-    if t_ms - start < window_ms:
-        return False
-    util_at = util or model.util_of
-    tick = model.scenario.tick_ms
-    times = [t for t in range(t_ms, t_ms - window_ms, -tick) if t >= start]
-    return sum(util_at(h.device.id, max(0, t)) for t in times) / len(times) < threshold
+def _at(ms: int) -> dict[str, Any]:
+    return {"at_ms": ms, "at": rfc3339(ms)}
 
 
-def holder_rows(
-    model: ClusterModel,
-    tick: int,
-    start_ms: int,
-    window_ms: int,
-    threshold: float,
-    util: Callable[[str, int], float] | None = None,
-    prestart_ms: int = 0,
-) -> list[dict[str, Any]]:
-    t = tick * model.scenario.tick_ms
-    at = start_ms + t
-    gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
-    rows = []
-    for h in model.holdings(t):
-        d = h.device
-        rows.append(
-            {
-                "kind": "holder",
-                "tick": tick,
-                "at_ms": at,
-                "at": rfc3339(at),
-                "node": d.gpu.node,
-                "device_id": d.id,
-                "resource": d.resource,
-                "gpu_uuid": d.gpu.uuid,
-                "mig": None
-                if d.mig is None
-                else {"uuid": d.mig.uuid, "profile": d.mig.profile, "gi": d.mig.gi, "ci": d.mig.ci},
-                "sharing": d.sharing,
-                "pod_uid": h.pod.uid if h.pod else None,
-                "namespace": h.pod.namespace if h.pod else None,
-                "pod": h.pod.name if h.pod else None,
-                "container": h.container.name if h.container else None,
-                "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
-                "util_observable": d.mig is None,
-                "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
-                "gpu_util_pct": gpu_util.get(d.gpu.uuid),
-                "idle": idle_truth(model, h, t, window_ms, threshold, util, prestart_ms),
-            }
-        )
-    return rows
-
-
-def xid_row(model: ClusterModel, x: XidSpec, start_ms: int) -> dict[str, Any]:
-    gpu = model.gpus[x.node][x.gpu]
-    inst = gpu.mig[x.mig] if x.mig is not None else None
-    at = start_ms + x.at_ms
+def _holder(h: Holding) -> dict[str, str | None]:
+    """Who holds the device (all None when it is free)."""
+    pod, c = h.pod, h.container
     return {
-        "kind": "xid",
-        "at_ms": at,
-        "at": rfc3339(at),
-        "node": x.node,
-        "gpu_uuid": gpu.uuid,
-        "code": x.code,
-        "mig": None if inst is None else {"uuid": inst.uuid, "gi": inst.gi, "ci": inst.ci},
-        "owners": [
-            {
-                "pod_uid": h.pod.uid,
-                "namespace": h.pod.namespace,
-                "pod": h.pod.name,
-                "container": h.container.name,
-                "device_id": h.device.id,
-            }
-            for h in model.xid_owners(x)
-            if h.pod is not None and h.container is not None
-        ],
-    }
-
-
-def fault_row(f: FaultSpec, start_ms: int) -> dict[str, Any]:
-    at = start_ms + f.at_ms
-    return {
-        "kind": "fault",
-        "at_ms": at,
-        "at": rfc3339(at),
-        "fault": f.fault,
-        "node": f.node,
-        "duration_ms": f.duration_ms,
-        "end_ms": at + f.duration_ms,
-    }
-
-
-def meta_row(
-    model: ClusterModel, start_ms: int, speed: float, window_ms: int, threshold: float
-) -> dict[str, Any]:
-    s = model.scenario
-    return {
-        "kind": "meta",
-        "scenario": s.name,
-        "source": s.source,
-        "seed": s.seed,
-        "tick_ms": s.tick_ms,
-        "duration_ms": s.duration_ms,
-        "start_ms": start_ms,
-        "start": rfc3339(start_ms),
-        "speed": speed,
-        "idle_window_ms": window_ms,
-        "idle_threshold_pct": threshold,
-        "nodes": {n: [g.uuid for g in gpus] for n, gpus in model.gpus.items()},
-        "policy": None
-        if s.policy is None
-        else {
-            "name": s.policy.name,
-            "state": s.policy.state,
-            "components": {o.component: o.expected_status for o in operands(s)},
-        },
+        "pod_uid": pod.uid if pod else None,
+        "namespace": pod.namespace if pod else None,
+        "pod": pod.name if pod else None,
+        "container": c.name if c else None,
     }
 
 
@@ -175,8 +58,32 @@ class TruthWriter:
         self.model, self.start_ms, self.prestart_ms = model, start_ms, prestart_ms
         self.window_ms, self.threshold = idle_window_ms, idle_threshold
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        meta = meta_row(model, start_ms, speed, idle_window_ms, idle_threshold)
-        self._emit({**meta, "prestart_ms": prestart_ms, **(extra_meta or {})})
+        s = model.scenario
+        self._emit(
+            {
+                "kind": "meta",
+                "scenario": s.name,
+                "source": s.source,
+                "seed": s.seed,
+                "tick_ms": s.tick_ms,
+                "duration_ms": s.duration_ms,
+                "start_ms": start_ms,
+                "start": rfc3339(start_ms),
+                "speed": speed,
+                "idle_window_ms": idle_window_ms,
+                "idle_threshold_pct": idle_threshold,
+                "nodes": {n: [g.uuid for g in gpus] for n, gpus in model.gpus.items()},
+                "policy": None
+                if s.policy is None
+                else {
+                    "name": s.policy.name,
+                    "state": s.policy.state,
+                    "components": {o.component: o.expected_status for o in operands(s)},
+                },
+                "prestart_ms": prestart_ms,
+                **(extra_meta or {}),
+            }
+        )
         self._done = -1
         self._util = functools.cache(model.util_of)  # each idle window re-reads the ticks before it
 
@@ -191,21 +98,84 @@ class TruthWriter:
         lo, hi = (self._done + 1) * tick_ms, (tick + 1) * tick_ms
         for x in self.model.scenario.xids:
             if lo <= x.at_ms < hi:
-                self._emit(xid_row(self.model, x, self.start_ms))
+                self._emit(self._xid_row(x))
         for f in self.model.scenario.faults:
             if lo <= f.at_ms < hi:
-                self._emit(fault_row(f, self.start_ms))
+                at = self.start_ms + f.at_ms
+                self._emit(
+                    {
+                        "kind": "fault",
+                        **_at(at),
+                        "fault": f.fault,
+                        "node": f.node,
+                        "duration_ms": f.duration_ms,
+                        "end_ms": at + f.duration_ms,
+                    }
+                )
         for k in range(self._done + 1, tick + 1):
-            rows = holder_rows(
-                self.model, k, self.start_ms, self.window_ms, self.threshold, self._util, self.prestart_ms
-            )
-            for row in rows:
+            for row in self._holder_rows(k):
                 self._emit(row)
         self._done = tick
         self._f.flush()
 
     def close(self) -> None:
         self._f.close()
+
+    def _holder_rows(self, tick: int) -> list[dict[str, Any]]:
+        model = self.model
+        t = tick * model.scenario.tick_ms
+        gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
+        rows = []
+        for h in model.holdings(t):
+            d = h.device
+            rows.append(
+                {
+                    "kind": "holder",
+                    "tick": tick,
+                    **_at(self.start_ms + t),
+                    "node": d.gpu.node,
+                    "device_id": d.id,
+                    "resource": d.resource,
+                    "gpu_uuid": d.gpu.uuid,
+                    "mig": None
+                    if d.mig is None
+                    else {"uuid": d.mig.uuid, "profile": d.mig.profile, "gi": d.mig.gi, "ci": d.mig.ci},
+                    "sharing": d.sharing,
+                    **_holder(h),
+                    "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
+                    "util_observable": d.mig is None,
+                    "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
+                    "gpu_util_pct": gpu_util.get(d.gpu.uuid),
+                    "idle": self._idle(h, t),
+                }
+            )
+        return rows
+
+    def _idle(self, h: Holding, t_ms: int) -> bool | None:
+        """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
+        the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device.
+        Pods of time 0 already existed for `prestart_ms` while the cluster waited, frozen, for the start."""
+        if h.pod is None or h.device.mig is not None:
+            return None
+        start = h.pod.spec.start_ms or -self.prestart_ms
+        if t_ms - start < self.window_ms:
+            return False
+        tick = self.model.scenario.tick_ms
+        times = [t for t in range(t_ms, t_ms - self.window_ms, -tick) if t >= start]
+        return sum(self._util(h.device.id, max(0, t)) for t in times) / len(times) < self.threshold
+
+    def _xid_row(self, x: XidSpec) -> dict[str, Any]:
+        gpu = self.model.gpus[x.node][x.gpu]
+        inst = gpu.mig[x.mig] if x.mig is not None else None
+        return {
+            "kind": "xid",
+            **_at(self.start_ms + x.at_ms),
+            "node": x.node,
+            "gpu_uuid": gpu.uuid,
+            "code": x.code,
+            "mig": None if inst is None else {"uuid": inst.uuid, "gi": inst.gi, "ci": inst.ci},
+            "owners": [{**_holder(h), "device_id": h.device.id} for h in self.model.xid_owners(x)],
+        }
 
 
 def read_truth(path: str | Path) -> Iterator[dict[str, Any]]:
