@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from periscope.sim.apiserver.kinds import Obj, status
+from periscope.sim.apiserver.store import Obj, status
 from periscope.sim.scenario.document import UserSpec
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"

@@ -1,12 +1,15 @@
-"""The fake apiserver's object store: objects, one revision counter, history and watch fan-out.
+"""The fake apiserver's object store: the kinds it serves, objects, one revision counter, history and
+watch fan-out.
 
-Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace, name) and
-stamps each change with the next value of a single revision counter shared by all kinds; it records
-the change in a bounded history and posts it to every open `Watch` of that kind and namespace. Versions
-below the compaction floor (raised by `compact`, `clear` or the history limit) are expired, so a watch
-resuming from one must get 410. It also remembers which optional kinds are served (the GPU Operator CRD,
-DRA). Every method is thread-safe under one re-entrant lock; watch queues are fed only through the
-serving event loop's FIFO, so each watch sees its items in revision order.
+A `Kind` names one resource the way the apiserver's discovery does; `KINDS` is the whole catalogue,
+from core pods and nodes to the GPU Operator's ClusterPolicy CRD, DRA resourceclaims and coordination
+leases. Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace,
+name) and stamps each change with the next value of a single revision counter shared by all kinds; it
+records the change in a bounded history and posts it to every open `Watch` of that kind and namespace.
+Versions below the compaction floor (raised by `compact`, `clear` or the history limit) are expired, so
+a watch resuming from one must get 410. It also remembers which optional kinds are served (the GPU
+Operator CRD, DRA). Every method is thread-safe under one re-entrant lock; watch queues are fed only
+through the serving event loop's FIFO, so each watch sees its items in revision order.
 """
 
 from __future__ import annotations
@@ -17,20 +20,45 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from periscope.sim.apiserver.kinds import BY_NAME, KINDS, Kind, Obj
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("pods", "Pod", "", "v1", True),
+    Kind("nodes", "Node", "", "v1", False),
+    Kind("daemonsets", "DaemonSet", "apps", "v1", True),
+    Kind("clusterpolicies", "ClusterPolicy", "nvidia.com", "v1", False),
+    Kind("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True),
+    Kind("leases", "Lease", "coordination.k8s.io", "v1", True),
+)
+BY_NAME = {n.lower(): k for k in KINDS for n in (k.plural, k.kind, k.kind.lower())}
+
+
+def status(code: int, reason: str, message: str) -> Obj:
+    """The `Status` body every error (and every watch ERROR event) carries."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
 
 
 def rfc3339(ms: int) -> str:
     """Unix ms as a metav1.Time string (whole seconds, UTC), as the apiserver writes them."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(slots=True, eq=False)  # identity-hashed: lives in a set
@@ -41,16 +69,15 @@ class Watch:
 
 
 class ObjectStore:
-    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`, `bookmark`.
+    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`.
 
     Items for open watches are ("event", {"type", "object"}), ("bookmark", revision), ("gone", None)
     (the watch's version expired) or ("close", None) (the stream ends).
     """
 
-    def __init__(self, *, history_limit: int = 10_000, crd_installed: bool = True, dra_installed: bool = True,
-                 clock: Callable[[], int] = wall_ms) -> None:
-        self.clock = clock  # Unix ms for default creationTimestamps (a simulated clock in `periscope up`)
-        self.history_limit = history_limit
+    history_limit = 10_000  # events kept for resuming watches; older versions expire, as etcd compacts
+
+    def __init__(self, *, crd_installed: bool = True, dra_installed: bool = True) -> None:
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str, str], Obj] = {}
         self._history: list[tuple[int, Kind, str, Obj]] = []
@@ -97,7 +124,7 @@ class ObjectStore:
             prev = old["metadata"] if old is not None else {}
             meta["uid"] = meta.get("uid") or prev.get("uid") or self._new_uid()
             meta["creationTimestamp"] = meta.get("creationTimestamp") or prev.get("creationTimestamp") \
-                or rfc3339(self.clock())
+                or rfc3339(time.time_ns() // 1_000_000)
             new.setdefault("apiVersion", k.api_version)
             new.setdefault("kind", k.kind)
             self._rv += 1
@@ -140,31 +167,23 @@ class ObjectStore:
     def compact(self) -> None:
         """Expire all versions handed out so far: open watches get ERROR 410, resumes fail."""
         with self._lock:
-            self._rv += 1
-            self._floor = self._rv
-            self._history.clear()
+            self._expire()
             self._tell_watches(None, ("gone", None))
 
     def clear(self) -> None:
         """Drop every object without events (a wiped store); old versions become expired."""
         with self._lock:
             self._objects.clear()
-            self._rv += 1
-            self._floor = self._rv
-            self._history.clear()
-
-    def bookmark(self) -> None:
-        """Send a BOOKMARK now on every watch that asked for them."""
-        with self._lock:
-            self._tell_watches(None, ("bookmark", self._rv))
-
-    def watchers(self, kind: str | None = None) -> int:
-        with self._lock:
-            return sum(1 for w in self._watches if kind is None or w.kind is self.kind(kind))
+            self._expire()
 
     def _new_uid(self) -> str:
         # Deterministic (counter-based) so simulator runs are reproducible.
         return str(uuid.UUID(int=(0x5E << 120) | next(self._uids)))
+
+    def _expire(self) -> None:
+        self._rv += 1
+        self._floor = self._rv
+        self._history.clear()
 
     def _set_served(self, plural: str, served: bool) -> None:
         with self._lock:
