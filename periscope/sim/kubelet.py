@@ -101,10 +101,18 @@ def _devices_pb(devices: Iterable[FakeDevices]) -> list[pb.ContainerDevices]:
     out = []
     for d in devices:
         topo = pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa]) if d.numa else None
-        out.append(
-            pb.ContainerDevices(resource_name=d.resource, device_ids=list(d.device_ids), topology=topo)
-        )
+        out.append(pb.ContainerDevices(resource_name=d.resource, device_ids=d.device_ids, topology=topo))
     return out
+
+
+def _claims_pb(claims: Iterable[FakeClaim]) -> list[pb.DynamicResource]:
+    return [
+        pb.DynamicResource(claim_name=c.claim_name, claim_namespace=c.claim_namespace, claim_resources=[
+            pb.ClaimResource(driver_name=d.driver, pool_name=d.pool, device_name=d.device,
+                             share_id=d.share_id, cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices])
+            for d in c.devices])
+        for c in claims
+    ]
 
 
 class _Servicer(pb_grpc.PodResourcesListerServicer):
@@ -161,7 +169,6 @@ class FakeKubelet:
         self.allocatable: tuple[FakeDevices, ...] = ()
         self.calls: Counter[str] = Counter()
         self.rejected = 0
-        self.restarts = 0
         self._bucket = _Bucket(100.0, 10)
         self._server: aio.Server | None = None
 
@@ -172,44 +179,17 @@ class FakeKubelet:
 
     def set_allocatable(self, devices: Iterable[FakeDevices | tuple[str, str]]) -> None:
         """Accept FakeDevices, or (resource, device_id) pairs, one ContainerDevices per device."""
-        items: list[FakeDevices] = []
-        for d in devices:
-            items.append(d if isinstance(d, FakeDevices) else FakeDevices(d[0], (d[1],)))
-        self.allocatable = tuple(items)
+        self.allocatable = tuple(d if isinstance(d, FakeDevices) else FakeDevices(d[0], (d[1],))
+                                 for d in devices)
 
     def _pod_pb(self, pod: FakePod) -> pb.PodResources:
-        containers = []
-        for c in pod.containers:
-            dyn = []
-            if self.dynamic_resources:
-                for claim in c.claims:
-                    resources = [
-                        pb.ClaimResource(
-                            cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices],
-                            driver_name=d.driver,
-                            pool_name=d.pool,
-                            device_name=d.device,
-                            share_id=d.share_id,
-                        )
-                        for d in claim.devices
-                    ]
-                    dyn.append(
-                        pb.DynamicResource(
-                            claim_name=claim.claim_name,
-                            claim_namespace=claim.claim_namespace,
-                            claim_resources=resources,
-                        )
-                    )
-            containers.append(
-                pb.ContainerResources(name=c.name, devices=_devices_pb(c.devices), dynamic_resources=dyn)
-            )
+        dra = self.dynamic_resources
+        containers = [pb.ContainerResources(name=c.name, devices=_devices_pb(c.devices),
+                                            dynamic_resources=_claims_pb(c.claims if dra else ()))
+                      for c in pod.containers]
         return pb.PodResources(name=pod.name, namespace=pod.namespace, containers=containers)
 
     # ------------------------------------------------------------------ lifecycle
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
 
     async def start(self) -> None:
         if self._server is not None:
@@ -236,12 +216,4 @@ class FakeKubelet:
         await self.stop()
         if down_s > 0:
             await asyncio.sleep(down_s)
-        self.restarts += 1
         await self.start()
-
-    async def __aenter__(self) -> FakeKubelet:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
