@@ -5,32 +5,37 @@ each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml
 NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
 Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
 are pynvml's own `NVMLError` subclasses (`NVMLError_NotSupported`, ...).
-The state file's format is in `periscope.sim.nvml.state`.
+The state file's format, and the state access under every call, are in `periscope.sim.nvml.state`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
-from pathlib import Path
 from typing import Any
 
 import pynvml
 from pynvml import NVMLError
 
-from periscope.sim.nvml.base import (
-    _MIB,
-    MPS_SERVER_PATH,
+from periscope.sim.nvml.state import (
+    NO_INSTANCE,
+    Gpu,
     NvmlBase,
+    _bytes,
     _Device,
     _EventSet,
+    _instance,
     _num,
     _Obj,
+    add_xid,
     fail,
+    read_nvml_state,
+    write_nvml_state,
 )
-from periscope.sim.nvml.state import add_xid, read_nvml_state, write_nvml_state
 
 __all__ = ["FakePynvml", "NVMLError", "add_xid", "fake_pynvml", "read_nvml_state", "write_nvml_state"]
+MPS_SERVER_PATH = "nvidia-cuda-mps-server"  # what nvmlSystemGetProcessName names the MPS server
+
 
 class FakePynvml(NvmlBase):
     """Module object exposing the pynvml API over one state file."""
@@ -55,21 +60,19 @@ class FakePynvml(NvmlBase):
     # ------------------------------------------------------------------ enumeration
 
     def nvmlDeviceGetCount(self) -> int:
-        return len(self._ready().get("gpus", []))
+        return len(self._gpus())
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Device:
-        gpus = self._ready().get("gpus", [])
+        gpus = self._gpus()
         if not 0 <= index < len(gpus):
             fail("InvalidArgument")
         return _Device(gpus[index]["uuid"], False)
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Device:
-        for gpu in self._ready().get("gpus", []):
-            if gpu["uuid"] == uuid:
-                return _Device(uuid, False)
-            if any(m["uuid"] == uuid for m in gpu.get("mig") or []):
-                return _Device(uuid, True)
-        fail("NotFound")
+        found = self._lookup(uuid)
+        if found is None:
+            fail("NotFound")
+        return _Device(uuid, found[1] is not None)
 
     def nvmlDeviceGetUUID(self, handle: _Device) -> str:
         self._find(handle, "nvmlDeviceGetUUID", metric=False)
@@ -85,9 +88,7 @@ class FakePynvml(NvmlBase):
         return [g["uuid"] for g in self._state.get("gpus", [])].index(gpu["uuid"])
 
     def nvmlDeviceGetMinorNumber(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False)
-        if mig is not None:
-            fail("NotSupported")
+        gpu, _ = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False, whole=True)
         return int(gpu.get("minor", self.nvmlDeviceGetIndex(handle)))
 
     def nvmlDeviceGetPciInfo(self, handle: _Device) -> _Obj:
@@ -98,33 +99,31 @@ class FakePynvml(NvmlBase):
     # ------------------------------------------------------------------ metrics
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Device) -> _Obj:
-        gpu, mig = self._find(handle, "nvmlDeviceGetUtilizationRates")
-        if mig is not None or gpu.get("mig") is not None:
+        gpu, _ = self._find(handle, "nvmlDeviceGetUtilizationRates", whole=True)
+        if gpu.get("mig") is not None:
             fail("NotSupported")  # as on real MIG-enabled GPUs
         return _Obj(gpu=_num(gpu.get("util_pct", 0)), memory=_num(gpu.get("mem_util_pct", 0)))
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Obj:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
-        total = int(float(src.get("memory_total_mib", 0)) * _MIB)
+        total = _bytes(src.get("memory_total_mib", 0))
         if mig is None and gpu.get("mig") is not None:
-            used = int(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]) * _MIB)
+            used = _bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
         else:
-            used = int(float(src.get("memory_used_mib", 0)) * _MIB)
+            used = _bytes(src.get("memory_used_mib", 0))
         mem = _Obj(total=total, free=max(total - used, 0), used=used)
         if version:
             mem.version, mem.reserved = version, 0
         return mem
 
     def nvmlDeviceGetPowerUsage(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetPowerUsage")
-        if mig is not None:
-            fail("NotSupported")
+        gpu, _ = self._find(handle, "nvmlDeviceGetPowerUsage", whole=True)
         return int(float(gpu.get("power_w", 0.0)) * 1000)
 
     def nvmlDeviceGetTemperature(self, handle: _Device, sensor: int) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetTemperature")
-        if mig is not None or sensor != 0:
+        gpu, _ = self._find(handle, "nvmlDeviceGetTemperature", whole=True)
+        if sensor != 0:
             fail("NotSupported")
         return int(gpu.get("temp_c", 0))
 
@@ -132,34 +131,29 @@ class FakePynvml(NvmlBase):
         """One process list. `kind`: compute | mps | graphics. On an MPS GPU (state `mps`) the
         driver lists the clients only as MPS processes and the MPS server as a compute process."""
         gpu, mig = self._find(handle, call)
-        mps = gpu.get("mps") if mig is None else None
-        sources: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]
+        instances = [mig] if mig is not None else gpu.get("mig")
+        sources: list[tuple[Gpu | None, list[Gpu]]]
         if kind == "graphics":
             sources = [(None, gpu.get("graphics_processes", []) if mig is None else [])]
-        elif mig is not None:
-            sources = [(mig, mig.get("processes", []) if kind == "compute" else [])]
-        elif gpu.get("mig") is not None:
-            if gpu.get("mig_list_needs_privilege"):
+        elif instances is not None:
+            if mig is None and gpu.get("mig_list_needs_privilege"):
                 fail("NoPermission")  # the whole-GPU list on MIG needs root; the instances answer
-            sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in gpu["mig"]]
-        elif mps is not None:
+            sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in instances]
+        elif (mps := gpu.get("mps")) is not None:
             server = {"pid": mps.get("server_pid", 0), "used_mib": mps.get("server_used_mib", 0)}
             sources = [(None, [server] if kind == "compute" else gpu.get("processes", []))]
         else:
             sources = [(None, gpu.get("processes", []) if kind == "compute" else [])]
-        out = []
-        for inst, procs in sources:
-            for p in procs:
-                used = p.get("used_mib")
-                out.append(
-                    _Obj(
-                        pid=int(p["pid"]),
-                        usedGpuMemory=None if used is None else int(float(used) * _MIB),
-                        gpuInstanceId=0xFFFFFFFF if inst is None else int(inst.get("gi", 0)),
-                        computeInstanceId=0xFFFFFFFF if inst is None else int(inst.get("ci", 0)),
-                    )
-                )
-        return out
+        return [
+            _Obj(
+                pid=int(p["pid"]),
+                usedGpuMemory=None if p.get("used_mib") is None else _bytes(p["used_mib"]),
+                gpuInstanceId=NO_INSTANCE if inst is None else int(inst.get("gi", 0)),
+                computeInstanceId=NO_INSTANCE if inst is None else int(inst.get("ci", 0)),
+            )
+            for inst, procs in sources
+            for p in procs
+        ]
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
         return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
@@ -176,14 +170,12 @@ class FakePynvml(NvmlBase):
     nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetGraphicsRunningProcesses
 
     def nvmlDeviceGetComputeMode(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetComputeMode")
-        if mig is not None:
-            fail("NotSupported")
+        gpu, _ = self._find(handle, "nvmlDeviceGetComputeMode", whole=True)
         # The MPS control daemon sets EXCLUSIVE_PROCESS so that only its server opens the GPU.
         return pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else pynvml.NVML_COMPUTEMODE_DEFAULT
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
-        for gpu in self._ready().get("gpus", []):
+        for gpu in self._gpus():
             mps = gpu.get("mps")
             if mps is not None and int(mps.get("server_pid", 0)) == pid:
                 return MPS_SERVER_PATH
@@ -195,8 +187,8 @@ class FakePynvml(NvmlBase):
         fail("NotFound")
 
     def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
-        gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
-        if mig is not None or gpu.get("mig") is not None:
+        gpu, _ = self._find(handle, "nvmlDeviceGetProcessUtilization", whole=True)
+        if gpu.get("mig") is not None:
             fail("NotSupported")
         sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
         mps = gpu.get("mps")
@@ -226,8 +218,8 @@ class FakePynvml(NvmlBase):
     # ------------------------------------------------------------------ MIG
 
     def nvmlDeviceGetMigMode(self, device: _Device) -> list[int]:
-        gpu, mig = self._find(device, "nvmlDeviceGetMigMode", metric=False)
-        if mig is not None or (gpu.get("mig") is None and not gpu.get("mig_capable")):
+        gpu, _ = self._find(device, "nvmlDeviceGetMigMode", metric=False, whole=True)
+        if gpu.get("mig") is None and not gpu.get("mig_capable"):
             fail("NotSupported")
         return [1, 1] if gpu.get("mig") is not None else [0, 0]
 
@@ -310,13 +302,12 @@ class FakePynvml(NvmlBase):
                     and x.get("gpu") in eventSet.devices
                 ):
                     eventSet.delivered.add(seq)
-                    gi, ci = x.get("gi"), x.get("ci")
                     return _Obj(
                         device=_Device(str(x["gpu"]), False),
                         eventType=pynvml.nvmlEventTypeXidCriticalError,
                         eventData=int(x.get("code", 999)),
-                        gpuInstanceId=0xFFFFFFFF if gi is None else int(gi),
-                        computeInstanceId=0xFFFFFFFF if ci is None else int(ci),
+                        gpuInstanceId=_instance(x.get("gi")),
+                        computeInstanceId=_instance(x.get("ci")),
                     )
             if time.monotonic() >= deadline:
                 fail("Timeout")
@@ -326,6 +317,4 @@ class FakePynvml(NvmlBase):
         eventSet.freed = True
 
 
-def fake_pynvml(state_path: str | Path) -> FakePynvml:
-    """A fresh fake module bound to `state_path` (one per probe; the file may not exist yet)."""
-    return FakePynvml(state_path)
+fake_pynvml = FakePynvml  # a fresh fake module bound to a state path (one per probe; the file may come later)
