@@ -46,9 +46,6 @@ from typing import Any, NoReturn
 import pynvml
 
 Gpu = dict[str, Any]  # one entry of `gpus` (or of a GPU's `mig`) in the state
-_Obj = types.SimpleNamespace  # stands in for the ctypes structs pynvml returns
-_MIB = 1024 * 1024
-NO_INSTANCE = 0xFFFFFFFF  # the GPU/compute instance id NVML reports outside MIG
 
 # pynvml's own error classes (NVMLError_NotSupported, ...), codes and constants: importing pynvml loads no
 # library, and the probe's `except` clauses then meet exactly the classes a real node raises.
@@ -84,9 +81,8 @@ def add_xid(
     return state
 
 
-def fail(name: str) -> NoReturn:
-    """Raise the pynvml error named `name` (`NotSupported`, ...)."""
-    raise getattr(pynvml, f"NVMLError_{name}")()
+NO_INSTANCE = 0xFFFFFFFF  # the GPU/compute instance id NVML reports outside MIG
+_Obj = types.SimpleNamespace  # stands in for the ctypes structs pynvml returns
 
 
 def _num(value: Any) -> int | float:
@@ -97,15 +93,20 @@ def _num(value: Any) -> int | float:
 
 
 def _bytes(mib: Any) -> int:
-    return int(float(mib) * _MIB)
+    return int(float(mib) * 1024 * 1024)
 
 
 def _instance(value: Any) -> int:
     return NO_INSTANCE if value is None else int(value)
 
 
+def fail(name: str) -> NoReturn:
+    """Raise the pynvml error named `name` (`NotSupported`, ...)."""
+    raise getattr(pynvml, f"NVMLError_{name}")()
+
+
 @dataclass(frozen=True, slots=True)
-class _Device:
+class Device:
     """A device handle: equal (and hashed) by UUID alone."""
 
     uuid: str
@@ -113,7 +114,7 @@ class _Device:
 
 
 @dataclass(slots=True, eq=False)
-class _EventSet:
+class EventSet:
     baseline: int  # the highest XID seq when the set was created; only later ones are delivered
     devices: set[str] = field(default_factory=set)
     delivered: set[int] = field(default_factory=set)
@@ -167,11 +168,11 @@ class NvmlBase(types.ModuleType):
         return None
 
     def _find(
-        self, dev: _Device, call: str, metric: bool = True, whole: bool = False
+        self, dev: Device, call: str, metric: bool = True, whole: bool = False
     ) -> tuple[Gpu, Gpu | None]:
         """(gpu, mig-or-None) for a handle; applies `lost` and injected failures. `whole`: a call a MIG
         device handle answers with NotSupported, as on real MIG devices."""
-        if not isinstance(dev, _Device):
+        if not isinstance(dev, Device):
             fail("InvalidArgument")
         found = self._lookup(dev.uuid)
         if found is None:
