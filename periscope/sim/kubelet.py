@@ -115,50 +115,11 @@ def _claims_pb(claims: Iterable[FakeClaim]) -> list[pb.DynamicResource]:
     ]
 
 
-class _Servicer(pb_grpc.PodResourcesListerServicer):
-    def __init__(self, kubelet: FakeKubelet) -> None:
-        self.k = kubelet
-
-    async def _admit(self, method: str, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
-        if self.k.rate_limit and not self.k._bucket.allow():
-            self.k.rejected += 1
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
-        self.k.calls[method] += 1
-
-    async def List(self, request, context):  # type: ignore[no-untyped-def]
-        await self._admit("List", context)
-        return pb.ListPodResourcesResponse(pod_resources=[self.k._pod_pb(p) for p in self.k.pods])
-
-    async def GetAllocatableResources(self, request, context):  # type: ignore[no-untyped-def]
-        await self._admit("GetAllocatableResources", context)
-        return pb.AllocatableResourcesResponse(devices=_devices_pb(self.k.allocatable))
-
-    async def Get(self, request, context):  # type: ignore[no-untyped-def]
-        if self.k.get_mode == "unimplemented":
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method Get")
-        await self._admit("Get", context)
-        if self.k.get_mode == "disabled":
-            await context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
-        for p in self.k.pods:
-            if p.name == request.pod_name and p.namespace == request.pod_namespace:
-                return pb.GetPodResourcesResponse(pod_resources=self.k._pod_pb(p))
-        await context.abort(
-            grpc.StatusCode.UNKNOWN,
-            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
-        )
-
-
-class FakeKubelet:
+class FakeKubelet(pb_grpc.PodResourcesListerServicer):
     """PodResources gRPC server on `socket_path`; see the module docstring for the simulator API."""
 
-    def __init__(
-        self,
-        socket_path: str | Path,
-        *,
-        get_mode: str = "enabled",
-        dynamic_resources: bool = True,
-        rate_limit: bool = True,
-    ) -> None:
+    def __init__(self, socket_path: str | Path, *, get_mode: str = "enabled", dynamic_resources: bool = True,
+                 rate_limit: bool = True) -> None:
         if get_mode not in GET_MODES:
             raise ValueError(f"get_mode must be one of {GET_MODES}")
         self.socket_path = Path(socket_path)
@@ -189,6 +150,34 @@ class FakeKubelet:
                       for c in pod.containers]
         return pb.PodResources(name=pod.name, namespace=pod.namespace, containers=containers)
 
+    # ------------------------------------------------------------------ the gRPC service
+
+    async def _admit(self, method: str, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
+        if self.rate_limit and not self._bucket.allow():
+            self.rejected += 1
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+        self.calls[method] += 1
+
+    async def List(self, request, context):  # type: ignore[no-untyped-def]
+        await self._admit("List", context)
+        return pb.ListPodResourcesResponse(pod_resources=[self._pod_pb(p) for p in self.pods])
+
+    async def GetAllocatableResources(self, request, context):  # type: ignore[no-untyped-def]
+        await self._admit("GetAllocatableResources", context)
+        return pb.AllocatableResourcesResponse(devices=_devices_pb(self.allocatable))
+
+    async def Get(self, request, context):  # type: ignore[no-untyped-def]
+        if self.get_mode == "unimplemented":
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method Get")
+        await self._admit("Get", context)
+        if self.get_mode == "disabled":
+            await context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        for p in self.pods:
+            if p.name == request.pod_name and p.namespace == request.pod_namespace:
+                return pb.GetPodResourcesResponse(pod_resources=self._pod_pb(p))
+        await context.abort(grpc.StatusCode.UNKNOWN,
+                            f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -198,7 +187,7 @@ class FakeKubelet:
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket from a previous run, as the kubelet does
         server = aio.server()
-        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        pb_grpc.add_PodResourcesListerServicer_to_server(self, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
