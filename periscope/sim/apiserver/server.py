@@ -14,6 +14,7 @@ background thread (start, stop, restart on the same port), so every public metho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import threading
@@ -24,7 +25,7 @@ import yaml
 from aiohttp import web
 
 from periscope.sim.apiserver.reviews import REVIEW_PATHS, review
-from periscope.sim.apiserver.store import KINDS, Kind, Obj, ObjectStore, Watch, status
+from periscope.sim.apiserver.store import KINDS, Kind, Obj, ObjectStore, status
 from periscope.sim.scenario.document import UserSpec
 
 VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.1", "gitCommit": "sim", "gitTreeState": "clean",
@@ -77,6 +78,7 @@ class FakeApiServer(ObjectStore):
         if self._thread is not None:
             return self.url
         self._loop = loop = asyncio.new_event_loop()
+        self._closing, self._tick = False, asyncio.Event()  # a fresh loop, fresh watch signals
         self._thread = threading.Thread(target=loop.run_forever, name="fake-apiserver", daemon=True)
         self._thread.start()
         try:
@@ -101,7 +103,8 @@ class FakeApiServer(ObjectStore):
         if loop is None or self._thread is None:
             return
         with self._lock:
-            self._tell_watches(None, ("close", None))
+            self._closing = True  # every open watch stream ends
+            self._notify()
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), loop).result(15)
             self._runner = None
@@ -205,72 +208,60 @@ class FakeApiServer(ObjectStore):
 
     async def _watch(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
         since = request.query.get("resourceVersion", "")
+        resume = since not in ("", "0")  # else: the current state first, as ADDED events
         bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
         timeout = float(request.query.get("timeoutSeconds") or 1800)
-        if since not in ("", "0") and not since.isdigit():
+        if resume and not since.isdigit():
             return _error(400, "BadRequest", f"invalid resourceVersion {since!r}")
-        w = Watch(kind, namespace, asyncio.Queue())
         with self._lock:
             self.stats["watch", kind.plural] += 1
-            gone = since not in ("", "0") and int(since) < self._floor
+            if resume:
+                events = self._since(int(since), kind, namespace)
+            else:
+                events = [("ADDED", copy.deepcopy(o)) for o in self._select(kind, namespace)]
+            expired = resume and int(since) < self._floor
+            gone = f"too old resource version: {since} ({self._floor})" if expired else ""
+            rv = self._rv  # the revision the stream has reached
             if gone:
                 self.stats["gone", kind.plural] += 1
-                expired = f"too old resource version: {since} ({self._floor})"
-            elif since in ("", "0"):
-                current = self._select(kind, namespace)
-                backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in current]
-            else:
-                backlog = [{"type": t, "object": o} for rv, k, t, o in self._history
-                           if rv > int(since) and k is kind
-                           and namespace in (None, o["metadata"].get("namespace"))]
-            if not gone:
-                self._watches.add(w)
         if gone and self.gone_as_http:
-            return _error(410, "Expired", expired)
+            return _error(410, "Expired", gone)
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        try:
-            if gone:
-                await self._send(resp, {"type": "ERROR", "object": status(410, "Expired", expired)})
-                return resp
-            for event in backlog:
-                await self._send(resp, event)
-            await self._pump(resp, w, kind, timeout, bookmarks)
-        except (ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            with self._lock:
-                self._watches.discard(w)
-        return resp
-
-    async def _pump(self, resp: web.StreamResponse, w: Watch, kind: Kind, timeout: float,
-                    bookmarks: bool) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         next_bookmark = loop.time() + self.bookmark_interval_s
-        while (left := deadline - loop.time()) > 0:
-            wait = min(left, next_bookmark - loop.time()) if bookmarks else left
-            try:
-                what, data = await asyncio.wait_for(w.queue.get(), max(wait, 0.001))
-            except TimeoutError:
+        ended = False
+        try:
+            while not gone:
+                for typ, obj in events:
+                    await self._send(resp, {"type": typ, "object": obj})
+                if ended or loop.time() >= deadline:
+                    return resp
+                tick = self._tick  # taken before reading, so that no later change goes unnoticed
+                with self._lock:
+                    if self._closing:
+                        return resp
+                    if rv < self._floor:  # compacted under an open watch
+                        gone = "too old resource version"
+                        break
+                    events, rv = self._since(rv, kind, namespace), self._rv
+                    ended = not self.served(kind)  # uninstalled: its DELETED events, then the end
+                if events or ended:
+                    continue
+                wait = min(deadline, next_bookmark if bookmarks else deadline) - loop.time()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(tick.wait(), max(wait, 0.001))
                 if bookmarks and loop.time() >= next_bookmark:
                     next_bookmark = loop.time() + self.bookmark_interval_s
-                    with self._lock:  # queued behind every event already committed
-                        self._post(w, ("bookmark", self._rv))
-                continue
-            if what == "close":
-                return
-            if what == "gone":
-                expired = status(410, "Expired", "too old resource version")
-                await self._send(resp, {"type": "ERROR", "object": expired})
-                return
-            if what == "bookmark":
-                await self._send(resp, {"type": "BOOKMARK", "object": {
-                    "kind": kind.kind, "apiVersion": kind.api_version,
-                    "metadata": {"resourceVersion": str(data)}}})
-                continue
-            await self._send(resp, data)
+                    await self._send(resp, {"type": "BOOKMARK", "object": {
+                        "kind": kind.kind, "apiVersion": kind.api_version,
+                        "metadata": {"resourceVersion": str(rv)}}})
+            await self._send(resp, {"type": "ERROR", "object": status(410, "Expired", gone)})
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        return resp
 
     @staticmethod
     async def _send(resp: web.StreamResponse, event: Obj) -> None:
@@ -293,9 +284,8 @@ class FakeApiServer(ObjectStore):
             obj = self.get(kind.plural, namespace, name)
             return missing if obj is None else web.json_response(obj)
         if request.method == "DELETE":
-            if not self.delete(kind.plural, namespace, name):
-                return missing
-            return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+            done = web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
+            return done if self.delete(kind.plural, namespace, name) else missing
         if request.method != "PUT":
             return _error(405, "MethodNotAllowed", f"{request.method} is not supported")
         body = await request.json()

@@ -5,16 +5,16 @@ A `Kind` names one resource the way the apiserver's discovery does; `KINDS` is t
 from core pods and nodes to the GPU Operator's ClusterPolicy CRD, DRA resourceclaims and coordination
 leases. Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace,
 name) and stamps each change with the next value of a single revision counter shared by all kinds; it
-records the change in a bounded history and posts it to every open `Watch` of that kind and namespace.
-Versions below the compaction floor (raised by `compact`, `clear` or the history limit) are expired, so
-a watch resuming from one must get 410. It also remembers which optional kinds are served (the GPU
-Operator CRD, DRA). Every method is thread-safe under one re-entrant lock; watch queues are fed only
-through the serving event loop's FIFO, so each watch sees its items in revision order.
+records the change in a bounded history, which watches read from the revision they have reached, and
+wakes them. Versions below the compaction floor (raised by `compact`, `clear` or the history limit) are
+expired, so a watch at or resuming from one must get 410. It also remembers which optional kinds are
+served (the GPU Operator CRD, DRA). Every method is thread-safe under one re-entrant lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 import itertools
 import threading
@@ -61,19 +61,8 @@ def rfc3339(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
 
 
-@dataclass(slots=True, eq=False)  # identity-hashed: lives in a set
-class Watch:
-    kind: Kind
-    namespace: str | None
-    queue: asyncio.Queue[tuple[str, Any]]
-
-
 class ObjectStore:
-    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`.
-
-    Items for open watches are ("event", {"type", "object"}), ("bookmark", revision), ("gone", None)
-    (the watch's version expired) or ("close", None) (the stream ends).
-    """
+    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`."""
 
     history_limit = 10_000  # events kept for resuming watches; older versions expire, as etcd compacts
 
@@ -84,8 +73,8 @@ class ObjectStore:
         self._rv = 1
         self._floor = 0  # watches from a version below this get 410
         self._served = {"clusterpolicies": crd_installed, "resourceclaims": dra_installed}
-        self._watches: set[Watch] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop the watch queues live on
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop the watches run on
+        self._tick = asyncio.Event()  # set (and replaced) on the serving loop after every change
         self._uids = itertools.count(1)
 
     @property
@@ -168,7 +157,7 @@ class ObjectStore:
         """Expire all versions handed out so far: open watches get ERROR 410, resumes fail."""
         with self._lock:
             self._expire()
-            self._tell_watches(None, ("gone", None))
+            self._notify()
 
     def clear(self) -> None:
         """Drop every object without events (a wiped store); old versions become expired."""
@@ -190,8 +179,8 @@ class ObjectStore:
             if not served:
                 for key in [key for key in self._objects if key[0] == plural]:
                     self._remove(key)
-                self._tell_watches(plural, ("close", None))
-            self._served[plural] = served
+            self._served[plural] = served  # an unserved kind's watches end
+            self._notify()
 
     def _remove(self, key: tuple[str, str, str]) -> bool:
         obj = self._objects.pop(key, None)
@@ -203,21 +192,23 @@ class ObjectStore:
         return True
 
     def _record(self, kind: Kind, typ: str, obj: Obj) -> None:
-        snap = copy.deepcopy(obj)
-        self._history.append((self._rv, kind, typ, snap))
+        self._history.append((self._rv, kind, typ, copy.deepcopy(obj)))
         if len(self._history) > self.history_limit:
             dropped = self._history.pop(0)
             self._floor = dropped[0] + 1
-        for w in self._watches:
-            if w.kind is kind and w.namespace in (None, snap["metadata"].get("namespace")):
-                self._post(w, ("event", {"type": typ, "object": snap}))
+        self._notify()
 
-    def _tell_watches(self, plural: str | None, item: tuple[str, Any]) -> None:
-        for w in self._watches:
-            if plural is None or w.kind.plural == plural:
-                self._post(w, item)
+    def _since(self, rv: int, kind: Kind, namespace: str | None) -> list[tuple[str, Obj]]:
+        """(type, object) of the recorded changes after `rv` to objects of `kind` (in `namespace`)."""
+        start = bisect.bisect_right(self._history, rv, key=lambda change: change[0])
+        return [(t, o) for _, k, t, o in self._history[start:]
+                if k is kind and namespace in (None, o["metadata"].get("namespace"))]
 
-    def _post(self, w: Watch, item: tuple[str, Any]) -> None:
-        # Always through the loop's FIFO (even from the loop thread) so items keep revision order.
+    def _notify(self) -> None:
+        """Wake every watch; through the loop's FIFO, so from any thread."""
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(w.queue.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()
