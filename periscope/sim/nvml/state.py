@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 import types
 from collections.abc import Mapping
@@ -44,6 +43,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pynvml
+
+from periscope.sim.procfs import atomic_write
 
 Gpu = dict[str, Any]  # one entry of `gpus` (or of a GPU's `mig`) in the state
 
@@ -60,16 +61,12 @@ def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     """Write the state so that readers never see a partial file (temp file + rename)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".nvml-", dir=target.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, target)
+    atomic_write(target, json.dumps(state))
 
 
 def read_nvml_state(path: str | Path) -> dict[str, Any]:
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
-    return data
+    state: dict[str, Any] = json.loads(Path(path).read_text())
+    return state
 
 
 def add_xid(
