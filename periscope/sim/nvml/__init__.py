@@ -21,12 +21,12 @@ from periscope.sim.nvml.state import (
     EventSet,
     Gpu,
     NvmlBase,
-    _bytes,
-    _instance,
-    _num,
-    _Obj,
+    Struct,
     add_xid,
     fail,
+    instance_id,
+    mib_bytes,
+    percent,
     read_nvml_state,
     write_nvml_state,
 )
@@ -89,28 +89,28 @@ class FakePynvml(NvmlBase):
         gpu, _ = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False, whole=True)
         return int(gpu.get("minor", self.nvmlDeviceGetIndex(handle)))
 
-    def nvmlDeviceGetPciInfo(self, handle: Device) -> _Obj:
+    def nvmlDeviceGetPciInfo(self, handle: Device) -> Struct:
         gpu, _ = self._find(handle, "nvmlDeviceGetPciInfo", metric=False)
         bus = str(gpu.get("pci_bus_id", "00000000:00:00.0")).encode()
-        return _Obj(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
+        return Struct(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
 
     # ------------------------------------------------------------------ metrics
 
-    def nvmlDeviceGetUtilizationRates(self, handle: Device) -> _Obj:
+    def nvmlDeviceGetUtilizationRates(self, handle: Device) -> Struct:
         gpu, _ = self._find(handle, "nvmlDeviceGetUtilizationRates", whole=True)
         if gpu.get("mig") is not None:
             fail("NotSupported")  # as on real MIG-enabled GPUs
-        return _Obj(gpu=_num(gpu.get("util_pct", 0)), memory=_num(gpu.get("mem_util_pct", 0)))
+        return Struct(gpu=percent(gpu.get("util_pct", 0)), memory=percent(gpu.get("mem_util_pct", 0)))
 
-    def nvmlDeviceGetMemoryInfo(self, handle: Device, version: int | None = None) -> _Obj:
+    def nvmlDeviceGetMemoryInfo(self, handle: Device, version: int | None = None) -> Struct:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
-        total = _bytes(src.get("memory_total_mib", 0))
+        total = mib_bytes(src.get("memory_total_mib", 0))
         if mig is None and gpu.get("mig") is not None:
-            used = _bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
+            used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
         else:
-            used = _bytes(src.get("memory_used_mib", 0))
-        mem = _Obj(total=total, free=max(total - used, 0), used=used)
+            used = mib_bytes(src.get("memory_used_mib", 0))
+        mem = Struct(total=total, free=max(total - used, 0), used=used)
         if version:
             mem.version, mem.reserved = version, 0
         return mem
@@ -125,7 +125,7 @@ class FakePynvml(NvmlBase):
             fail("NotSupported")
         return int(gpu.get("temp_c", 0))
 
-    def _listed(self, handle: Device, call: str, kind: str) -> list[_Obj]:
+    def _listed(self, handle: Device, call: str, kind: str) -> list[Struct]:
         """One process list. `kind`: compute | mps | graphics. On an MPS GPU (state `mps`) the
         driver lists the clients only as MPS processes and the MPS server as a compute process."""
         gpu, mig = self._find(handle, call)
@@ -142,18 +142,19 @@ class FakePynvml(NvmlBase):
             sources = [(None, [server] if kind == "compute" else gpu.get("processes", []))]
         else:
             sources = [(None, gpu.get("processes", []) if kind == "compute" else [])]
-        return [_Obj(pid=int(p["pid"]), gpuInstanceId=_instance(None if inst is None else inst.get("gi", 0)),
-                     computeInstanceId=_instance(None if inst is None else inst.get("ci", 0)),
-                     usedGpuMemory=None if p.get("used_mib") is None else _bytes(p["used_mib"]))
+        return [Struct(pid=int(p["pid"]),
+                       usedGpuMemory=None if p.get("used_mib") is None else mib_bytes(p["used_mib"]),
+                       gpuInstanceId=instance_id(None if inst is None else inst.get("gi", 0)),
+                       computeInstanceId=instance_id(None if inst is None else inst.get("ci", 0)))
                 for inst, procs in sources for p in procs]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: Device) -> list[_Obj]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
 
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Device) -> list[_Obj]:
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
 
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Device) -> list[_Obj]:
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
 
     # pynvml's unversioned names call the _v3 ones
@@ -178,7 +179,7 @@ class FakePynvml(NvmlBase):
                     return str(p.get("name", "python3"))
         fail("NotFound")
 
-    def nvmlDeviceGetProcessUtilization(self, handle: Device, timeStamp: int) -> list[_Obj]:
+    def nvmlDeviceGetProcessUtilization(self, handle: Device, timeStamp: int) -> list[Struct]:
         gpu, _ = self._find(handle, "nvmlDeviceGetProcessUtilization", whole=True)
         if gpu.get("mig") is not None:
             fail("NotSupported")
@@ -195,8 +196,8 @@ class FakePynvml(NvmlBase):
         if not sampled:
             fail("NotFound")  # no sample newer than timeStamp
         ts = max(int(time.time() * 1_000_000), int(timeStamp) + 1)
-        return [_Obj(pid=int(p["pid"]), timeStamp=ts, smUtil=_num(p["sm_util"]),
-                     memUtil=_num(p.get("mem_util", 0)), encUtil=0, decUtil=0) for p in sampled]
+        return [Struct(pid=int(p["pid"]), timeStamp=ts, smUtil=percent(p["sm_util"]),
+                       memUtil=percent(p.get("mem_util", 0)), encUtil=0, decUtil=0) for p in sampled]
 
     # ------------------------------------------------------------------ MIG
 
@@ -239,18 +240,18 @@ class FakePynvml(NvmlBase):
     def nvmlDeviceGetComputeInstanceId(self, device: Device) -> int:
         return int(self._mig(device, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
 
-    def nvmlDeviceGetGpuInstanceById(self, device: Device, gpuInstanceId: int) -> _Obj:
+    def nvmlDeviceGetGpuInstanceById(self, device: Device, gpuInstanceId: int) -> Struct:
         gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceById", metric=False)
         for m in gpu.get("mig") or []:
             if int(m.get("gi", 0)) == gpuInstanceId:
-                return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
+                return Struct(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
         fail("NotFound")
 
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: _Obj) -> _Obj:
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: Struct) -> Struct:
         m = gpuInstance.mig
-        placement = _Obj(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
-        return _Obj(device=Device(gpuInstance.parent, False), id=gpuInstance.id,
-                    profileId=int(m.get("profile_id", 0)), placement=placement)
+        placement = Struct(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
+        return Struct(device=Device(gpuInstance.parent, False), id=gpuInstance.id,
+                      profileId=int(m.get("profile_id", 0)), placement=placement)
 
     # ------------------------------------------------------------------ events
 
@@ -267,7 +268,7 @@ class FakePynvml(NvmlBase):
         if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
             eventSet.devices.add(handle.uuid)
 
-    def nvmlEventSetWait(self, eventSet: EventSet, timeoutms: int) -> _Obj:
+    def nvmlEventSetWait(self, eventSet: EventSet, timeoutms: int) -> Struct:
         deadline = time.monotonic() + timeoutms / 1000.0
         while True:
             if eventSet.freed:
@@ -277,10 +278,10 @@ class FakePynvml(NvmlBase):
                 fresh = seq > eventSet.baseline and seq not in eventSet.delivered
                 if fresh and x.get("gpu") in eventSet.devices:
                     eventSet.delivered.add(seq)
-                    return _Obj(device=Device(str(x["gpu"]), False), eventData=int(x.get("code", 999)),
-                                eventType=pynvml.nvmlEventTypeXidCriticalError,
-                                gpuInstanceId=_instance(x.get("gi")),
-                                computeInstanceId=_instance(x.get("ci")))
+                    return Struct(device=Device(str(x["gpu"]), False), eventData=int(x.get("code", 999)),
+                                  eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                  gpuInstanceId=instance_id(x.get("gi")),
+                                  computeInstanceId=instance_id(x.get("ci")))
             if time.monotonic() >= deadline:
                 fail("Timeout")
             time.sleep(min(0.02, max(deadline - time.monotonic(), 0.0)))

@@ -79,21 +79,21 @@ def add_xid(
 
 
 NO_INSTANCE = 0xFFFFFFFF  # the GPU/compute instance id NVML reports outside MIG
-_Obj = types.SimpleNamespace  # stands in for the ctypes structs pynvml returns
+Struct = types.SimpleNamespace  # stands in for the ctypes structs pynvml returns
 
 
-def _num(value: Any) -> int | float:
+def percent(value: Any) -> int | float:
     """Percentages as the state gives them: NVML reports whole numbers, but a simulator may keep
     fractions so that its ground truth and the attributed shares can be compared exactly."""
     number = float(value)
     return int(number) if number.is_integer() else number
 
 
-def _bytes(mib: Any) -> int:
+def mib_bytes(mib: Any) -> int:
     return int(float(mib) * 1024 * 1024)
 
 
-def _instance(value: Any) -> int:
+def instance_id(value: Any) -> int:
     return NO_INSTANCE if value is None else int(value)
 
 
