@@ -22,7 +22,6 @@ KubeletPodResourcesDynamicResources gate). Like the kubelet, the server rate-lim
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -184,8 +183,7 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
         if self._server is not None:
             return
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()  # a stale socket from a previous run, as the kubelet does
+        self.socket_path.unlink(missing_ok=True)  # a stale socket from a previous run, as the kubelet does
         server = aio.server()
         pb_grpc.add_PodResourcesListerServicer_to_server(self, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
@@ -196,8 +194,7 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace=None)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        self.socket_path.unlink(missing_ok=True)
 
     async def restart(self, down_s: float = 0.0) -> None:
         """What a kubelet restart looks like to a client: the socket file is deleted, and after
