@@ -22,7 +22,6 @@ KubeletPodResourcesDynamicResources gate). Like the kubelet, the server rate-lim
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -101,56 +100,25 @@ def _devices_pb(devices: Iterable[FakeDevices]) -> list[pb.ContainerDevices]:
     out = []
     for d in devices:
         topo = pb.TopologyInfo(nodes=[pb.NUMANode(ID=n) for n in d.numa]) if d.numa else None
-        out.append(
-            pb.ContainerDevices(resource_name=d.resource, device_ids=list(d.device_ids), topology=topo)
-        )
+        out.append(pb.ContainerDevices(resource_name=d.resource, device_ids=d.device_ids, topology=topo))
     return out
 
 
-class _Servicer(pb_grpc.PodResourcesListerServicer):
-    def __init__(self, kubelet: FakeKubelet) -> None:
-        self.k = kubelet
-
-    async def _admit(self, method: str, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
-        if self.k.rate_limit and not self.k._bucket.allow():
-            self.k.rejected += 1
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
-        self.k.calls[method] += 1
-
-    async def List(self, request, context):  # type: ignore[no-untyped-def]
-        await self._admit("List", context)
-        return pb.ListPodResourcesResponse(pod_resources=[self.k._pod_pb(p) for p in self.k.pods])
-
-    async def GetAllocatableResources(self, request, context):  # type: ignore[no-untyped-def]
-        await self._admit("GetAllocatableResources", context)
-        return pb.AllocatableResourcesResponse(devices=_devices_pb(self.k.allocatable))
-
-    async def Get(self, request, context):  # type: ignore[no-untyped-def]
-        if self.k.get_mode == "unimplemented":
-            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method Get")
-        await self._admit("Get", context)
-        if self.k.get_mode == "disabled":
-            await context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
-        for p in self.k.pods:
-            if p.name == request.pod_name and p.namespace == request.pod_namespace:
-                return pb.GetPodResourcesResponse(pod_resources=self.k._pod_pb(p))
-        await context.abort(
-            grpc.StatusCode.UNKNOWN,
-            f"pod {request.pod_name} in namespace {request.pod_namespace} not found",
-        )
+def _claims_pb(claims: Iterable[FakeClaim]) -> list[pb.DynamicResource]:
+    return [
+        pb.DynamicResource(claim_name=c.claim_name, claim_namespace=c.claim_namespace, claim_resources=[
+            pb.ClaimResource(driver_name=d.driver, pool_name=d.pool, device_name=d.device,
+                             share_id=d.share_id, cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices])
+            for d in c.devices])
+        for c in claims
+    ]
 
 
-class FakeKubelet:
+class FakeKubelet(pb_grpc.PodResourcesListerServicer):
     """PodResources gRPC server on `socket_path`; see the module docstring for the simulator API."""
 
-    def __init__(
-        self,
-        socket_path: str | Path,
-        *,
-        get_mode: str = "enabled",
-        dynamic_resources: bool = True,
-        rate_limit: bool = True,
-    ) -> None:
+    def __init__(self, socket_path: str | Path, *, get_mode: str = "enabled", dynamic_resources: bool = True,
+                 rate_limit: bool = True) -> None:
         if get_mode not in GET_MODES:
             raise ValueError(f"get_mode must be one of {GET_MODES}")
         self.socket_path = Path(socket_path)
@@ -161,7 +129,6 @@ class FakeKubelet:
         self.allocatable: tuple[FakeDevices, ...] = ()
         self.calls: Counter[str] = Counter()
         self.rejected = 0
-        self.restarts = 0
         self._bucket = _Bucket(100.0, 10)
         self._server: aio.Server | None = None
 
@@ -172,53 +139,53 @@ class FakeKubelet:
 
     def set_allocatable(self, devices: Iterable[FakeDevices | tuple[str, str]]) -> None:
         """Accept FakeDevices, or (resource, device_id) pairs, one ContainerDevices per device."""
-        items: list[FakeDevices] = []
-        for d in devices:
-            items.append(d if isinstance(d, FakeDevices) else FakeDevices(d[0], (d[1],)))
-        self.allocatable = tuple(items)
+        self.allocatable = tuple(d if isinstance(d, FakeDevices) else FakeDevices(d[0], (d[1],))
+                                 for d in devices)
 
     def _pod_pb(self, pod: FakePod) -> pb.PodResources:
-        containers = []
-        for c in pod.containers:
-            dyn = []
-            if self.dynamic_resources:
-                for claim in c.claims:
-                    resources = [
-                        pb.ClaimResource(
-                            cdi_devices=[pb.CDIDevice(name=n) for n in d.cdi_devices],
-                            driver_name=d.driver,
-                            pool_name=d.pool,
-                            device_name=d.device,
-                            share_id=d.share_id,
-                        )
-                        for d in claim.devices
-                    ]
-                    dyn.append(
-                        pb.DynamicResource(
-                            claim_name=claim.claim_name,
-                            claim_namespace=claim.claim_namespace,
-                            claim_resources=resources,
-                        )
-                    )
-            containers.append(
-                pb.ContainerResources(name=c.name, devices=_devices_pb(c.devices), dynamic_resources=dyn)
-            )
+        dra = self.dynamic_resources
+        containers = [pb.ContainerResources(name=c.name, devices=_devices_pb(c.devices),
+                                            dynamic_resources=_claims_pb(c.claims if dra else ()))
+                      for c in pod.containers]
         return pb.PodResources(name=pod.name, namespace=pod.namespace, containers=containers)
 
-    # ------------------------------------------------------------------ lifecycle
+    # ------------------------------------------------------------------ the gRPC service
 
-    @property
-    def running(self) -> bool:
-        return self._server is not None
+    async def _admit(self, method: str, context: aio.ServicerContext) -> None:  # type: ignore[type-arg]
+        if self.rate_limit and not self._bucket.allow():
+            self.rejected += 1
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "rejected by rate limit")
+        self.calls[method] += 1
+
+    async def List(self, request, context):  # type: ignore[no-untyped-def]
+        await self._admit("List", context)
+        return pb.ListPodResourcesResponse(pod_resources=[self._pod_pb(p) for p in self.pods])
+
+    async def GetAllocatableResources(self, request, context):  # type: ignore[no-untyped-def]
+        await self._admit("GetAllocatableResources", context)
+        return pb.AllocatableResourcesResponse(devices=_devices_pb(self.allocatable))
+
+    async def Get(self, request, context):  # type: ignore[no-untyped-def]
+        if self.get_mode == "unimplemented":
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "unknown method Get")
+        await self._admit("Get", context)
+        if self.get_mode == "disabled":
+            await context.abort(grpc.StatusCode.UNKNOWN, "PodResources API Get method disabled")
+        for p in self.pods:
+            if p.name == request.pod_name and p.namespace == request.pod_namespace:
+                return pb.GetPodResourcesResponse(pod_resources=self._pod_pb(p))
+        await context.abort(grpc.StatusCode.UNKNOWN,
+                            f"pod {request.pod_name} in namespace {request.pod_namespace} not found")
+
+    # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         if self._server is not None:
             return
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()  # a stale socket from a previous run, as the kubelet does
+        self.socket_path.unlink(missing_ok=True)  # a stale socket from a previous run, as the kubelet does
         server = aio.server()
-        pb_grpc.add_PodResourcesListerServicer_to_server(_Servicer(self), server)
+        pb_grpc.add_PodResourcesListerServicer_to_server(self, server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
@@ -227,8 +194,7 @@ class FakeKubelet:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace=None)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket_path.unlink()
+        self.socket_path.unlink(missing_ok=True)
 
     async def restart(self, down_s: float = 0.0) -> None:
         """What a kubelet restart looks like to a client: the socket file is deleted, and after
@@ -236,12 +202,4 @@ class FakeKubelet:
         await self.stop()
         if down_s > 0:
             await asyncio.sleep(down_s)
-        self.restarts += 1
         await self.start()
-
-    async def __aenter__(self) -> FakeKubelet:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()

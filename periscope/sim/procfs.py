@@ -47,23 +47,20 @@ class FakeProcfs:
         self.root.mkdir(parents=True, exist_ok=True)
         self._next_start = 100_000
 
-    def _start(self, start_time: int | None) -> int:
-        if start_time is not None:
-            return start_time
-        self._next_start += 137  # strictly increasing: a re-used PID always gets a new start time
-        return self._next_start
-
     def add_process(
         self, pid: int, cgroup_text: str, *, comm: str = "python", start_time: int | None = None
     ) -> int:
         """Write a process with a literal cgroup file; returns its start time."""
-        started = self._start(start_time)
+        if start_time is None:
+            self._next_start += 137  # strictly increasing: a re-used PID always gets a new start time
+            start_time = self._next_start
         d = self.root / str(pid)
         d.mkdir(parents=True, exist_ok=True)
+        comm = comm[:15]  # the kernel keeps 15 characters
         atomic_write(d / "cgroup", cgroup_text)
-        atomic_write(d / "stat", stat_line(pid, comm[:15], started))  # the kernel keeps 15 characters
-        atomic_write(d / "comm", comm[:15] + "\n")
-        return started
+        atomic_write(d / "stat", stat_line(pid, comm, start_time))
+        atomic_write(d / "comm", comm + "\n")
+        return start_time
 
     def add_pod_process(
         self,

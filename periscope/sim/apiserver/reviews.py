@@ -13,10 +13,11 @@ non-resource URL; a namespaced user may get/list/watch pods in its namespaces an
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from periscope.sim.apiserver.kinds import Obj, status
+from periscope.sim.apiserver.store import Obj, status
 from periscope.sim.scenario.document import UserSpec
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -29,8 +30,7 @@ _READ = ("get", "list", "watch")
 
 
 def user_uid(name: str) -> str:
-    h = hashlib.sha256(f"user/{name}".encode()).hexdigest()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    return str(uuid.UUID(hashlib.sha256(f"user/{name}".encode()).hexdigest()[:32]))
 
 
 def review(users: Sequence[UserSpec], path: str, body: Any) -> tuple[int, Obj]:
@@ -50,11 +50,9 @@ def review(users: Sequence[UserSpec], path: str, body: Any) -> tuple[int, Obj]:
             out["status"] = {"user": {}, "error": "invalid bearer token"}
         else:
             groups = ["system:authenticated"]
-            out["status"] = {
-                "authenticated": True,
-                "user": {"username": user.name, "uid": user_uid(user.name), "groups": groups},
-                "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"],
-            }
+            out["status"] = {"authenticated": True,
+                             "user": {"username": user.name, "uid": user_uid(user.name), "groups": groups},
+                             "audiences": spec.get("audiences") or ["https://kubernetes.default.svc"]}
         return 201, out
     invalid = _invalid_access(spec)
     if invalid:
@@ -67,10 +65,8 @@ def review(users: Sequence[UserSpec], path: str, body: Any) -> tuple[int, Obj]:
 def _invalid_access(spec: Obj) -> str:
     res, non = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if (res is None) == (non is None):
-        return (
-            "spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes or "
-            "resourceAttributes must be specified"
-        )
+        return ("spec.resourceAttributes: Invalid value: exactly one of nonResourceAttributes or "
+                "resourceAttributes must be specified")
     if not spec.get("user") and not spec.get("groups"):
         return 'spec.user: Invalid value: "": at least one of user or group must be specified'
     return ""
@@ -82,20 +78,11 @@ def _authorize(users: Sequence[UserSpec], spec: Obj) -> tuple[bool, str]:
         return False, ""
     res, non = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if user.cluster:
-        verb = (res or non or {}).get("verb")
-        if verb in _READ or (non is not None and verb == "get"):
+        if (res or non or {}).get("verb") in _READ:
             return True, f'RBAC: allowed by ClusterRoleBinding "{user.name}-view" of ClusterRole "view"'
         return False, ""
-    if (
-        res is not None
-        and res.get("verb") in _READ
-        and (res.get("group") or "") == ""
-        and res.get("resource") == "pods"
-        and not res.get("subresource")
-        and res.get("namespace") in user.namespaces
-    ):
-        return (
-            True,
-            f'RBAC: allowed by RoleBinding "{user.name}-view/{res["namespace"]}" of ClusterRole "view"',
-        )
+    res = res or {}
+    pods = res.get("resource") == "pods" and not res.get("group") and not res.get("subresource")
+    if pods and res.get("verb") in _READ and (ns := res.get("namespace")) in user.namespaces:
+        return True, f'RBAC: allowed by RoleBinding "{user.name}-view/{ns}" of ClusterRole "view"'
     return False, ""

@@ -1,27 +1,59 @@
-"""The fake apiserver's object store: objects, one revision counter, history and watch fan-out.
+"""The fake apiserver's object store: the kinds it serves, objects, one revision counter, history and
+watch fan-out.
 
-Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace, name) and
-stamps each change with the next value of a single revision counter shared by all kinds; it records
-the change in a bounded history and posts it to every open `Watch` of that kind and namespace. Versions
-below the compaction floor (raised by `compact`, `clear` or the history limit) are expired, so a watch
-resuming from one must get 410. It also remembers which optional kinds are served (the GPU Operator CRD,
-DRA). Every method is thread-safe under one re-entrant lock; watch queues are fed only through the
-serving event loop's FIFO, so each watch sees its items in revision order.
+A `Kind` names one resource the way the apiserver's discovery does; `KINDS` is the whole catalogue,
+from core pods and nodes to the GPU Operator's ClusterPolicy CRD, DRA resourceclaims and coordination
+leases. Like etcd behind a real apiserver, `ObjectStore` keeps every object under (plural, namespace,
+name) and stamps each change with the next value of a single revision counter shared by all kinds; it
+records the change in a bounded history, which watches read from the revision they have reached, and
+wakes them. Versions below the compaction floor (raised by `compact`, `clear` or the history limit) are
+expired, so a watch at or resuming from one must get 410. It also remembers which optional kinds are
+served (the GPU Operator CRD, DRA). Every method is thread-safe under one re-entrant lock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import copy
 import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from periscope.sim.apiserver.kinds import BY_NAME, KINDS, Kind, Obj
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    plural: str
+    kind: str
+    group: str
+    version: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("pods", "Pod", "", "v1", True),
+    Kind("nodes", "Node", "", "v1", False),
+    Kind("daemonsets", "DaemonSet", "apps", "v1", True),
+    Kind("clusterpolicies", "ClusterPolicy", "nvidia.com", "v1", False),
+    Kind("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True),
+    Kind("leases", "Lease", "coordination.k8s.io", "v1", True),
+)
+BY_NAME = {n.lower(): k for k in KINDS for n in (k.plural, k.kind, k.kind.lower())}
+
+
+def status(code: int, reason: str, message: str) -> Obj:
+    """The `Status` body every error (and every watch ERROR event) carries."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}
 
 
 def rfc3339(ms: int) -> str:
@@ -29,36 +61,20 @@ def rfc3339(ms: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms // 1000))
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(slots=True, eq=False)  # identity-hashed: lives in a set
-class Watch:
-    kind: Kind
-    namespace: str | None
-    queue: asyncio.Queue[tuple[str, Any]]
-
-
 class ObjectStore:
-    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`, `bookmark`.
+    """Versioned objects of every kind: `upsert`/`delete`/`get`/`objects`, `compact`, `clear`."""
 
-    Items for open watches are ("event", {"type", "object"}), ("bookmark", revision), ("gone", None)
-    (the watch's version expired) or ("close", None) (the stream ends).
-    """
+    history_limit = 10_000  # events kept for resuming watches; older versions expire, as etcd compacts
 
-    def __init__(self, *, history_limit: int = 10_000, crd_installed: bool = True, dra_installed: bool = True,
-                 clock: Callable[[], int] = wall_ms) -> None:
-        self.clock = clock  # Unix ms for default creationTimestamps (a simulated clock in `periscope up`)
-        self.history_limit = history_limit
+    def __init__(self, *, crd_installed: bool = True, dra_installed: bool = True) -> None:
         self._lock = threading.RLock()
         self._objects: dict[tuple[str, str, str], Obj] = {}
         self._history: list[tuple[int, Kind, str, Obj]] = []
         self._rv = 1
         self._floor = 0  # watches from a version below this get 410
         self._served = {"clusterpolicies": crd_installed, "resourceclaims": dra_installed}
-        self._watches: set[Watch] = set()
-        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop the watch queues live on
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop the watches run on
+        self._tick = asyncio.Event()  # set (and replaced) on the serving loop after every change
         self._uids = itertools.count(1)
 
     @property
@@ -97,7 +113,7 @@ class ObjectStore:
             prev = old["metadata"] if old is not None else {}
             meta["uid"] = meta.get("uid") or prev.get("uid") or self._new_uid()
             meta["creationTimestamp"] = meta.get("creationTimestamp") or prev.get("creationTimestamp") \
-                or rfc3339(self.clock())
+                or rfc3339(time.time_ns() // 1_000_000)
             new.setdefault("apiVersion", k.api_version)
             new.setdefault("kind", k.kind)
             self._rv += 1
@@ -140,39 +156,31 @@ class ObjectStore:
     def compact(self) -> None:
         """Expire all versions handed out so far: open watches get ERROR 410, resumes fail."""
         with self._lock:
-            self._rv += 1
-            self._floor = self._rv
-            self._history.clear()
-            self._tell_watches(None, ("gone", None))
+            self._expire()
+            self._notify()
 
     def clear(self) -> None:
         """Drop every object without events (a wiped store); old versions become expired."""
         with self._lock:
             self._objects.clear()
-            self._rv += 1
-            self._floor = self._rv
-            self._history.clear()
-
-    def bookmark(self) -> None:
-        """Send a BOOKMARK now on every watch that asked for them."""
-        with self._lock:
-            self._tell_watches(None, ("bookmark", self._rv))
-
-    def watchers(self, kind: str | None = None) -> int:
-        with self._lock:
-            return sum(1 for w in self._watches if kind is None or w.kind is self.kind(kind))
+            self._expire()
 
     def _new_uid(self) -> str:
         # Deterministic (counter-based) so simulator runs are reproducible.
         return str(uuid.UUID(int=(0x5E << 120) | next(self._uids)))
+
+    def _expire(self) -> None:
+        self._rv += 1
+        self._floor = self._rv
+        self._history.clear()
 
     def _set_served(self, plural: str, served: bool) -> None:
         with self._lock:
             if not served:
                 for key in [key for key in self._objects if key[0] == plural]:
                     self._remove(key)
-                self._tell_watches(plural, ("close", None))
-            self._served[plural] = served
+            self._served[plural] = served  # an unserved kind's watches end
+            self._notify()
 
     def _remove(self, key: tuple[str, str, str]) -> bool:
         obj = self._objects.pop(key, None)
@@ -184,21 +192,23 @@ class ObjectStore:
         return True
 
     def _record(self, kind: Kind, typ: str, obj: Obj) -> None:
-        snap = copy.deepcopy(obj)
-        self._history.append((self._rv, kind, typ, snap))
+        self._history.append((self._rv, kind, typ, copy.deepcopy(obj)))
         if len(self._history) > self.history_limit:
             dropped = self._history.pop(0)
             self._floor = dropped[0] + 1
-        for w in self._watches:
-            if w.kind is kind and w.namespace in (None, snap["metadata"].get("namespace")):
-                self._post(w, ("event", {"type": typ, "object": snap}))
+        self._notify()
 
-    def _tell_watches(self, plural: str | None, item: tuple[str, Any]) -> None:
-        for w in self._watches:
-            if plural is None or w.kind.plural == plural:
-                self._post(w, item)
+    def _since(self, rv: int, kind: Kind, namespace: str | None) -> list[tuple[str, Obj]]:
+        """(type, object) of the recorded changes after `rv` to objects of `kind` (in `namespace`)."""
+        start = bisect.bisect_right(self._history, rv, key=lambda change: change[0])
+        return [(t, o) for _, k, t, o in self._history[start:]
+                if k is kind and namespace in (None, o["metadata"].get("namespace"))]
 
-    def _post(self, w: Watch, item: tuple[str, Any]) -> None:
-        # Always through the loop's FIFO (even from the loop thread) so items keep revision order.
+    def _notify(self) -> None:
+        """Wake every watch; through the loop's FIFO, so from any thread."""
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(w.queue.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _wake(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()

@@ -5,32 +5,35 @@ each probe, in any process, loads `fake_pynvml(path)` in place of `import pynvml
 NVML_BACKEND=fake:<path>) and sees the new state on its next call (re-read on mtime/inode change).
 Functions have the pynvml names, arguments and return shapes for the calls the probe makes; errors
 are pynvml's own `NVMLError` subclasses (`NVMLError_NotSupported`, ...).
-The state file's format is in `periscope.sim.nvml.state`.
+The state file's format, and the state access under every call, are in `periscope.sim.nvml.state`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import time
-from pathlib import Path
-from typing import Any
 
 import pynvml
 from pynvml import NVMLError
 
-from periscope.sim.nvml.base import (
-    _MIB,
-    MPS_SERVER_PATH,
+from periscope.sim.nvml.state import (
+    Device,
+    EventSet,
+    Gpu,
     NvmlBase,
-    _Device,
-    _EventSet,
-    _num,
-    _Obj,
+    Struct,
+    add_xid,
     fail,
+    instance_id,
+    mib_bytes,
+    percent,
+    read_nvml_state,
+    write_nvml_state,
 )
-from periscope.sim.nvml.state import add_xid, read_nvml_state, write_nvml_state
 
 __all__ = ["FakePynvml", "NVMLError", "add_xid", "fake_pynvml", "read_nvml_state", "write_nvml_state"]
+MPS_SERVER_PATH = "nvidia-cuda-mps-server"  # what nvmlSystemGetProcessName names the MPS server
+
 
 class FakePynvml(NvmlBase):
     """Module object exposing the pynvml API over one state file."""
@@ -55,119 +58,103 @@ class FakePynvml(NvmlBase):
     # ------------------------------------------------------------------ enumeration
 
     def nvmlDeviceGetCount(self) -> int:
-        return len(self._ready().get("gpus", []))
+        return len(self._gpus())
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> _Device:
-        gpus = self._ready().get("gpus", [])
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
+        gpus = self._gpus()
         if not 0 <= index < len(gpus):
             fail("InvalidArgument")
-        return _Device(gpus[index]["uuid"], False)
+        return Device(gpus[index]["uuid"], False)
 
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> _Device:
-        for gpu in self._ready().get("gpus", []):
-            if gpu["uuid"] == uuid:
-                return _Device(uuid, False)
-            if any(m["uuid"] == uuid for m in gpu.get("mig") or []):
-                return _Device(uuid, True)
-        fail("NotFound")
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Device:
+        found = self._lookup(uuid)
+        if found is None:
+            fail("NotFound")
+        return Device(uuid, found[1] is not None)
 
-    def nvmlDeviceGetUUID(self, handle: _Device) -> str:
+    def nvmlDeviceGetUUID(self, handle: Device) -> str:
         self._find(handle, "nvmlDeviceGetUUID", metric=False)
         return handle.uuid
 
-    def nvmlDeviceGetName(self, handle: _Device) -> str:
+    def nvmlDeviceGetName(self, handle: Device) -> str:
         gpu, mig = self._find(handle, "nvmlDeviceGetName", metric=False)
         name = str(gpu.get("name", "NVIDIA A100-SXM4-80GB"))
         return f"{name} MIG {mig.get('profile', '')}" if mig is not None else name
 
-    def nvmlDeviceGetIndex(self, handle: _Device) -> int:
+    def nvmlDeviceGetIndex(self, handle: Device) -> int:
         gpu, _ = self._find(handle, "nvmlDeviceGetIndex", metric=False)
         return [g["uuid"] for g in self._state.get("gpus", [])].index(gpu["uuid"])
 
-    def nvmlDeviceGetMinorNumber(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False)
-        if mig is not None:
-            fail("NotSupported")
+    def nvmlDeviceGetMinorNumber(self, handle: Device) -> int:
+        gpu, _ = self._find(handle, "nvmlDeviceGetMinorNumber", metric=False, whole=True)
         return int(gpu.get("minor", self.nvmlDeviceGetIndex(handle)))
 
-    def nvmlDeviceGetPciInfo(self, handle: _Device) -> _Obj:
+    def nvmlDeviceGetPciInfo(self, handle: Device) -> Struct:
         gpu, _ = self._find(handle, "nvmlDeviceGetPciInfo", metric=False)
         bus = str(gpu.get("pci_bus_id", "00000000:00:00.0")).encode()
-        return _Obj(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
+        return Struct(busId=bus, busIdLegacy=bus, domain=0, bus=0, device=0, pciDeviceId=0, pciSubSystemId=0)
 
     # ------------------------------------------------------------------ metrics
 
-    def nvmlDeviceGetUtilizationRates(self, handle: _Device) -> _Obj:
-        gpu, mig = self._find(handle, "nvmlDeviceGetUtilizationRates")
-        if mig is not None or gpu.get("mig") is not None:
+    def nvmlDeviceGetUtilizationRates(self, handle: Device) -> Struct:
+        gpu, _ = self._find(handle, "nvmlDeviceGetUtilizationRates", whole=True)
+        if gpu.get("mig") is not None:
             fail("NotSupported")  # as on real MIG-enabled GPUs
-        return _Obj(gpu=_num(gpu.get("util_pct", 0)), memory=_num(gpu.get("mem_util_pct", 0)))
+        return Struct(gpu=percent(gpu.get("util_pct", 0)), memory=percent(gpu.get("mem_util_pct", 0)))
 
-    def nvmlDeviceGetMemoryInfo(self, handle: _Device, version: int | None = None) -> _Obj:
+    def nvmlDeviceGetMemoryInfo(self, handle: Device, version: int | None = None) -> Struct:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
-        total = int(float(src.get("memory_total_mib", 0)) * _MIB)
+        total = mib_bytes(src.get("memory_total_mib", 0))
         if mig is None and gpu.get("mig") is not None:
-            used = int(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]) * _MIB)
+            used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
         else:
-            used = int(float(src.get("memory_used_mib", 0)) * _MIB)
-        mem = _Obj(total=total, free=max(total - used, 0), used=used)
+            used = mib_bytes(src.get("memory_used_mib", 0))
+        mem = Struct(total=total, free=max(total - used, 0), used=used)
         if version:
             mem.version, mem.reserved = version, 0
         return mem
 
-    def nvmlDeviceGetPowerUsage(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetPowerUsage")
-        if mig is not None:
-            fail("NotSupported")
+    def nvmlDeviceGetPowerUsage(self, handle: Device) -> int:
+        gpu, _ = self._find(handle, "nvmlDeviceGetPowerUsage", whole=True)
         return int(float(gpu.get("power_w", 0.0)) * 1000)
 
-    def nvmlDeviceGetTemperature(self, handle: _Device, sensor: int) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetTemperature")
-        if mig is not None or sensor != 0:
+    def nvmlDeviceGetTemperature(self, handle: Device, sensor: int) -> int:
+        gpu, _ = self._find(handle, "nvmlDeviceGetTemperature", whole=True)
+        if sensor != 0:
             fail("NotSupported")
         return int(gpu.get("temp_c", 0))
 
-    def _listed(self, handle: _Device, call: str, kind: str) -> list[_Obj]:
+    def _listed(self, handle: Device, call: str, kind: str) -> list[Struct]:
         """One process list. `kind`: compute | mps | graphics. On an MPS GPU (state `mps`) the
         driver lists the clients only as MPS processes and the MPS server as a compute process."""
         gpu, mig = self._find(handle, call)
-        mps = gpu.get("mps") if mig is None else None
-        sources: list[tuple[dict[str, Any] | None, list[dict[str, Any]]]]
+        instances = [mig] if mig is not None else gpu.get("mig")
+        sources: list[tuple[Gpu | None, list[Gpu]]]
         if kind == "graphics":
             sources = [(None, gpu.get("graphics_processes", []) if mig is None else [])]
-        elif mig is not None:
-            sources = [(mig, mig.get("processes", []) if kind == "compute" else [])]
-        elif gpu.get("mig") is not None:
-            if gpu.get("mig_list_needs_privilege"):
+        elif instances is not None:
+            if mig is None and gpu.get("mig_list_needs_privilege"):
                 fail("NoPermission")  # the whole-GPU list on MIG needs root; the instances answer
-            sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in gpu["mig"]]
-        elif mps is not None:
+            sources = [(m, m.get("processes", []) if kind == "compute" else []) for m in instances]
+        elif (mps := gpu.get("mps")) is not None:
             server = {"pid": mps.get("server_pid", 0), "used_mib": mps.get("server_used_mib", 0)}
             sources = [(None, [server] if kind == "compute" else gpu.get("processes", []))]
         else:
             sources = [(None, gpu.get("processes", []) if kind == "compute" else [])]
-        out = []
-        for inst, procs in sources:
-            for p in procs:
-                used = p.get("used_mib")
-                out.append(
-                    _Obj(
-                        pid=int(p["pid"]),
-                        usedGpuMemory=None if used is None else int(float(used) * _MIB),
-                        gpuInstanceId=0xFFFFFFFF if inst is None else int(inst.get("gi", 0)),
-                        computeInstanceId=0xFFFFFFFF if inst is None else int(inst.get("ci", 0)),
-                    )
-                )
-        return out
+        return [Struct(pid=int(p["pid"]),
+                       usedGpuMemory=None if p.get("used_mib") is None else mib_bytes(p["used_mib"]),
+                       gpuInstanceId=instance_id(None if inst is None else inst.get("gi", 0)),
+                       computeInstanceId=instance_id(None if inst is None else inst.get("ci", 0)))
+                for inst, procs in sources for p in procs]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetComputeRunningProcesses", "compute")
 
-    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: _Device) -> list[_Obj]:
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetMPSComputeRunningProcesses", "mps")
 
-    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: _Device) -> list[_Obj]:
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Device) -> list[Struct]:
         return self._listed(handle, "nvmlDeviceGetGraphicsRunningProcesses", "graphics")
 
     # pynvml's unversioned names call the _v3 ones
@@ -175,15 +162,13 @@ class FakePynvml(NvmlBase):
     nvmlDeviceGetMPSComputeRunningProcesses_v3 = nvmlDeviceGetMPSComputeRunningProcesses
     nvmlDeviceGetGraphicsRunningProcesses_v3 = nvmlDeviceGetGraphicsRunningProcesses
 
-    def nvmlDeviceGetComputeMode(self, handle: _Device) -> int:
-        gpu, mig = self._find(handle, "nvmlDeviceGetComputeMode")
-        if mig is not None:
-            fail("NotSupported")
+    def nvmlDeviceGetComputeMode(self, handle: Device) -> int:
+        gpu, _ = self._find(handle, "nvmlDeviceGetComputeMode", whole=True)
         # The MPS control daemon sets EXCLUSIVE_PROCESS so that only its server opens the GPU.
         return pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS if "mps" in gpu else pynvml.NVML_COMPUTEMODE_DEFAULT
 
     def nvmlSystemGetProcessName(self, pid: int) -> str:
-        for gpu in self._ready().get("gpus", []):
+        for gpu in self._gpus():
             mps = gpu.get("mps")
             if mps is not None and int(mps.get("server_pid", 0)) == pid:
                 return MPS_SERVER_PATH
@@ -194,9 +179,9 @@ class FakePynvml(NvmlBase):
                     return str(p.get("name", "python3"))
         fail("NotFound")
 
-    def nvmlDeviceGetProcessUtilization(self, handle: _Device, timeStamp: int) -> list[_Obj]:
-        gpu, mig = self._find(handle, "nvmlDeviceGetProcessUtilization")
-        if mig is not None or gpu.get("mig") is not None:
+    def nvmlDeviceGetProcessUtilization(self, handle: Device, timeStamp: int) -> list[Struct]:
+        gpu, _ = self._find(handle, "nvmlDeviceGetProcessUtilization", whole=True)
+        if gpu.get("mig") is not None:
             fail("NotSupported")
         sampled = [p for p in gpu.get("processes", []) if p.get("sm_util") is not None]
         mps = gpu.get("mps")
@@ -211,121 +196,98 @@ class FakePynvml(NvmlBase):
         if not sampled:
             fail("NotFound")  # no sample newer than timeStamp
         ts = max(int(time.time() * 1_000_000), int(timeStamp) + 1)
-        return [
-            _Obj(
-                pid=int(p["pid"]),
-                timeStamp=ts,
-                smUtil=_num(p["sm_util"]),
-                memUtil=_num(p.get("mem_util", 0)),
-                encUtil=0,
-                decUtil=0,
-            )
-            for p in sampled
-        ]
+        return [Struct(pid=int(p["pid"]), timeStamp=ts, smUtil=percent(p["sm_util"]),
+                       memUtil=percent(p.get("mem_util", 0)), encUtil=0, decUtil=0) for p in sampled]
 
     # ------------------------------------------------------------------ MIG
 
-    def nvmlDeviceGetMigMode(self, device: _Device) -> list[int]:
-        gpu, mig = self._find(device, "nvmlDeviceGetMigMode", metric=False)
-        if mig is not None or (gpu.get("mig") is None and not gpu.get("mig_capable")):
+    def nvmlDeviceGetMigMode(self, device: Device) -> list[int]:
+        gpu, _ = self._find(device, "nvmlDeviceGetMigMode", metric=False, whole=True)
+        if gpu.get("mig") is None and not gpu.get("mig_capable"):
             fail("NotSupported")
         return [1, 1] if gpu.get("mig") is not None else [0, 0]
 
-    def nvmlDeviceGetMaxMigDeviceCount(self, device: _Device) -> int:
+    def nvmlDeviceGetMaxMigDeviceCount(self, device: Device) -> int:
         gpu, _ = self._find(device, "nvmlDeviceGetMaxMigDeviceCount", metric=False)
         return 7 if gpu.get("mig") is not None or gpu.get("mig_capable") else 0
 
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: _Device, index: int) -> _Device:
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, device: Device, index: int) -> Device:
         gpu, _ = self._find(device, "nvmlDeviceGetMigDeviceHandleByIndex", metric=False)
         migs = gpu.get("mig") or []
         if not 0 <= index < len(migs):
             fail("NotFound")
-        return _Device(migs[index]["uuid"], True)
+        return Device(migs[index]["uuid"], True)
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: _Device) -> _Device:
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Device) -> Device:
         gpu, mig = self._find(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
         if mig is None:
             fail("InvalidArgument")
-        return _Device(gpu["uuid"], False)
+        return Device(gpu["uuid"], False)
 
-    def nvmlDeviceIsMigDeviceHandle(self, device: _Device) -> ctypes.c_uint:
+    def nvmlDeviceIsMigDeviceHandle(self, device: Device) -> ctypes.c_uint:
         _, mig = self._find(device, "nvmlDeviceIsMigDeviceHandle", metric=False)
         return ctypes.c_uint(1 if mig is not None else 0)
 
-    def _mig(self, dev: _Device, call: str) -> dict[str, Any]:
+    def _mig(self, dev: Device, call: str) -> Gpu:
         _, mig = self._find(dev, call, metric=False)
         if mig is None:
             fail("InvalidArgument")
-        assert mig is not None
         return mig
 
-    def nvmlDeviceGetGpuInstanceId(self, device: _Device) -> int:
+    def nvmlDeviceGetGpuInstanceId(self, device: Device) -> int:
         return int(self._mig(device, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
 
-    def nvmlDeviceGetComputeInstanceId(self, device: _Device) -> int:
+    def nvmlDeviceGetComputeInstanceId(self, device: Device) -> int:
         return int(self._mig(device, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
 
-    def nvmlDeviceGetGpuInstanceById(self, device: _Device, gpuInstanceId: int) -> _Obj:
+    def nvmlDeviceGetGpuInstanceById(self, device: Device, gpuInstanceId: int) -> Struct:
         gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceById", metric=False)
         for m in gpu.get("mig") or []:
             if int(m.get("gi", 0)) == gpuInstanceId:
-                return _Obj(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
+                return Struct(parent=gpu["uuid"], id=gpuInstanceId, mig=m)
         fail("NotFound")
 
-    def nvmlGpuInstanceGetInfo(self, gpuInstance: _Obj) -> _Obj:
+    def nvmlGpuInstanceGetInfo(self, gpuInstance: Struct) -> Struct:
         m = gpuInstance.mig
-        placement = _Obj(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
-        return _Obj(
-            device=_Device(gpuInstance.parent, False),
-            id=gpuInstance.id,
-            profileId=int(m.get("profile_id", 0)),
-            placement=placement,
-        )
+        placement = Struct(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
+        return Struct(device=Device(gpuInstance.parent, False), id=gpuInstance.id,
+                      profileId=int(m.get("profile_id", 0)), placement=placement)
 
     # ------------------------------------------------------------------ events
 
-    def nvmlEventSetCreate(self) -> _EventSet:
+    def nvmlEventSetCreate(self) -> EventSet:
         xids = self._ready().get("xids", [])
-        return _EventSet(max((int(x.get("seq", 0)) for x in xids), default=0))
+        return EventSet(max((int(x.get("seq", 0)) for x in xids), default=0))
 
-    def nvmlDeviceGetSupportedEventTypes(self, handle: _Device) -> int:
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Device) -> int:
         self._find(handle, "nvmlDeviceGetSupportedEventTypes", metric=False)
         return 0x1 | 0x2 | 0x4 | 0x8 | 0x10
 
-    def nvmlDeviceRegisterEvents(self, handle: _Device, eventTypes: int, eventSet: _EventSet) -> None:
+    def nvmlDeviceRegisterEvents(self, handle: Device, eventTypes: int, eventSet: EventSet) -> None:
         self._find(handle, "nvmlDeviceRegisterEvents", metric=False)
         if eventTypes & pynvml.nvmlEventTypeXidCriticalError:
             eventSet.devices.add(handle.uuid)
 
-    def nvmlEventSetWait(self, eventSet: _EventSet, timeoutms: int) -> _Obj:
+    def nvmlEventSetWait(self, eventSet: EventSet, timeoutms: int) -> Struct:
         deadline = time.monotonic() + timeoutms / 1000.0
         while True:
             if eventSet.freed:
                 fail("Uninitialized")
             for x in self._ready().get("xids", []):
                 seq = int(x.get("seq", 0))
-                if (
-                    seq > eventSet.baseline
-                    and seq not in eventSet.delivered
-                    and x.get("gpu") in eventSet.devices
-                ):
+                fresh = seq > eventSet.baseline and seq not in eventSet.delivered
+                if fresh and x.get("gpu") in eventSet.devices:
                     eventSet.delivered.add(seq)
-                    gi, ci = x.get("gi"), x.get("ci")
-                    return _Obj(
-                        device=_Device(str(x["gpu"]), False),
-                        eventType=pynvml.nvmlEventTypeXidCriticalError,
-                        eventData=int(x.get("code", 999)),
-                        gpuInstanceId=0xFFFFFFFF if gi is None else int(gi),
-                        computeInstanceId=0xFFFFFFFF if ci is None else int(ci),
-                    )
+                    return Struct(device=Device(str(x["gpu"]), False), eventData=int(x.get("code", 999)),
+                                  eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                  gpuInstanceId=instance_id(x.get("gi")),
+                                  computeInstanceId=instance_id(x.get("ci")))
             if time.monotonic() >= deadline:
                 fail("Timeout")
             time.sleep(min(0.02, max(deadline - time.monotonic(), 0.0)))
 
-    def nvmlEventSetFree(self, eventSet: _EventSet) -> None:
+    def nvmlEventSetFree(self, eventSet: EventSet) -> None:
         eventSet.freed = True
 
 
-def fake_pynvml(state_path: str | Path) -> FakePynvml:
-    """A fresh fake module bound to `state_path` (one per probe; the file may not exist yet)."""
-    return FakePynvml(state_path)
+fake_pynvml = FakePynvml  # a fresh fake module bound to a state path (one per probe; the file may come later)

@@ -1,4 +1,5 @@
-"""The fake NVML's state file: the simulator writes it, every `FakePynvml` over it reads it.
+"""The fake NVML's state file, and the plumbing every fake pynvml call stands on: pynvml's own errors
+and constants, handle and struct stand-ins, and the state re-read whenever the simulator replaced it.
 
 State (one file per simulated node; every key but `gpus[].uuid` optional):
 
@@ -34,26 +35,38 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import threading
+import types
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+import pynvml
+
+from periscope.sim.procfs import atomic_write
+
+Gpu = dict[str, Any]  # one entry of `gpus` (or of a GPU's `mig`) in the state
+
+# pynvml's own error classes (NVMLError_NotSupported, ...), codes and constants: importing pynvml loads no
+# library, and the probe's `except` clauses then meet exactly the classes a real node raises.
+_PYNVML = {
+    k: v
+    for k, v in vars(pynvml).items()
+    if k.startswith(("NVML", "nvmlEventType", "nvmlMemory_")) and (not callable(v) or isinstance(v, type))
+}
 
 
 def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     """Write the state so that readers never see a partial file (temp file + rename)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".nvml-", dir=target.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f)
-    os.replace(tmp, target)
+    atomic_write(target, json.dumps(state))
 
 
 def read_nvml_state(path: str | Path) -> dict[str, Any]:
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
-    return data
+    state: dict[str, Any] = json.loads(Path(path).read_text())
+    return state
 
 
 def add_xid(
@@ -63,3 +76,110 @@ def add_xid(
     seq = max((int(x.get("seq", 0)) for x in xids), default=0) + 1
     xids.append({"seq": seq, "gpu": gpu_uuid, "code": code, "gi": gi, "ci": ci})
     return state
+
+
+NO_INSTANCE = 0xFFFFFFFF  # the GPU/compute instance id NVML reports outside MIG
+Struct = types.SimpleNamespace  # stands in for the ctypes structs pynvml returns
+
+
+def percent(value: Any) -> int | float:
+    """Percentages as the state gives them: NVML reports whole numbers, but a simulator may keep
+    fractions so that its ground truth and the attributed shares can be compared exactly."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def mib_bytes(mib: Any) -> int:
+    return int(float(mib) * 1024 * 1024)
+
+
+def instance_id(value: Any) -> int:
+    return NO_INSTANCE if value is None else int(value)
+
+
+def fail(name: str) -> NoReturn:
+    """Raise the pynvml error named `name` (`NotSupported`, ...)."""
+    raise getattr(pynvml, f"NVMLError_{name}")()
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device handle: equal (and hashed) by UUID alone."""
+
+    uuid: str
+    mig: bool = field(compare=False)
+
+
+@dataclass(slots=True, eq=False)
+class EventSet:
+    baseline: int  # the highest XID seq when the set was created; only later ones are delivered
+    devices: set[str] = field(default_factory=set)
+    delivered: set[int] = field(default_factory=set)
+    freed: bool = False
+
+
+class NvmlBase(types.ModuleType):
+    """What every pynvml call stands on: the module's constants and error classes, and the state file
+    re-read when it changes."""
+
+    NVMLError = pynvml.NVMLError
+
+    def __init__(self, state_path: str | Path) -> None:
+        super().__init__("pynvml")
+        self.state_path = Path(state_path)
+        self.__dict__.update(_PYNVML)
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._state: dict[str, Any] = {}
+        self._initialized = 0
+
+    def _load(self) -> dict[str, Any]:
+        with self._lock:
+            try:
+                st = os.stat(self.state_path)
+            except OSError:
+                fail("DriverNotLoaded")
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp != self._stamp:
+                self._state = read_nvml_state(self.state_path)
+                self._stamp = stamp
+            return self._state
+
+    def _ready(self) -> dict[str, Any]:
+        if not self._initialized:
+            fail("Uninitialized")
+        return self._load()
+
+    def _gpus(self) -> list[Gpu]:
+        gpus: list[Gpu] = self._ready().get("gpus", [])
+        return gpus
+
+    def _lookup(self, uuid: str) -> tuple[Gpu, Gpu | None] | None:
+        """(gpu, mig-or-None) for a GPU or MIG device UUID, None when no such device."""
+        for gpu in self._gpus():
+            if gpu["uuid"] == uuid:
+                return gpu, None
+            mig = next((m for m in gpu.get("mig") or [] if m["uuid"] == uuid), None)
+            if mig is not None:
+                return gpu, mig
+        return None
+
+    def _find(
+        self, dev: Device, call: str, metric: bool = True, whole: bool = False
+    ) -> tuple[Gpu, Gpu | None]:
+        """(gpu, mig-or-None) for a handle; applies `lost` and injected failures. `whole`: a call a MIG
+        device handle answers with NotSupported, as on real MIG devices."""
+        if not isinstance(dev, Device):
+            fail("InvalidArgument")
+        found = self._lookup(dev.uuid)
+        if found is None:
+            fail("GpuIsLost")  # the device vanished from the bus
+        gpu, mig = found
+        if metric and gpu.get("lost"):
+            fail("GpuIsLost")
+        failure = gpu.get("fail", {}).get(call)
+        if failure:
+            fail(failure)
+        if whole and mig is not None:
+            fail("NotSupported")
+        return found
