@@ -1,4 +1,10 @@
-"""Durations as users write them (`90s`, `10m`, `2h`, `1h30m`, `500ms`) <-> milliseconds."""
+"""Durations as users write them (`90s`, `10m`, `2h`, `1h30m`, `500ms`) <-> milliseconds.
+
+Hand-written on purpose: these are the Go/Prometheus-style durations operators type in kubectl and
+PromQL. pydantic's timedelta takes ISO 8601 (`PT90S`) or `[-][DD]D[,][HH:MM:]SS`, not `1h30m`, and
+the small parsers on PyPI differ on `m` (minutes or months) and on `ms`; twenty lines are cheaper to
+keep exact than a dependency to pin and wrap.
+"""
 
 from __future__ import annotations
 
