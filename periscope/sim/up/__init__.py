@@ -32,13 +32,16 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> int:
     """Run the stack; returns the exit status (1 when a service crashed or startup failed)."""
-    lock = threading.Lock()
+    lock = threading.RLock()
 
-    def say(line: str) -> None:
-        with lock, contextlib.suppress(OSError):  # a closed stdout (`| head`) must not stall the pumps
-            print(line, flush=True)
+    def out(line: str) -> None:
+        with lock:  # one line at a time from the children's pumps and from here
+            if emit is not None:
+                emit(line)
+                return
+            with contextlib.suppress(OSError):  # a closed stdout (`| head`) must not stall the pumps
+                print(line, flush=True)
 
-    out = emit or say
     # SIGTERM (a supervisor, `timeout`, `kill`) stops everything as Ctrl-C does. SIGINT is set too:
     # a parent that started us with it ignored (a background job of a script) would otherwise leave
     # Ctrl-C without effect, as Python installs its own handler only when SIGINT was not ignored.
@@ -50,9 +53,10 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
         stack.start()
         stack.wait_ready()
         stack.begin()
-        for line in banner(stack):
-            out(line)
-        out(f"[up] ready in {time.monotonic() - started:.1f}s; scenario clock started")
+        with lock:  # the banner in one piece: the children are already logging
+            for line in banner(stack):
+                out(line)
+            out(f"[up] ready in {time.monotonic() - started:.1f}s; scenario clock started")
         stack.supervise()
     except KeyboardInterrupt:
         out("[up] interrupted: stopping")
