@@ -287,9 +287,15 @@ SCENARIOS: dict[str, Callable[[Path], Awaitable[Any]]] = {
 }
 
 
+class Outcomes(dict[str, Any]):
+    """Each scenario's result, or the exception it failed with (shown in short in a failure's report)."""
+
+    def __repr__(self) -> str:
+        return repr({k: type(v).__name__ for k, v in self.items()})
+
+
 @pytest.fixture(scope="module")
-def outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Each scenario's result, or the exception it failed with."""
+def outcome(tmp_path_factory: pytest.TempPathFactory) -> Outcomes:
 
     async def one(name: str) -> Any:
         tmp = tmp_path_factory.mktemp(f"paused-{name}")
@@ -302,14 +308,14 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 return AssertionError(f"the {name} scenario did not finish in {SCENARIO_LIMIT_S}s: {e!r}")
             return e
 
-    async def every() -> dict[str, Any]:
+    async def every() -> Outcomes:
         results = await asyncio.gather(*(one(name) for name in SCENARIOS))
-        return dict(zip(SCENARIOS, results, strict=True))
+        return Outcomes(zip(SCENARIOS, results, strict=True))
 
     return asyncio.run(every())
 
 
-def result(outcome: dict[str, Any], name: str) -> Any:
+def result(outcome: Outcomes, name: str) -> Any:
     got = outcome[name]
     if isinstance(got, Exception):
         raise got
@@ -319,7 +325,7 @@ def result(outcome: dict[str, Any], name: str) -> Any:
 # ---------------------------------------------------------------- tests
 
 
-def test_probe_flushes_what_it_buffered_in_order(outcome: dict[str, Any]) -> None:
+def test_probe_flushes_what_it_buffered_in_order(outcome: Outcomes) -> None:
     seen: ProbeSeen = result(outcome, "probe")
     # In order: per topic, sequence numbers grow in arrival order, and none is missing. A send that timed
     # out when the pause began may still be delivered after it (at least once): a repeat, which the
@@ -330,18 +336,18 @@ def test_probe_flushes_what_it_buffered_in_order(outcome: dict[str, Any]) -> Non
     assert every == list(range(every[0], every[0] + len(every))), "a buffered event was lost"
 
 
-def test_watcher_publishes_what_changed_while_the_broker_was_paused(outcome: dict[str, Any]) -> None:
+def test_watcher_publishes_what_changed_while_the_broker_was_paused(outcome: Outcomes) -> None:
     seqs: list[int] = result(outcome, "watcher")
     # A publish that timed out may have been stored all the same and is then sent again (at least once,
     # as the broker has no idempotent producer): a repeat is allowed, an older event after a newer is not.
     assert all(b >= a for a, b in itertools.pairwise(seqs)), seqs
 
 
-def test_api_view_moves_again_after_a_45s_pause(outcome: dict[str, Any]) -> None:
+def test_api_view_moves_again_after_a_45s_pause(outcome: Outcomes) -> None:
     result(outcome, "api")  # its checks are made as it runs (readiness before, during and after the pause)
 
 
-def test_joiner_worker_resumes_after_a_45s_pause(outcome: dict[str, Any]) -> None:
+def test_joiner_worker_resumes_after_a_45s_pause(outcome: Outcomes) -> None:
     seen: JoinerSeen = result(outcome, "joiner")
     assert seen.exit_code == 0
     for key, want in seen.expected.items():
