@@ -27,9 +27,6 @@ class ChangeConfig:
     wasted_gpu_hours: float = 0.01
 
 
-DEFAULT_CHANGES = ChangeConfig()
-
-
 def _moved(old: float | None, new: float | None, threshold: float) -> bool:
     if old is None or new is None:
         return (old is None) != (new is None)
