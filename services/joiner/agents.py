@@ -111,7 +111,7 @@ class Joiner:
         for event in events:
             msg: Message = event.message
             counts[msg.topic] = counts.get(msg.topic, 0) + 1
-            if self.stopping or not self.current(msg):
+            if not self.current(msg):
                 continue  # a record fetched before a rebalance: its partition's next owner reads it
             where = (msg.topic, msg.partition)
             if self.on_first_offset is not None and where not in self.processed:
