@@ -206,7 +206,7 @@ class Event(Document):
         return self
 
 
-class User(Document):
+class UserSpec(Document):
     """A user the simulated apiserver knows: TokenReview accepts `token` as `name`, and
     SubjectAccessReview allows reading pods in `namespaces` (everything, with `cluster`)."""
 
@@ -225,7 +225,7 @@ class Policy(Document):
     ] = {}
 
 
-class ScenarioDocument(Document):
+class Scenario(Document):
     """The whole file; `name` defaults to the file's stem, `tick` to 1s."""
 
     name: Text | None = None
@@ -235,7 +235,7 @@ class ScenarioDocument(Document):
     nodes: Annotated[tuple[Node, ...], Field(min_length=1)]
     pods: Annotated[tuple[Pod, ...], _absent_as((), list[Pod]), LAX] = ()
     events: Annotated[tuple[Event, ...], _absent_as((), list[Event]), LAX] = ()
-    users: Annotated[tuple[User, ...], _absent_as((), list[User]), LAX] = ()
+    users: Annotated[tuple[UserSpec, ...], _absent_as((), list[UserSpec]), LAX] = ()
     policy: Policy | None = None
     _source: str = PrivateAttr("")  # the file or built-in name it was read from
 
@@ -285,7 +285,3 @@ class FaultSpec:
     node: str | None = None
     duration_ms: int = 0
 
-
-# The names the simulator and its tests know them by.
-Scenario = ScenarioDocument
-UserSpec = User
