@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import socket
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
+from click.decorators import FC
 
 from periscope.cli.errors import InputError
 from periscope.core.duration import parse_duration_ms
@@ -58,6 +60,12 @@ def _writable(flag: str, path: Path) -> None:
         raise InputError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
 
 
+def _port_option(flag: str, default: int, what: str) -> Callable[[FC], FC]:
+    """`--api-port` and `--broker-port`: one port on 127.0.0.1, 0 for any free one."""
+    text = f"Port of {what} on 127.0.0.1 (0 = any free port)."
+    return click.option(flag, type=click.IntRange(0, 65535), default=default, help=text)
+
+
 @click.command("up", context_settings={"show_default": True})
 @click.option(
     "--scenario",
@@ -65,18 +73,8 @@ def _writable(flag: str, path: Path) -> None:
     metavar="NAME|PATH",
     help=f"Built-in scenario ({', '.join(builtin_names())}) or a scenario YAML file.",
 )
-@click.option(
-    "--api-port",
-    type=click.IntRange(0, 65535),
-    default=8080,
-    help="Port of the HTTP API on 127.0.0.1 (0 = any free port).",
-)
-@click.option(
-    "--broker-port",
-    type=click.IntRange(0, 65535),
-    default=9092,
-    help="Port of the embedded Kafka broker on 127.0.0.1 (0 = any free port).",
-)
+@_port_option("--api-port", 8080, "the HTTP API")
+@_port_option("--broker-port", 9092, "the embedded Kafka broker")
 @click.option(
     "--speed",
     type=click.FloatRange(0, 100, min_open=True),
