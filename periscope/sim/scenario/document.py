@@ -57,9 +57,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
-def _absent_as(empty: Any, shape: Any) -> Any:
-    """A section the file may leave out or write as null (`pods:`), read as `empty`."""
-    return BeforeValidator(lambda v: empty if v is None else v, json_schema_input_type=shape | None)
+def _absent_as(empty: Any, shape: Any, *spelled: str) -> Any:
+    """A section the file may leave out or write as null (`pods:`) or as one of `spelled`, read as `empty`."""
+    absent = (None, *spelled)
+    return BeforeValidator(lambda v: empty if v in absent else v, json_schema_input_type=shape | None)
 
 
 # ---------------------------------------------------------------- nodes
@@ -84,13 +85,9 @@ class Sharing(Document):
 class Node(Document):
     name: NodeName
     gpus: Annotated[tuple[GpuSpec, ...], Field(min_length=1)]
-    sharing: Annotated[
-        Sharing,
-        BeforeValidator(
-            lambda v: {} if v in (None, "none") else v,
-            json_schema_input_type=Literal["none"] | Sharing | None,
-        ),
-    ] = Field(default_factory=Sharing)
+    sharing: Annotated[Sharing, _absent_as({}, Literal["none"] | Sharing, "none")] = Field(
+        default_factory=Sharing
+    )
     checkpoint: Checkpoint = "v2"
 
     @model_validator(mode="after")
