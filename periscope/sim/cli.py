@@ -5,9 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import socket
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import click
+from click.decorators import FC
 
 from periscope.cli.errors import InputError
 from periscope.core.duration import parse_duration_ms
@@ -56,6 +60,12 @@ def _writable(flag: str, path: Path) -> None:
         raise InputError(f"{flag} {path}: cannot write ({e.strerror or e})") from None
 
 
+def _port_option(flag: str, default: int, what: str) -> Callable[[FC], FC]:
+    """`--api-port` and `--broker-port`: one port on 127.0.0.1, 0 for any free one."""
+    text = f"Port of {what} on 127.0.0.1 (0 = any free port)."
+    return click.option(flag, type=click.IntRange(0, 65535), default=default, help=text)
+
+
 @click.command("up", context_settings={"show_default": True})
 @click.option(
     "--scenario",
@@ -63,18 +73,8 @@ def _writable(flag: str, path: Path) -> None:
     metavar="NAME|PATH",
     help=f"Built-in scenario ({', '.join(builtin_names())}) or a scenario YAML file.",
 )
-@click.option(
-    "--api-port",
-    type=click.IntRange(0, 65535),
-    default=8080,
-    help="Port of the HTTP API on 127.0.0.1 (0 = any free port).",
-)
-@click.option(
-    "--broker-port",
-    type=click.IntRange(0, 65535),
-    default=9092,
-    help="Port of the embedded Kafka broker on 127.0.0.1 (0 = any free port).",
-)
+@_port_option("--api-port", 8080, "the HTTP API")
+@_port_option("--broker-port", 9092, "the embedded Kafka broker")
 @click.option(
     "--speed",
     type=click.FloatRange(0, 100, min_open=True),
@@ -112,50 +112,25 @@ def _writable(flag: str, path: Path) -> None:
     help="Serve the broker only over mutual TLS (fresh certificates); every service connects with TLS.",
 )
 @click.pass_context
-def up(
-    ctx: click.Context,
-    scenario: str,
-    api_port: int,
-    broker_port: int,
-    speed: float,
-    idle_window: str,
-    idle_threshold: float,
-    truth: Path | None,
-    exit_at_end: bool,
-    api_auth: bool,
-    log_level: str,
-    secure: bool,
-) -> None:
+def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> None:
     """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
+    opts = UpOptions(**flags, log_level=log_level.upper())  # the other flags are UpOptions' own fields
     try:
-        model = ClusterModel(load_scenario(scenario))
+        model = ClusterModel(load_scenario(opts.scenario))
     except ScenarioError as e:
         raise InputError(str(e)) from None
-    if api_auth and not any(u.cluster for u in model.scenario.users):
+    if opts.api_auth and not any(u.cluster for u in model.scenario.users):
         raise InputError(f"--api-auth: scenario {model.scenario.name} has no user with cluster: true")
-    if api_auth and truth is not None:
+    if opts.api_auth and opts.truth is not None:
         raise InputError("--api-auth: --truth samples the API without a token; use one or the other")
     window_ms = _duration("--idle-window", idle_window)
-    _port_free("--api-port", api_port)
-    _port_free("--broker-port", broker_port)
-    if api_port and api_port == broker_port:
-        raise InputError(f"--api-port {api_port}: the broker uses that port too")
-    if truth is not None:
-        _writable("--truth", truth)
-    opts = UpOptions(
-        scenario=scenario,
-        api_port=api_port,
-        broker_port=broker_port,
-        speed=speed,
-        idle_window_ms=window_ms,
-        idle_threshold=idle_threshold,
-        truth=truth,
-        exit_at_end=exit_at_end,
-        log_level=log_level.upper(),
-        secure=secure,
-        api_auth=api_auth,
-    )
-    ctx.exit(run_up(opts, model))
+    _port_free("--api-port", opts.api_port)
+    _port_free("--broker-port", opts.broker_port)
+    if opts.api_port and opts.api_port == opts.broker_port:
+        raise InputError(f"--api-port {opts.api_port}: the broker uses that port too")
+    if opts.truth is not None:
+        _writable("--truth", opts.truth)
+    ctx.exit(run_up(replace(opts, idle_window_ms=window_ms), model))
 
 
 @click.command("report", context_settings={"show_default": True})

@@ -27,7 +27,7 @@ from pydantic_core import ErrorDetails
 
 from periscope.core.duration import format_duration_ms
 from periscope.sim.scenario.document import *  # noqa: F403  (every model stays importable from here)
-from periscope.sim.scenario.document import Scenario, ScenarioDocument
+from periscope.sim.scenario.document import Scenario
 from periscope.sim.scenario.rules import build_scenario
 from periscope.sim.scenario.specs import *  # noqa: F403  (every type and constant stays importable from here)
 from periscope.sim.scenario.specs import Invalid, ScenarioError, describe_value
@@ -109,7 +109,7 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     try:
         # Validated as the JSON the YAML describes, so the JSON Schema and the validator agree (strict JSON
         # takes arrays for tuples); YAML-only values such as dates arrive as strings and fail by name.
-        doc = ScenarioDocument.model_validate_json(json.dumps(data, default=str))
+        doc = Scenario.model_validate_json(json.dumps(data, default=str))
         return build_scenario(doc, source, Path(source).stem if source else "scenario")
     except ValidationError as e:
         path, problem = _worded(e.errors()[0])
@@ -123,7 +123,7 @@ def parse_scenario(text: str, source: str = "<string>") -> Scenario:
 @cache
 def json_schema() -> dict[str, Any]:
     """The scenario file's JSON Schema (docs/scenario.schema.json is this, written out)."""
-    schema = ScenarioDocument.model_json_schema()
+    schema = Scenario.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "Periscope scenario"
     return schema

@@ -57,9 +57,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
 
-def _absent_as(empty: Any, shape: Any) -> Any:
-    """A section the file may leave out or write as null (`pods:`), read as `empty`."""
-    return BeforeValidator(lambda v: empty if v is None else v, json_schema_input_type=shape | None)
+def _absent_as(empty: Any, shape: Any, *spelled: str) -> Any:
+    """A section the file may leave out or write as null (`pods:`) or as one of `spelled`, read as `empty`."""
+    absent = (None, *spelled)
+    return BeforeValidator(lambda v: empty if v in absent else v, json_schema_input_type=shape | None)
 
 
 # ---------------------------------------------------------------- nodes
@@ -84,13 +85,9 @@ class Sharing(Document):
 class Node(Document):
     name: NodeName
     gpus: Annotated[tuple[GpuSpec, ...], Field(min_length=1)]
-    sharing: Annotated[
-        Sharing,
-        BeforeValidator(
-            lambda v: {} if v in (None, "none") else v,
-            json_schema_input_type=Literal["none"] | Sharing | None,
-        ),
-    ] = Field(default_factory=Sharing)
+    sharing: Annotated[Sharing, _absent_as({}, Literal["none"] | Sharing, "none")] = Field(
+        default_factory=Sharing
+    )
     checkpoint: Checkpoint = "v2"
 
     @model_validator(mode="after")
@@ -206,7 +203,7 @@ class Event(Document):
         return self
 
 
-class User(Document):
+class UserSpec(Document):
     """A user the simulated apiserver knows: TokenReview accepts `token` as `name`, and
     SubjectAccessReview allows reading pods in `namespaces` (everything, with `cluster`)."""
 
@@ -225,7 +222,7 @@ class Policy(Document):
     ] = {}
 
 
-class ScenarioDocument(Document):
+class Scenario(Document):
     """The whole file; `name` defaults to the file's stem, `tick` to 1s."""
 
     name: Text | None = None
@@ -235,7 +232,7 @@ class ScenarioDocument(Document):
     nodes: Annotated[tuple[Node, ...], Field(min_length=1)]
     pods: Annotated[tuple[Pod, ...], _absent_as((), list[Pod]), LAX] = ()
     events: Annotated[tuple[Event, ...], _absent_as((), list[Event]), LAX] = ()
-    users: Annotated[tuple[User, ...], _absent_as((), list[User]), LAX] = ()
+    users: Annotated[tuple[UserSpec, ...], _absent_as((), list[UserSpec]), LAX] = ()
     policy: Policy | None = None
     _source: str = PrivateAttr("")  # the file or built-in name it was read from
 
@@ -285,7 +282,3 @@ class FaultSpec:
     node: str | None = None
     duration_ms: int = 0
 
-
-# The names the simulator and its tests know them by.
-Scenario = ScenarioDocument
-UserSpec = User

@@ -12,11 +12,11 @@ before the end. Allocation conflicts (more pods than devices at some moment) are
 from __future__ import annotations
 
 from periscope.core.duration import format_duration_ms
-from periscope.sim.scenario.document import SHARED_RESOURCE, Container, Event, Node, Pod, ScenarioDocument
+from periscope.sim.scenario.document import SHARED_RESOURCE, Container, Event, Node, Pod, Scenario
 from periscope.sim.scenario.specs import Invalid, mig_memory_mib
 
 
-def build_scenario(doc: ScenarioDocument, source: str, default_name: str) -> ScenarioDocument:
+def build_scenario(doc: Scenario, source: str, default_name: str) -> Scenario:
     """The document checked across its sections, with its name and every node's `rename` settled."""
     if doc.duration_ms <= 0:
         raise Invalid("duration", "must be longer than 0s")
@@ -47,7 +47,7 @@ def build_scenario(doc: ScenarioDocument, source: str, default_name: str) -> Sce
 # ---------------------------------------------------------------- nodes
 
 
-def _nodes(doc: ScenarioDocument) -> tuple[Node, ...]:
+def _nodes(doc: Scenario) -> tuple[Node, ...]:
     nodes: list[Node] = []
     uuids: set[str] = set()
     for i, n in enumerate(doc.nodes):

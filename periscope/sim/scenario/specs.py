@@ -26,13 +26,8 @@ from pydantic_core import PydanticCustomError
 from periscope.core.duration import parse_duration_ms
 
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
-GpuUuid = Annotated[
-    str,
-    Field(
-        pattern=r"^GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$",
-        description="a GPU UUID (GPU-<lowercase uuid>)",
-    ),
-]
+UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+GpuUuid = Annotated[str, Field(pattern=f"^GPU-{UUID_RE}$", description="a GPU UUID (GPU-<lowercase uuid>)")]
 MigProfile = Annotated[str, Field(pattern=MIG_PROFILE.pattern, description="a MIG profile such as 1g.10gb")]
 
 
@@ -71,7 +66,6 @@ def describe_value(v: Any) -> str:
 
 # ---------------------------------------------------------------- field types
 
-UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DNS_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 PIN = r"^(\d+)(?::(\d+))?$"
