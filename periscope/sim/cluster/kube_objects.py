@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from periscope.core.policy import OPERANDS
-from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
+from periscope.sim.cluster.hardware import DRIVER_VERSION, gen_uuid, mig_capable, model_profile
 from periscope.sim.cluster.model import MPS_DAEMONSET, ClusterModel, MpsDaemon, PodModel
 from periscope.sim.scenario import ComponentSpec, Scenario
 from periscope.wirejson import rfc3339
@@ -132,7 +132,7 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
         "nvidia.com/mig.strategy": "mixed",
         "nvidia.com/mig.capable": str(any(mig_capable(g.model) for g in gpus)).lower(),
         "nvidia.com/mps.capable": str(spec.sharing.strategy == "mps").lower(),
-        "nvidia.com/cuda.driver-version.full": "550.54.15",
+        "nvidia.com/cuda.driver-version.full": DRIVER_VERSION,
         "nvidia.com/gpu.deploy.operands": "true",
         "nvidia.com/gpu.workload.config": "container",
     }
