@@ -4,7 +4,7 @@ Everything generated (GPU and MIG UUIDs, pod UIDs, container IDs, host PIDs) is 
 scenario `seed` by hashing, so the same scenario always yields the same cluster, and adding a pod does
 not renumber the others. Allocation follows the device plugin: pins are honoured, otherwise the first
 free device in (GPU index, MIG instance / replica) order; a device is free again when its pod stops.
-Times here are scenario offsets in ms (0 = scenario start); the runner adds the wall/simulated origin.
+Times here are scenario offsets in ms (0 = scenario start); the simulator adds the wall/simulated origin.
 """
 
 from __future__ import annotations
