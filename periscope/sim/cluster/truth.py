@@ -142,7 +142,7 @@ class TruthWriter:
                     **_holder(h),
                     "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
                     "util_observable": d.mig is None,
-                    "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
+                    "fb_used_mib": h.fb_used_mib,
                     "gpu_util_pct": gpu_util.get(d.gpu.uuid),
                     "idle": self._idle(h, t),
                 }
