@@ -24,6 +24,7 @@ _MODELS = (
     ("V100", 40.0, 300.0, "volta"),
 )
 _MIG_CAPABLE = ("A100", "A30", "H100", "H200", "B200", "GB200")
+DRIVER_VERSION = "550.54.15"  # what NVML reports and GPU Feature Discovery labels
 # GPU-instance profile IDs by compute slices (nvml GPU_INSTANCE_PROFILE_*); 1g with 20 GB is 15.
 GI_PROFILE = {1: 19, 2: 14, 3: 9, 4: 5, 7: 0}
 

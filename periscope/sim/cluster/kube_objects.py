@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from periscope.core.policy import OPERANDS
-from periscope.sim.cluster.hardware import gen_uuid, mig_capable, model_profile
+from periscope.sim.cluster.hardware import DRIVER_VERSION, gen_uuid, mig_capable, model_profile
 from periscope.sim.cluster.model import MPS_DAEMONSET, ClusterModel, MpsDaemon, PodModel
 from periscope.sim.scenario import ComponentSpec, Scenario
 from periscope.wirejson import rfc3339
@@ -27,19 +27,18 @@ _CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}
 def pod_object(
     p: PodModel, created_ms: int, deleted_ms: int | None = None, runtime: str = "containerd"
 ) -> dict[str, Any]:
+    # QoS from the resources: guaranteed limits what it requests, burstable only requests, best-effort neither
+    qos = p.spec.qos
+    cpu = {"cpu": "2", "memory": "8Gi"} if qos != "besteffort" else {}
     containers = []
     for c in p.containers:
-        qty = str(c.spec.count)
-        res: dict[str, Any] = {"limits": {c.spec.resource: qty}, "requests": {c.spec.resource: qty}}
-        if p.spec.qos != "besteffort":
-            res["requests"].update({"cpu": "2", "memory": "8Gi"})
-            if p.spec.qos == "guaranteed":
-                res["limits"].update({"cpu": "2", "memory": "8Gi"})
+        gpu = {c.spec.resource: str(c.spec.count)}
+        res = {"limits": gpu | (cpu if qos == "guaranteed" else {}), "requests": gpu | cpu}
         containers.append((c.name, f"registry.example/{p.namespace}/{c.name}:1", res, c.container_id))
     owner = None if p.spec.owner is None else (p.spec.owner.kind, p.spec.owner.name)
     return pod_document(
         p.namespace, p.name, p.uid, p.node, dict(p.spec.labels or {}), owner,
-        containers, p.spec.qos, runtime, created_ms, deleted_ms,
+        containers, qos, runtime, created_ms, deleted_ms,
     )
 
 
@@ -132,7 +131,7 @@ def node_object(model: ClusterModel, node: str) -> dict[str, Any]:
         "nvidia.com/mig.strategy": "mixed",
         "nvidia.com/mig.capable": str(any(mig_capable(g.model) for g in gpus)).lower(),
         "nvidia.com/mps.capable": str(spec.sharing.strategy == "mps").lower(),
-        "nvidia.com/cuda.driver-version.full": "550.54.15",
+        "nvidia.com/cuda.driver-version.full": DRIVER_VERSION,
         "nvidia.com/gpu.deploy.operands": "true",
         "nvidia.com/gpu.workload.config": "container",
     }
@@ -219,37 +218,32 @@ def cluster_policy_object(model: ClusterModel) -> dict[str, Any] | None:
 
 
 def daemonset_objects(model: ClusterModel) -> list[dict[str, Any]]:
-    out = []
-    for op in operands(model.scenario):
-        if not op.present:
-            continue
-        labels = {"app": op.daemonset}
-        out.append(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "DaemonSet",
-                "metadata": {"name": op.daemonset, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+    return [_daemonset(op) for op in operands(model.scenario) if op.present]
+
+
+def _daemonset(op: Operand) -> dict[str, Any]:
+    labels = {"app": op.daemonset}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": op.daemonset, "namespace": OPERATOR_NAMESPACE, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
                 "spec": {
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "nodeSelector": {f"nvidia.com/gpu.deploy.{op.deploy_label}": "true"},
-                            "containers": [
-                                {"name": op.component.lower(), "image": f"nvcr.io/nvidia/{op.daemonset}"}
-                            ],
-                        },
-                    },
+                    "nodeSelector": {f"nvidia.com/gpu.deploy.{op.deploy_label}": "true"},
+                    "containers": [{"name": op.component.lower(), "image": f"nvcr.io/nvidia/{op.daemonset}"}],
                 },
-                "status": {
-                    "desiredNumberScheduled": op.desired,
-                    "currentNumberScheduled": op.desired,
-                    "updatedNumberScheduled": op.desired,
-                    "numberReady": op.ready,
-                    "numberAvailable": op.ready,
-                    "numberMisscheduled": 0,
-                    "observedGeneration": 1,
-                },
-            }
-        )
-    return out
+            },
+        },
+        "status": {
+            "desiredNumberScheduled": op.desired,
+            "currentNumberScheduled": op.desired,
+            "updatedNumberScheduled": op.desired,
+            "numberReady": op.ready,
+            "numberAvailable": op.ready,
+            "numberMisscheduled": 0,
+            "observedGeneration": 1,
+        },
+    }

@@ -4,7 +4,7 @@ Everything generated (GPU and MIG UUIDs, pod UIDs, container IDs, host PIDs) is 
 scenario `seed` by hashing, so the same scenario always yields the same cluster, and adding a pod does
 not renumber the others. Allocation follows the device plugin: pins are honoured, otherwise the first
 free device in (GPU index, MIG instance / replica) order; a device is free again when its pod stops.
-Times here are scenario offsets in ms (0 = scenario start); the runner adds the wall/simulated origin.
+Times here are scenario offsets in ms (0 = scenario start); the simulator adds the wall/simulated origin.
 """
 
 from __future__ import annotations
@@ -185,12 +185,8 @@ class ClusterModel:
         return tuple(self._gpu_usage(g, t_ms) for g in self.gpus[node])
 
     def holdings(self, t_ms: int, node: str | None = None) -> list[Holding]:
-        out: list[Holding] = []
-        for name in self.gpus if node is None else (node,):
-            for g in self.gpus[name]:
-                shares = self._shares(g, t_ms)
-                out.extend(self._holding(d, t_ms, shares) for d in self._on_gpu[g.node, g.index])
-        return out
+        gpus = [g for name in (self.gpus if node is None else (node,)) for g in self.gpus[name]]
+        return [h for g in gpus for h in self._gpu_holdings(g, t_ms)]
 
     def util_of(self, device_id: str, t_ms: int) -> float:
         """True util of whoever holds `device_id` at t (its capped share on a shared GPU); 0 when free."""
@@ -214,46 +210,46 @@ class ClusterModel:
         util = shares.get(c.container_id, 0.0) if d.mig is None else _util(c.spec, t_ms)
         return Holding(d, pod, c, util, c.spec.memory_mib)
 
-    def _held(self, g: Gpu, t_ms: int) -> list[tuple[Device, PodModel, ContainerModel]]:
-        """The GPU's devices held at t, with their holders, in device order."""
-        return [(d, *h) for d in self._on_gpu[g.node, g.index] if (h := self.holder(d.id, t_ms))]
+    def _gpu_holdings(self, g: Gpu, t_ms: int) -> list[Holding]:
+        shares = self._shares(g, t_ms)
+        return [self._holding(d, t_ms, shares) for d in self._on_gpu[g.node, g.index]]
 
     def _shares(self, g: Gpu, t_ms: int) -> dict[str, float]:
         """container_id -> true util on a whole GPU; time-sliced demand above 100 % is scaled down."""
-        demand = {c.container_id: _util(c.spec, t_ms) for d, _, c in self._held(g, t_ms) if d.mig is None}
+        devices = () if g.mig else self._on_gpu[g.node, g.index]  # MIG instances share no SM time
+        held = [h[1] for d in devices if (h := self.holder(d.id, t_ms))]
+        demand = {c.container_id: _util(c.spec, t_ms) for c in held}
         total = sum(demand.values())
         scale = 100.0 / total if total > 100.0 else 1.0
         return {k: v * scale for k, v in demand.items()}
 
     def _gpu_usage(self, g: Gpu, t_ms: int) -> GpuUsage:
-        if g.mig:
-            migs: list[MigUsage] = []
-            busy = 0.0
-            for inst in g.mig:
-                if (h := self.holder(inst.uuid, t_ms)) is None:
-                    migs.append(MigUsage(inst, 0.0, ()))
-                    continue
-                busy += _util(h[1].spec, t_ms) * inst.slices / 7.0
-                migs.append(MigUsage(inst, h[1].spec.memory_mib, _processes(h[0], h[1], None)))
-            fb_total = sum(m.fb_used_mib for m in migs)
-            return GpuUsage(g, None, fb_total, *power_temp(g.model, busy), (), tuple(migs))
-        shares = self._shares(g, t_ms)
+        held = self._gpu_holdings(g, t_ms)
+        if g.mig:  # one holding per MIG instance; NVML cannot show a process's util there
+            on = list(zip(g.mig, held, strict=True))
+            migs = tuple(MigUsage(i, h.fb_used_mib, _processes(h, None)) for i, h in on)
+            busy = sum((h.util_pct or 0.0) * i.slices / 7.0 for i, h in on)
+            return GpuUsage(g, None, sum(m.fb_used_mib for m in migs), *power_temp(g.model, busy), (), migs)
         # a container holding several replicas of the GPU runs its processes once
-        holders = {c.container_id: (pod, c) for _, pod, c in self._held(g, t_ms)}
-        fb = sum((c.spec.memory_mib for _, c in holders.values()), 0.0)
-        procs = [p for pod, c in holders.values() for p in _processes(pod, c, shares[c.container_id])]
-        util = min(100.0, sum(shares.values()))
-        return GpuUsage(g, util, fb, *power_temp(g.model, util), tuple(procs))
+        once = {h.container.container_id: h for h in held if h.container is not None}.values()
+        fb = sum((h.fb_used_mib for h in once), 0.0)
+        util = min(100.0, sum(h.util_pct or 0.0 for h in once))
+        procs = tuple(p for h in once for p in _processes(h, h.util_pct))
+        return GpuUsage(g, util, fb, *power_temp(g.model, util), procs)
 
 
 def _util(c: Container, t_ms: int) -> float:
     return c.util_at(t_ms) if c.processes > 0 else 0.0
 
 
-def _processes(pod: PodModel, c: ContainerModel, util: float | None) -> tuple[ProcessUsage, ...]:
+def _processes(h: Holding, util: float | None) -> tuple[ProcessUsage, ...]:
+    """The holder's processes, sharing its memory and `util` evenly (None: not observable)."""
+    if h.pod is None or h.container is None:
+        return ()
+    uid, c = h.pod.uid, h.container
     n = len(c.pids)
     return tuple(
-        ProcessUsage(pid, pod.uid, c.container_id, c.spec.memory_mib / n, None if util is None else util / n)
+        ProcessUsage(pid, uid, c.container_id, c.spec.memory_mib / n, None if util is None else util / n)
         for pid in c.pids
     )
 

@@ -17,8 +17,8 @@ from typing import Any, Literal, cast
 
 from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
-from periscope.sim.cluster.hardware import mig_capable
-from periscope.sim.cluster.model import ClusterModel, ContainerModel, PodModel, mps_daemon
+from periscope.sim.cluster.hardware import DRIVER_VERSION, mig_capable
+from periscope.sim.cluster.model import ClusterModel, ContainerModel, GpuUsage, MigUsage, PodModel, mps_daemon
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs, atomic_write
@@ -26,6 +26,7 @@ from periscope.sim.procfs import FakeProcfs, atomic_write
 _RUNTIMES: tuple[Runtime, ...] = ("containerd", "crio", "containerd")
 MPS_SERVER_COMM = "nvidia-cuda-mps-server"
 MPS_SERVER_USED_MIB = 30.0  # the MPS server's own context on each GPU
+MEM_PER_SM = 0.4  # memory-controller busy as a share of SM busy
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,10 @@ class NodeSim:
         self.entries: dict[tuple[str, str], CheckpointEntry] = {}
         self.corrupt_until: int | None = None
         self._format = cast(Literal["v2", "v1"], self.spec.checkpoint)
-        self.xids: dict[str, Any] = {"xids": []}
+        # The NVML state file's content: XIDs accumulate in it, every apply rewrites the GPUs.
+        self.nvml: dict[str, Any] = {
+            "driver_version": DRIVER_VERSION, "cuda_driver_version": 12040, "gpus": [], "xids": []
+        }
         self.mps = mps_daemon(model, node)
         paths.checkpoint.parent.mkdir(parents=True, exist_ok=True)
 
@@ -136,67 +140,44 @@ class NodeSim:
     def add_xid(self, gpu: int, code: int, mig: int | None) -> None:
         g = self.model.gpus[self.node][gpu]
         inst = g.mig[mig] if mig is not None else None
-        add_xid(self.xids, g.uuid, code, inst.gi if inst else None, inst.ci if inst else None)
+        add_xid(self.nvml, g.uuid, code, inst.gi if inst else None, inst.ci if inst else None)
 
     def _write_nvml(self, t_ms: int) -> None:
-        gpus = []
-        for u in self.model.usage(self.node, t_ms):
-            g = u.gpu
-            doc: dict[str, Any] = {
-                "uuid": g.uuid,
-                "name": g.model,
-                "minor": g.index,
-                "pci_bus_id": g.pci_bus_id,
-                "memory_total_mib": g.memory_mib,
-                "memory_used_mib": u.fb_used_mib,
-                "power_w": u.power_w,
-                "temp_c": u.temp_c,
-                "mig_capable": bool(g.mig) or mig_capable(g.model),
-            }
-            if g.mig:
-                doc["mig"] = [
-                    {
-                        "uuid": m.instance.uuid,
-                        "profile": m.instance.profile,
-                        "gi": m.instance.gi,
-                        "ci": m.instance.ci,
-                        "profile_id": m.instance.profile_id,
-                        "placement_start": m.instance.placement_start,
-                        "placement_size": m.instance.slices,
-                        "memory_total_mib": m.instance.memory_mib,
-                        "memory_used_mib": m.fb_used_mib,
-                        "processes": [{"pid": p.pid, "used_mib": p.used_mib} for p in m.processes],
-                    }
-                    for m in u.mig
-                ]
-            else:
-                if g.sharing == "mps" and (d := self.mps) is not None:
-                    doc["mps"] = {
-                        "server_pid": d.server_pid,
-                        "server_used_mib": MPS_SERVER_USED_MIB,
-                        "utilization": "clients",  # utilization samples per client
-                    }
-                doc["util_pct"] = round(u.util_pct or 0.0)
-                doc["mem_util_pct"] = round((u.util_pct or 0.0) * 0.4)
-                doc["processes"] = [
-                    {
-                        "pid": p.pid,
-                        "used_mib": p.used_mib,
-                        "sm_util": round(p.sm_util or 0.0, 3),
-                        "mem_util": round((p.sm_util or 0.0) * 0.4),
-                    }
-                    for p in u.processes
-                ]
-            gpus.append(doc)
-        write_nvml_state(
-            self.paths.nvml_state,
-            {
-                "driver_version": "550.54.15",
-                "cuda_driver_version": 12040,
-                "gpus": gpus,
-                "xids": self.xids["xids"],
-            },
-        )
+        self.nvml["gpus"] = [self._gpu_state(u) for u in self.model.usage(self.node, t_ms)]
+        write_nvml_state(self.paths.nvml_state, self.nvml)
+
+    def _gpu_state(self, u: GpuUsage) -> dict[str, Any]:
+        """One GPU of the NVML state file, laid out as its format (periscope.sim.nvml.state) lists it."""
+        g = u.gpu
+        doc: dict[str, Any] = {
+            "uuid": g.uuid, "name": g.model, "minor": g.index,
+            "pci_bus_id": g.pci_bus_id, "memory_total_mib": g.memory_mib, "memory_used_mib": u.fb_used_mib,
+            "power_w": u.power_w, "temp_c": u.temp_c, "mig_capable": bool(g.mig) or mig_capable(g.model),
+        }
+        if g.mig:
+            return doc | {"mig": [_mig_state(m) for m in u.mig]}
+        if g.sharing == "mps" and (d := self.mps) is not None:
+            doc["mps"] = {"server_pid": d.server_pid, "server_used_mib": MPS_SERVER_USED_MIB,
+                          "utilization": "clients"}  # utilization samples per client
+        util = u.util_pct or 0.0
+        return doc | {
+            "util_pct": round(util), "mem_util_pct": round(util * MEM_PER_SM),
+            "processes": [
+                {"pid": p.pid, "used_mib": p.used_mib, "sm_util": round(p.sm_util or 0.0, 3),
+                 "mem_util": round((p.sm_util or 0.0) * MEM_PER_SM)}
+                for p in u.processes
+            ],
+        }
+
+
+def _mig_state(m: MigUsage) -> dict[str, Any]:
+    i = m.instance
+    return {
+        "uuid": i.uuid, "profile": i.profile, "gi": i.gi, "ci": i.ci,
+        "profile_id": i.profile_id, "placement_start": i.placement_start, "placement_size": i.slices,
+        "memory_total_mib": i.memory_mib, "memory_used_mib": m.fb_used_mib,
+        "processes": [{"pid": p.pid, "used_mib": p.used_mib} for p in m.processes],
+    }
 
 
 def _fake_pod(p: PodModel, model: ClusterModel) -> FakePod:

@@ -1,11 +1,14 @@
-"""The simulated cluster: every node and the apiserver, driven along the scenario's clock.
+"""The simulated cluster process: `python -m periscope.sim.cluster.simulator CONFIG.json`, started by
+`periscope up`.
 
-A Simulator builds the cluster model from its config, serves one NodeSim per node and a FakeApiServer
-with the nodes, ClusterPolicy, operand DaemonSets and pods, and writes `ready.json` once all of them
-serve. The cluster stays frozen at scenario time 0 until `begin` is called; then each tick applies
-the model at that tick (pod admissions and deletions, checkpoint, /proc, NVML), fires the XIDs and
-the node faults due (kubelet-restart, checkpoint-corrupt) and writes the ground truth. `stop` ends
-it at any point.
+A Simulator builds the cluster model from its config, serves one NodeSim per node (kubelet socket,
+device-manager checkpoint, /proc tree and NVML state) and a FakeApiServer with the nodes, ClusterPolicy,
+operand DaemonSets and pods, and writes `ready.json` into the work directory once all of them serve. The
+cluster stays frozen at scenario time 0 until `start <sim_ms>` arrives on stdin, so every service can
+come up first; then each tick applies the model at that tick (pod admissions and deletions, checkpoint,
+/proc, NVML), fires the XIDs and the node faults due (kubelet-restart, checkpoint-corrupt) and writes the
+ground truth. Process restarts are the orchestrator's (`periscope up` reads the same fault schedule).
+stdin EOF (the orchestrator is gone), `stop`, SIGTERM or SIGINT ends it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ import contextlib
 import json
 import logging
 import os
+import signal
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +180,41 @@ class Simulator:
         for node in self.nodes.values():
             await node.kubelet.stop()
         self.api.stop()
+
+
+def _read_commands(sim: Simulator, loop: asyncio.AbstractEventLoop) -> None:
+    """Orchestrator commands on stdin: `start <sim_ms>`, `stop`; EOF means the orchestrator is gone."""
+    for line in sys.stdin:
+        parts = line.split()
+        if parts[:1] == ["start"] and len(parts) == 2 and parts[1].isdigit():
+            loop.call_soon_threadsafe(sim.begin, int(parts[1]))
+        elif parts[:1] == ["stop"]:
+            break
+    loop.call_soon_threadsafe(sim.stop)
+
+
+async def _main(config: dict[str, Any]) -> None:
+    sim = Simulator(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, sim.stop)
+    threading.Thread(target=_read_commands, args=(sim, loop), daemon=True, name="commands").start()
+    try:
+        await sim.run()
+    finally:
+        await sim.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m periscope.sim.cluster.simulator CONFIG.json", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    config = json.loads(Path(args[0]).read_text())
+    asyncio.run(_main(config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

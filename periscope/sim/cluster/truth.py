@@ -113,22 +113,20 @@ class TruthWriter:
                     }
                 )
         for k in range(self._done + 1, tick + 1):
-            for row in self._holder_rows(k):
-                self._emit(row)
+            self._write_holders(k)
         self._done = tick
         self._f.flush()
 
     def close(self) -> None:
         self._f.close()
 
-    def _holder_rows(self, tick: int) -> list[dict[str, Any]]:
+    def _write_holders(self, tick: int) -> None:
         model = self.model
         t = tick * model.scenario.tick_ms
         gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
-        rows = []
         for h in model.holdings(t):
             d = h.device
-            rows.append(
+            self._emit(
                 {
                     "kind": "holder",
                     "tick": tick,
@@ -144,12 +142,11 @@ class TruthWriter:
                     **_holder(h),
                     "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
                     "util_observable": d.mig is None,
-                    "fb_used_mib": h.fb_used_mib if h.pod else 0.0,
+                    "fb_used_mib": h.fb_used_mib,
                     "gpu_util_pct": gpu_util.get(d.gpu.uuid),
                     "idle": self._idle(h, t),
                 }
             )
-        return rows
 
     def _idle(self, h: Holding, t_ms: int) -> bool | None:
         """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below

@@ -119,7 +119,7 @@ class Stack:
         (self.workdir / "sim").mkdir()
         cfg = self.workdir / "sim" / "config.json"
         cfg.write_text(json.dumps(config))
-        self._add("sim", py("periscope.sim.cluster.runner", str(cfg)), self._env(), stdin=True)
+        self._add("sim", py("periscope.sim.cluster.simulator", str(cfg)), self._env(), stdin=True)
         ready_file = self.workdir / "sim" / "ready.json"
         self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
         ready = json.loads(ready_file.read_text())
