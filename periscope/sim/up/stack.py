@@ -28,17 +28,22 @@ import httpx
 
 from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.secure_broker import SecureBroker
 from periscope.bus.security import PLAINTEXT
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.scenario import describe
-from periscope.sim.up.broker import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, SecureBroker, broker_lost
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
 from periscope.sim.up.services import Tuning, py, services
 
 _MAX_CRASHES = 5
+# Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
+# (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
+SERVICES_GRACE_S = 6.0
+SIM_GRACE_S = 2.0
+BROKER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +58,27 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
-    secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.up.broker)
+    secure: bool = False  # the broker only behind mutual TLS (see periscope.bus.secure_broker)
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
 
 
 class UpError(RuntimeError):
     """The stack could not be started or kept running; the message says which part and why."""
+
+
+def broker_lost(broker: EmbeddedBroker | None) -> str | None:
+    """The line to print when the broker process has exited, else None.
+
+    It keeps its topics in memory, so a broker that died took every event, changelog and committed
+    offset with it. Restarting it would leave each service holding state that no longer exists on the
+    bus (a joiner whose recovered marks are ahead of empty topics, an API whose view has nothing behind
+    it); a clean stop with a non-zero status is the honest answer, and the one line says so."""
+    if broker is None or broker.running():
+        return None
+    status = broker.exit_status
+    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
+    return (f"the embedded broker {how}; every topic and its history were lost with it: stopping every "
+            "service (run periscope up again to start afresh)")
 
 
 class Stack:
