@@ -100,17 +100,14 @@ class Stack:
 
     # ------------------------------------------------------------------ children
 
-    def _env(self, **settings: str) -> dict[str, str]:
+    def _add(self, name: str, argv: list[str], settings: dict[str, str], stdin: bool = False) -> None:
+        """Start a child with our environment less its PERISCOPE_* settings, then the shared ones (clock,
+        log level, broker and its security) and `settings` (lower-case, without the prefix)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
-        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level}
-        if self.broker is not None:
-            shared["kafka_bootstrap"] = self.bootstrap
-        if self.secure is not None:
-            shared |= self.secure.settings()
+        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level,
+                  "kafka_bootstrap": self.bootstrap, **(self.secure.settings() if self.secure else {})}
         env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
-        return env | {"PYTHONUNBUFFERED": "1"}
-
-    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> None:
+        env["PYTHONUNBUFFERED"] = "1"
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
         self.children[name] = child  # in start order
         child.start()
@@ -125,27 +122,25 @@ class Stack:
             self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
             self.bootstrap = self.broker.start()
         security = self.secure.security if self.secure else PLAINTEXT
-        tune = self._tuning()
         asyncio.run(ensure_topics(self.bootstrap, security=security))
+        tune, sim = self._tuning(), self.workdir / "sim"
         config = {
             "scenario": self.scenario.source,
-            "workdir": str(self.workdir / "sim"),
+            "workdir": str(sim),
             "clock": self.clock.setting(),
             "truth": str(opts.truth) if opts.truth else None,
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
             "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
         }
-        (self.workdir / "sim").mkdir()
-        cfg = self.workdir / "sim" / "config.json"
-        cfg.write_text(json.dumps(config))
-        self._add("sim", py("periscope.sim.cluster.runner", str(cfg)), self._env(), stdin=True)
-        ready_file = self.workdir / "sim" / "ready.json"
-        self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
-        ready = json.loads(ready_file.read_text())
+        sim.mkdir()
+        (sim / "config.json").write_text(json.dumps(config))
+        self._add("sim", py("periscope.sim.cluster.runner", str(sim / "config.json")), {}, stdin=True)
+        self._poll((sim / "ready.json").exists, 30, 0.05, "sim did not come up within 30s", "sim")
+        ready = json.loads((sim / "ready.json").read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
-            self._add(name, argv, self._env(**settings))
+            self._add(name, argv, settings)
 
     def _tuning(self) -> Tuning:
         return Tuning.derive(self.workdir / "run", self.scenario.tick_ms, self.opts)
