@@ -27,11 +27,11 @@ from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker, free_port, resolve_binary
 from periscope.bus.consumer import consume
 from periscope.bus.producer import Publisher
+from periscope.bus.secure_broker import CertificateFiles, SecureBroker, make_certificates
 from periscope.bus.security import KafkaSecurity
 from periscope.bus.tlsproxy import TlsProxy, server_context
 from periscope.core.model import NodeInput
 from periscope.replay.render import rfc3339
-from periscope.sim.up.broker import CertificateFiles, SecureBroker, make_certificates
 from tests.integration.test_replay import TOPIC
 from tests.unit.core_builders import alloc, ck, gpu, inventory, pod, pr, uid
 from tests.unit.test_replay_owners import relocate

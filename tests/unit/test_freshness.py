@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from periscope.freshness import Freshness
-from periscope.sim.up.broker import broker_lost
+from periscope.sim.up.stack import broker_lost
 from services.api.settings import ApiSettings
 from services.api.status import ConsumerStatus
 from services.api.view import View

@@ -104,22 +104,25 @@ class Truth:
         self.tick_ms = int(self.meta["tick_ms"])
         self.devices: dict[str, str] = {}  # device ID -> node
         self.gpu_devices: dict[str, list[str]] = {}  # GPU UUID -> its kubelet device IDs
-        for rows_at in self.ticks.values():
-            for d, r in rows_at.items():
+        self.first_uid: dict[tuple[str, str], str] = {}  # a later pod of the same name is a reused name
+        for k in sorted(self.ticks):
+            for d, r in self.ticks[k].items():
                 if d not in self.devices:
                     self.devices[d] = r["node"]
                     self.gpu_devices.setdefault(r["gpu_uuid"], []).append(d)
+                if r["pod_uid"]:
+                    self.first_uid.setdefault((r["namespace"], r["pod"]), r["pod_uid"])
         self.start_ms = int(self.meta["start_ms"])
         self.last = max(self.ticks, default=-1)
 
     def tick_at(self, at_ms: int) -> int:
         return min(self.last, max(0, (at_ms - self.start_ms) // self.tick_ms))
 
-    def _at(self, tick: int) -> dict[str, Row]:
+    def rows_at(self, tick: int) -> dict[str, Row]:
         return self.ticks.get(max(0, min(tick, self.last)), {})
 
     def row(self, tick: int, device: str) -> Row | None:
-        return self._at(tick).get(device)
+        return self.rows_at(tick).get(device)
 
     def stable(self, tick: int, device: str, allowance: int, *keys: str) -> bool:
         """Whether the truth for `device` did not change over the `allowance` ticks before `tick`."""
@@ -134,7 +137,7 @@ class Truth:
         return self.row(tick, device) if self.stable(tick, device, allowance, "pod_uid") else None
 
     def current_uid(self, tick: int, namespace: str, pod: str) -> str | None:
-        named = (r for r in self._at(tick).values() if r["namespace"] == namespace and r["pod"] == pod)
+        named = (r for r in self.rows_at(tick).values() if (r["namespace"], r["pod"]) == (namespace, pod))
         return next((str(r["pod_uid"]) for r in named), None)
 
 
@@ -168,13 +171,10 @@ class _Baseline:
         return None if r is None or r["pod_uid"] is None else r.get("gpu_util_pct")
 
     def _name_util(self, ns: str, pod: str, tick: int) -> float | None:
-        key = (ns, pod, tick)
+        key = (ns, pod, tick)  # memoised: each tick is asked for once per tick of the idle window
         if key not in self._series:
-            vals: list[float] = [
-                float(r["gpu_util_pct"])
-                for r in self.truth.ticks.get(max(0, tick - self.lag), {}).values()
-                if r["namespace"] == ns and r["pod"] == pod and r.get("gpu_util_pct") is not None
-            ]
+            vals = [float(r["gpu_util_pct"]) for r in self.truth.rows_at(tick - self.lag).values()
+                    if (r["namespace"], r["pod"]) == (ns, pod) and r.get("gpu_util_pct") is not None]
             self._series[key] = sum(vals) / len(vals) if vals else None
         return self._series[key]
 
@@ -209,11 +209,6 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     base = _Baseline(truth, max(0, round(o.baseline_lag_ms / truth.tick_ms)))
     # Idleness is decided per aggregation window, so its allowance grows by one window.
     idle_allow = allow + math.ceil(int(truth.meta.get("idle_bucket_ms", 0)) / truth.tick_ms)
-    first_uid: dict[tuple[str, str], str] = {}  # a later pod of the same name is a reused name
-    for k in sorted(truth.ticks):
-        for r in truth.ticks[k].values():
-            if r["pod_uid"]:
-                first_uid.setdefault((r["namespace"], r["pod"]), r["pod_uid"])
     ours, theirs = {k: Score() for k in SCORES}, {k: Score() for k in SCORES}
     idle_ours, idle_theirs = Confusion(), Confusion()
     lags: list[float] = []
@@ -238,30 +233,25 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 continue  # a wrong owner is scored above
             seen.add(("r", dev, uid, k))
             if t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct"):
-                key = "shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"
+                keys = ["shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"]
+                if truth.first_uid[(t["namespace"], t["pod"])] != uid:
+                    keys.append("reused_names")
                 err = _err(r.get("util_pct"), t["util_pct"])
                 b_err = _err(base.util(dev, k) if base.owner(dev, k) == uid else None, t["util_pct"])
                 if err > tol:
                     _example(examples, "util", k, t, f"API says {r.get('util_pct')}")
-                reused = first_uid[(t["namespace"], t["pod"])] != uid
                 for scores, e in ((ours, err), (theirs, b_err)):
-                    scores[key].add(e <= tol, e)
-                    if reused:
-                        scores["reused_names"].add(e <= tol, e)
+                    for key in keys:
+                        scores[key].add(e <= tol, e)
             if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
                 idle_ours.add(bool(r.get("idle")), bool(t["idle"]))
                 idle_theirs.add(base.idle(t["namespace"], t["pod"], k), bool(t["idle"]))
-    xid_items = (final or {}).get("xid") or []
     for x in truth.xids:
         want = {ow["pod_uid"] for ow in x["owners"]}
-        near = [  # the owner sets the API gave for this error
-            {ow.get("pod_uid") for ow in i.get("owners") or []}
-            for i in xid_items
-            if i.get("gpu_uuid") == x["gpu_uuid"]
-            and i.get("code") == x["code"]
-            and abs((parse_time(i.get("at")) or 0) - x["at_ms"]) <= (allow + 1) * truth.tick_ms
-        ]
-        if final is not None:
+        if final is not None:  # the owner sets the API gave for this error: same GPU and code, near in time
+            near = [{ow.get("pod_uid") for ow in i.get("owners") or []} for i in final.get("xid") or []
+                    if (i.get("gpu_uuid"), i.get("code")) == (x["gpu_uuid"], x["code"])
+                    and abs((parse_time(i.get("at")) or 0) - x["at_ms"]) <= (allow + 1) * truth.tick_ms]
             ours["xid_owners"].add(want in near)
         q = truth.tick_at(x["at_ms"]) + base.lag  # the baseline resolves names when it is asked
         named = {truth.current_uid(q, ow["namespace"], ow["pod"]) for ow in x["owners"]}

@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 
 from periscope.sim.cluster.truth import read_truth
-from periscope.sim.report.score import Row, parse_time
+from periscope.sim.report.score import SCORES, Row, parse_time
 from periscope.sim.up.sampler import api_get, final_row
 
 
@@ -56,18 +56,11 @@ def format_report(r: Row) -> str:
         f"{'':34}{'periscope':34}name-join baseline ({lag:g}s lag)",
     ]
     tol = f"within ±{r['tolerance_pct']:g}"
-    rows = [
-        (label, _pct(p[key]), _pct(b[key]))
-        for label, key in (
-            ("owner right (tick x device)", "owners"),
-            (f"shared-GPU util {tol}", "shared_util"),
-            (f"exclusive util {tol}", "exclusive_util"),
-            ("reused name, new pod's usage", "reused_names"),
-            ("XID owner at error time", "xid_owners"),
-        )
-    ]
-    rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"]))]
-    rows += [("policy statuses", _pct(p["policy"]), "n/a")]
+    labels = ("owner right (tick x device)", f"shared-GPU util {tol}", f"exclusive util {tol}",
+              "reused name, new pod's usage", "XID owner at error time")  # in the order of SCORES
+    rows = [(label, _pct(p[key]), _pct(b[key])) for label, key in zip(labels, SCORES, strict=True)]
+    rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
+             ("policy statuses", _pct(p["policy"]), "n/a")]
     lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
     lines += [f"  wrong: {line}" for line in p.get("examples") or []]
     lines += [f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}"

@@ -1,14 +1,12 @@
 """`periscope up`: the embedded broker, a simulated cluster and every service, each its own process.
 
-Order: validate the scenario (nothing starts when it is bad), start the `Stack` (broker and topics,
-simulator, one probe per simulated node, the watcher, the joiner and the API), wait until the API shows
-every simulated GPU, start the scenario clock and print the ready lines, then supervise until Ctrl-C,
-SIGTERM or, with `--exit-at-end`, the scenario's end. This module is the entry point and owns the
-signals: SIGINT and SIGTERM both interrupt the run, and both are ignored while the stack stops. Every
-child runs in its own process group with PR_SET_PDEATHSIG (see `periscope.sim.up.child`), so Ctrl-C
-reaches only this orchestrator, which then stops the children in reverse order, and a killed
-orchestrator takes them along. The options and the snapshot path are re-exported for
-the command line.
+The entry point: the scenario was validated before (nothing starts when it is bad); this starts the
+`Stack` (periscope.sim.up.stack: what it runs, in which order), prints the ready lines once the API shows
+every simulated GPU, then supervises until Ctrl-C, SIGTERM or, with `--exit-at-end`, the scenario's
+end. It owns the signals: SIGINT and SIGTERM both interrupt the run, and both are ignored while the
+stack stops. Each child has its own process group (periscope.sim.up.child), so Ctrl-C reaches only
+this orchestrator, which then stops the children. The options and the snapshot path are re-exported
+for the command line.
 """
 
 from __future__ import annotations

@@ -57,25 +57,21 @@ def services(
 ) -> list[Service]:
     """Every service, in start order; `ready` is what the simulator wrote once its cluster was up."""
     cli = "periscope.cli.main"
-    out: list[Service] = [
-        (
-            f"probe/{node}",
-            py(cli, "probe"),
-            {
-                "node_name": node,
-                "kubelet_root": paths["kubelet_root"],
-                "podresources_socket": paths["socket"],
-                "checkpoint_path": paths["checkpoint"],
-                "proc_root": paths["proc_root"],
-                "nvml_backend": f"fake:{paths['nvml_state']}",
-                "tick": seconds(scenario.tick_ms / opts.speed),
-                "allocation_interval": seconds(5 * scenario.tick_ms / opts.speed),
-                "health_port": str(free_port()),
-                "stale_after": tune.stale_after,
-            },
-        )
-        for node, paths in ready["nodes"].items()
-    ]
+    out: list[Service] = []
+    for node, paths in ready["nodes"].items():
+        probe = {
+            "node_name": node,
+            "kubelet_root": paths["kubelet_root"],
+            "podresources_socket": paths["socket"],
+            "checkpoint_path": paths["checkpoint"],
+            "proc_root": paths["proc_root"],
+            "nvml_backend": f"fake:{paths['nvml_state']}",
+            "tick": seconds(scenario.tick_ms / opts.speed),
+            "allocation_interval": seconds(5 * scenario.tick_ms / opts.speed),
+            "health_port": str(free_port()),
+            "stale_after": tune.stale_after,
+        }
+        out.append((f"probe/{node}", py(cli, "probe"), probe))
     watcher = {"kubeconfig": ready["kubeconfig"], "health_port": str(free_port())}
     out.append(("watcher", py(cli, "watch"), watcher))
     # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is

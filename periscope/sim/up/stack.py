@@ -28,17 +28,22 @@ import httpx
 
 from periscope.bus.admin import ensure_topics
 from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.secure_broker import SecureBroker
 from periscope.bus.security import PLAINTEXT
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.scenario import describe
-from periscope.sim.up.broker import BROKER_GRACE_S, SERVICES_GRACE_S, SIM_GRACE_S, SecureBroker, broker_lost
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
 from periscope.sim.up.services import Tuning, py, services
 
 _MAX_CRASHES = 5
+# Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
+# (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
+SERVICES_GRACE_S = 6.0
+SIM_GRACE_S = 2.0
+BROKER_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +58,27 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
-    secure: bool = False  # the broker only behind mutual TLS (see periscope.sim.up.broker)
+    secure: bool = False  # the broker only behind mutual TLS (see periscope.bus.secure_broker)
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
 
 
 class UpError(RuntimeError):
     """The stack could not be started or kept running; the message says which part and why."""
+
+
+def broker_lost(broker: EmbeddedBroker | None) -> str | None:
+    """The line to print when the broker process has exited, else None.
+
+    It keeps its topics in memory, so a broker that died took every event, changelog and committed
+    offset with it. Restarting it would leave each service holding state that no longer exists on the
+    bus (a joiner whose recovered marks are ahead of empty topics, an API whose view has nothing behind
+    it); a clean stop with a non-zero status is the honest answer, and the one line says so."""
+    if broker is None or broker.running():
+        return None
+    status = broker.exit_status
+    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
+    return (f"the embedded broker {how}; every topic and its history were lost with it: stopping every "
+            "service (run periscope up again to start afresh)")
 
 
 class Stack:
@@ -80,17 +100,14 @@ class Stack:
 
     # ------------------------------------------------------------------ children
 
-    def _env(self, **settings: str) -> dict[str, str]:
+    def _add(self, name: str, argv: list[str], settings: dict[str, str], stdin: bool = False) -> None:
+        """Start a child with our environment less its PERISCOPE_* settings, then the shared ones (clock,
+        log level, broker and its security) and `settings` (lower-case, without the prefix)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
-        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level}
-        if self.broker is not None:
-            shared["kafka_bootstrap"] = self.bootstrap
-        if self.secure is not None:
-            shared |= self.secure.settings()
+        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level,
+                  "kafka_bootstrap": self.bootstrap, **(self.secure.settings() if self.secure else {})}
         env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
-        return env | {"PYTHONUNBUFFERED": "1"}
-
-    def _add(self, name: str, argv: list[str], env: dict[str, str], stdin: bool = False) -> None:
+        env["PYTHONUNBUFFERED"] = "1"
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
         self.children[name] = child  # in start order
         child.start()
@@ -105,27 +122,25 @@ class Stack:
             self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
             self.bootstrap = self.broker.start()
         security = self.secure.security if self.secure else PLAINTEXT
-        tune = self._tuning()
         asyncio.run(ensure_topics(self.bootstrap, security=security))
+        tune, sim = self._tuning(), self.workdir / "sim"
         config = {
             "scenario": self.scenario.source,
-            "workdir": str(self.workdir / "sim"),
+            "workdir": str(sim),
             "clock": self.clock.setting(),
             "truth": str(opts.truth) if opts.truth else None,
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
             "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
         }
-        (self.workdir / "sim").mkdir()
-        cfg = self.workdir / "sim" / "config.json"
-        cfg.write_text(json.dumps(config))
-        self._add("sim", py("periscope.sim.cluster.simulator", str(cfg)), self._env(), stdin=True)
-        ready_file = self.workdir / "sim" / "ready.json"
-        self._poll(ready_file.exists, 30, 0.05, "sim did not come up within 30s", "sim")
-        ready = json.loads(ready_file.read_text())
+        sim.mkdir()
+        (sim / "config.json").write_text(json.dumps(config))
+        self._add("sim", py("periscope.sim.cluster.simulator", str(sim / "config.json")), {}, stdin=True)
+        self._poll((sim / "ready.json").exists, 30, 0.05, "sim did not come up within 30s", "sim")
+        ready = json.loads((sim / "ready.json").read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
-            self._add(name, argv, self._env(**settings))
+            self._add(name, argv, settings)
 
     def _tuning(self) -> Tuning:
         return Tuning.derive(self.workdir / "run", self.scenario.tick_ms, self.opts)

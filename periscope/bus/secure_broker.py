@@ -1,17 +1,12 @@
-"""The embedded broker of `periscope up`: behind TLS with `--secure`, and what happens when it dies.
+"""The embedded broker behind mutual TLS: `periscope up --secure` and the Kafka-security tests.
 
-With `--secure` the broker listens in plaintext on a private loopback port and advertises the TLS
-proxy's address (periscope.bus.tlsproxy), so every client connection, bootstrap and per-broker, goes
-through TLS. The proxy requires a client certificate (mutual TLS). `make_certificates` writes fresh
-throwaway ones in the run's work directory (a CA, a broker certificate for the given names and
-addresses, a client certificate; never used by a deployment, whose certificates come from its own
-CA). SASL is not enabled: the embedded broker keeps users in its memory store, and with
-authentication on it refuses the request that would create the first one.
-
-When it dies: it keeps its topics in memory, so a broker that died took every event, changelog and
-committed offset with it. Restarting it would leave each service holding state that no longer exists
-on the bus (a joiner whose recovered marks are ahead of empty topics, an API whose view has nothing
-behind it); a clean stop with a non-zero status is the honest answer, and the one line says so.
+The broker listens in plaintext on a private loopback port and advertises the TLS proxy's address
+(periscope.bus.tlsproxy), so every client connection, bootstrap and per-broker, goes through TLS. The
+proxy requires a client certificate (mutual TLS). `make_certificates` writes fresh throwaway ones (a
+CA, a broker certificate for the given names and addresses, a client certificate; never used by a
+deployment, whose certificates come from its own CA). SASL is not enabled: the embedded broker keeps
+users in its memory store, and with authentication on it refuses the request that would create the
+first one.
 """
 
 from __future__ import annotations
@@ -24,25 +19,6 @@ import trustme
 from periscope.bus.broker import EmbeddedBroker, free_port
 from periscope.bus.security import KafkaSecurity
 from periscope.bus.tlsproxy import TlsProxy, server_context
-
-# Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
-# (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
-SERVICES_GRACE_S = 6.0
-SIM_GRACE_S = 2.0
-BROKER_GRACE_S = 1.0
-
-
-def broker_lost(broker: EmbeddedBroker | None) -> str | None:
-    """The line to print when the broker process has exited, else None."""
-    if broker is None or broker.running():
-        return None
-    status = broker.exit_status
-    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
-    return (f"the embedded broker {how}; every topic and its history were lost with it: stopping every "
-            "service (run periscope up again to start afresh)")
-
-
-# ---------------------------------------------------------------- throwaway certificates
 
 
 @dataclass(frozen=True, slots=True)
