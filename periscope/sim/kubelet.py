@@ -79,7 +79,8 @@ class FakePod:
 
 
 class _Bucket:
-    """Token bucket like golang.org/x/time/rate: `qps` tokens per second, at most `burst` saved."""
+    """Token bucket like golang.org/x/time/rate: `qps` tokens per second, at most `burst` saved.
+    By hand: no direct dependency has one; mode's TokenBucket (under Faust) lets burst + 1 through."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps, self.burst = qps, burst

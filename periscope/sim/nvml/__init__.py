@@ -218,27 +218,26 @@ class FakePynvml(NvmlBase):
             fail("NotFound")
         return Device(migs[index]["uuid"], True)
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Device) -> Device:
-        gpu, mig = self._find(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
-        if mig is None:
-            fail("InvalidArgument")
-        return Device(gpu["uuid"], False)
-
     def nvmlDeviceIsMigDeviceHandle(self, device: Device) -> ctypes.c_uint:
         _, mig = self._find(device, "nvmlDeviceIsMigDeviceHandle", metric=False)
         return ctypes.c_uint(1 if mig is not None else 0)
 
-    def _mig(self, dev: Device, call: str) -> Gpu:
-        _, mig = self._find(dev, call, metric=False)
+    def _mig(self, dev: Device, call: str) -> tuple[Gpu, Gpu]:
+        """(gpu, mig) for a call only a MIG device handle answers."""
+        gpu, mig = self._find(dev, call, metric=False)
         if mig is None:
             fail("InvalidArgument")
-        return mig
+        return gpu, mig
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Device) -> Device:
+        gpu, _ = self._mig(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        return Device(gpu["uuid"], False)
 
     def nvmlDeviceGetGpuInstanceId(self, device: Device) -> int:
-        return int(self._mig(device, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
+        return int(self._mig(device, "nvmlDeviceGetGpuInstanceId")[1].get("gi", 0))
 
     def nvmlDeviceGetComputeInstanceId(self, device: Device) -> int:
-        return int(self._mig(device, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
+        return int(self._mig(device, "nvmlDeviceGetComputeInstanceId")[1].get("ci", 0))
 
     def nvmlDeviceGetGpuInstanceById(self, device: Device, gpuInstanceId: int) -> Struct:
         gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceById", metric=False)
