@@ -105,11 +105,9 @@ class FakePynvml(NvmlBase):
     def nvmlDeviceGetMemoryInfo(self, handle: Device, version: int | None = None) -> Struct:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
+        parts = gpu["mig"] if mig is None and gpu.get("mig") is not None else [src]  # MIG on: its instances
         total = mib_bytes(src.get("memory_total_mib", 0))
-        if mig is None and gpu.get("mig") is not None:
-            used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
-        else:
-            used = mib_bytes(src.get("memory_used_mib", 0))
+        used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in parts))
         mem = Struct(total=total, free=max(total - used, 0), used=used)
         if version:
             mem.version, mem.reserved = version, 0
