@@ -10,10 +10,10 @@ The simulator runs one `FakeKubelet` per simulated node, all in one asyncio loop
     await kubelet.restart(down_s=0.5)   # socket deleted, absent for 0.5 s, then recreated
     await kubelet.stop()
 
-State setters are plain synchronous calls; the next RPC sees the new state. Behaviour follows the
-kubelet's server_v1.go: `List` returns every pod set here; `Get` answers according to `get_mode`
-("enabled", "disabled" = feature gate off, "unimplemented" = a kubelet older than 1.27);
-`dynamic_resources` is filled in only while `dynamic_resources` is true (the
+State setters and attributes are plain synchronous; the next RPC sees the new state. Behaviour follows
+the kubelet's server_v1.go: `List` returns every pod set here; `Get` answers according to the `get_mode`
+attribute ("enabled", "disabled" = feature gate off, "unimplemented" = a kubelet older than 1.27);
+`dynamic_resources` is filled in only while the attribute `dynamic_resources` is true (the
 KubeletPodResourcesDynamicResources gate). Like the kubelet, the server rate-limits every call
 (100 qps, burst 10) and rejects excess calls with RESOURCE_EXHAUSTED; `rejected` counts them and
 `calls` counts accepted calls per method.
@@ -27,14 +27,13 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import grpc
 from grpc import aio
 
 from periscope.k8s.podresources.v1 import api_pb2 as pb
 from periscope.k8s.podresources.v1 import api_pb2_grpc as pb_grpc
-
-GET_MODES = ("enabled", "disabled", "unimplemented")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +78,8 @@ class FakePod:
 
 
 class _Bucket:
-    """Token bucket like golang.org/x/time/rate: `qps` tokens per second, at most `burst` saved."""
+    """Token bucket like golang.org/x/time/rate: `qps` tokens per second, at most `burst` saved.
+    By hand: no direct dependency has one; mode's TokenBucket (under Faust) lets burst + 1 through."""
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps, self.burst = qps, burst
@@ -117,13 +117,10 @@ def _claims_pb(claims: Iterable[FakeClaim]) -> list[pb.DynamicResource]:
 class FakeKubelet(pb_grpc.PodResourcesListerServicer):
     """PodResources gRPC server on `socket_path`; see the module docstring for the simulator API."""
 
-    def __init__(self, socket_path: str | Path, *, get_mode: str = "enabled", dynamic_resources: bool = True,
-                 rate_limit: bool = True) -> None:
-        if get_mode not in GET_MODES:
-            raise ValueError(f"get_mode must be one of {GET_MODES}")
+    def __init__(self, socket_path: str | Path, *, rate_limit: bool = True) -> None:
         self.socket_path = Path(socket_path)
-        self.get_mode = get_mode
-        self.dynamic_resources = dynamic_resources
+        self.get_mode: Literal["enabled", "disabled", "unimplemented"] = "enabled"
+        self.dynamic_resources = True
         self.rate_limit = rate_limit
         self.pods: tuple[FakePod, ...] = ()
         self.allocatable: tuple[FakeDevices, ...] = ()

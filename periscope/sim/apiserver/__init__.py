@@ -10,7 +10,6 @@ compacted away. The kinds, the versioned store and its watch fan-out live in `st
 same port, kubeconfig) in `server`.
 """
 
-from periscope.sim.apiserver.server import VERSION, FakeApiServer
-from periscope.sim.apiserver.store import KINDS, Kind, Obj, rfc3339
+from periscope.sim.apiserver.server import FakeApiServer
 
-__all__ = ["KINDS", "VERSION", "FakeApiServer", "Kind", "Obj", "rfc3339"]
+__all__ = ["FakeApiServer"]

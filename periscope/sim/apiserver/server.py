@@ -147,21 +147,20 @@ class FakeApiServer(ObjectStore):
     # ------------------------------------------------------------------ routes
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        parts = [p for p in request.path.split("/") if p]
-        groups = sorted({k.group for k in KINDS if k.group and self.served(k)})
         if request.path.rstrip("/") in REVIEW_PATHS:
             return await self._review(request)
-        if parts == ["version"]:
-            return web.json_response(VERSION)
-        if parts == ["api"]:
-            cidrs = [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]
-            return web.json_response({"kind": "APIVersions", "versions": ["v1"],
-                                      "serverAddressByClientCIDRs": cidrs})
-        if parts == ["apis"]:
-            return web.json_response({"kind": "APIGroupList", "apiVersion": "v1",
-                                      "groups": [group_document(g) for g in groups]})
-        if parts[:1] == ["apis"] and len(parts) == 2 and parts[1] in groups:
-            return web.json_response({"kind": "APIGroup", "apiVersion": "v1", **group_document(parts[1])})
+        parts = [p for p in request.path.split("/") if p]
+        groups = sorted({k.group for k in KINDS if k.group and self.served(k)})
+        cidrs = [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]
+        documents: dict[tuple[str, ...], Obj] = {  # discovery: only served groups appear
+            ("version",): VERSION,
+            ("api",): {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": cidrs},
+            ("apis",): {"kind": "APIGroupList", "apiVersion": "v1",
+                        "groups": [group_document(g) for g in groups]},
+            **{("apis", g): {"kind": "APIGroup", "apiVersion": "v1", **group_document(g)} for g in groups},
+        }
+        if (document := documents.get(tuple(parts))) is not None:
+            return web.json_response(document)
         if parts[:1] == ["api"] and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
         elif parts[:1] == ["apis"] and len(parts) >= 3:
@@ -279,20 +278,19 @@ class FakeApiServer(ObjectStore):
                 return web.json_response(self.upsert(kind.plural, body), status=201)
         if name is None:
             return _error(405, "MethodNotAllowed", f"{request.method} needs an object name")
-        missing = _error(404, "NotFound", f"{kind.plural} {name!r} not found")
-        if request.method == "GET":
-            obj = self.get(kind.plural, namespace, name)
-            return missing if obj is None else web.json_response(obj)
-        if request.method == "DELETE":
-            done = web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
-            return done if self.delete(kind.plural, namespace, name) else missing
-        if request.method != "PUT":
+        if request.method not in ("GET", "DELETE", "PUT"):
             return _error(405, "MethodNotAllowed", f"{request.method} is not supported")
-        body = await request.json()
+        body = await request.json() if request.method == "PUT" else {}
+        key = self.key(kind.plural, namespace, name)
         with self._lock:
-            cur = self._objects.get(self.key(kind.plural, namespace, name))
+            cur = self._objects.get(key)
             if cur is None:
-                return missing
+                return _error(404, "NotFound", f"{kind.plural} {name!r} not found")
+            if request.method == "GET":
+                return web.json_response(cur)  # serialised at once, under the lock
+            if request.method == "DELETE":
+                self._remove(key)
+                return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
             want = body.get("metadata", {}).get("resourceVersion")
             if want and want != cur["metadata"]["resourceVersion"]:
                 return _error(409, "Conflict", f"Operation cannot be fulfilled on {kind.plural} "

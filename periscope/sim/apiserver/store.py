@@ -100,11 +100,11 @@ class ObjectStore:
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
             raise ValueError("metadata.name is required")
+        key = self.key(kind, meta.get("namespace"), meta["name"])
         if k.namespaced:
-            meta["namespace"] = meta.get("namespace") or "default"
+            meta["namespace"] = key[1]
         else:
             meta.pop("namespace", None)
-        key = (k.plural, meta.get("namespace", ""), meta["name"])
         with self._lock:
             old = self._objects.get(key)
             if old is not None and meta.get("uid") and meta["uid"] != old["metadata"]["uid"]:
@@ -156,23 +156,20 @@ class ObjectStore:
     def compact(self) -> None:
         """Expire all versions handed out so far: open watches get ERROR 410, resumes fail."""
         with self._lock:
-            self._expire()
+            self._rv += 1
+            self._floor = self._rv
+            self._history.clear()
             self._notify()
 
     def clear(self) -> None:
         """Drop every object without events (a wiped store); old versions become expired."""
         with self._lock:
             self._objects.clear()
-            self._expire()
+            self.compact()
 
     def _new_uid(self) -> str:
         # Deterministic (counter-based) so simulator runs are reproducible.
         return str(uuid.UUID(int=(0x5E << 120) | next(self._uids)))
-
-    def _expire(self) -> None:
-        self._rv += 1
-        self._floor = self._rv
-        self._history.clear()
 
     def _set_served(self, plural: str, served: bool) -> None:
         with self._lock:

@@ -105,11 +105,9 @@ class FakePynvml(NvmlBase):
     def nvmlDeviceGetMemoryInfo(self, handle: Device, version: int | None = None) -> Struct:
         gpu, mig = self._find(handle, "nvmlDeviceGetMemoryInfo")
         src = mig if mig is not None else gpu
+        parts = gpu["mig"] if mig is None and gpu.get("mig") is not None else [src]  # MIG on: its instances
         total = mib_bytes(src.get("memory_total_mib", 0))
-        if mig is None and gpu.get("mig") is not None:
-            used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in gpu["mig"]))
-        else:
-            used = mib_bytes(src.get("memory_used_mib", 0))
+        used = mib_bytes(sum(float(m.get("memory_used_mib", 0)) for m in parts))
         mem = Struct(total=total, free=max(total - used, 0), used=used)
         if version:
             mem.version, mem.reserved = version, 0
@@ -218,27 +216,26 @@ class FakePynvml(NvmlBase):
             fail("NotFound")
         return Device(migs[index]["uuid"], True)
 
-    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Device) -> Device:
-        gpu, mig = self._find(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", metric=False)
-        if mig is None:
-            fail("InvalidArgument")
-        return Device(gpu["uuid"], False)
-
     def nvmlDeviceIsMigDeviceHandle(self, device: Device) -> ctypes.c_uint:
         _, mig = self._find(device, "nvmlDeviceIsMigDeviceHandle", metric=False)
         return ctypes.c_uint(1 if mig is not None else 0)
 
-    def _mig(self, dev: Device, call: str) -> Gpu:
-        _, mig = self._find(dev, call, metric=False)
+    def _mig(self, dev: Device, call: str) -> tuple[Gpu, Gpu]:
+        """(gpu, mig) for a call only a MIG device handle answers."""
+        gpu, mig = self._find(dev, call, metric=False)
         if mig is None:
             fail("InvalidArgument")
-        return mig
+        return gpu, mig
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Device) -> Device:
+        gpu, _ = self._mig(migDevice, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle")
+        return Device(gpu["uuid"], False)
 
     def nvmlDeviceGetGpuInstanceId(self, device: Device) -> int:
-        return int(self._mig(device, "nvmlDeviceGetGpuInstanceId").get("gi", 0))
+        return int(self._mig(device, "nvmlDeviceGetGpuInstanceId")[1].get("gi", 0))
 
     def nvmlDeviceGetComputeInstanceId(self, device: Device) -> int:
-        return int(self._mig(device, "nvmlDeviceGetComputeInstanceId").get("ci", 0))
+        return int(self._mig(device, "nvmlDeviceGetComputeInstanceId")[1].get("ci", 0))
 
     def nvmlDeviceGetGpuInstanceById(self, device: Device, gpuInstanceId: int) -> Struct:
         gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceById", metric=False)
