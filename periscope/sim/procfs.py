@@ -47,8 +47,9 @@ class FakeProcfs:
         self.root.mkdir(parents=True, exist_ok=True)
         self._next_start = 100_000
 
-    def add_process(self, pid: int, cgroup_text: str, *, comm: str = "python",
-                    start_time: int | None = None) -> int:
+    def add_process(
+        self, pid: int, cgroup_text: str, *, comm: str = "python", start_time: int | None = None
+    ) -> int:
         """Write a process with a literal cgroup file; returns its start time."""
         if start_time is None:
             self._next_start += 137  # strictly increasing: a re-used PID always gets a new start time
@@ -61,17 +62,33 @@ class FakeProcfs:
         atomic_write(d / "comm", comm + "\n")
         return start_time
 
-    def add_pod_process(self, pid: int, *, pod_uid: str, container_id: str, qos: Qos = "burstable",
-                        runtime: Runtime = "containerd", driver: Driver = "systemd",
-                        cgroup_version: Literal[1, 2] = 2, comm: str = "python",
-                        start_time: int | None = None) -> int:
+    def add_pod_process(
+        self,
+        pid: int,
+        *,
+        pod_uid: str,
+        container_id: str,
+        qos: Qos = "burstable",
+        runtime: Runtime = "containerd",
+        driver: Driver = "systemd",
+        cgroup_version: Literal[1, 2] = 2,
+        comm: str = "python",
+        start_time: int | None = None,
+    ) -> int:
         """A process inside a pod's container, with the cgroup path that runtime/driver produce."""
         path = cgroup_path(pod_uid, container_id, qos, runtime=runtime, driver=driver)
-        return self.add_process(pid, cgroup_file(path, version=cgroup_version), comm=comm,
-                                start_time=start_time)
+        return self.add_process(
+            pid, cgroup_file(path, version=cgroup_version), comm=comm, start_time=start_time
+        )
 
-    def add_host_process(self, pid: int, path: str = "/system.slice/nvidia-persistenced.service", *,
-                         comm: str = "daemon", start_time: int | None = None) -> int:
+    def add_host_process(
+        self,
+        pid: int,
+        path: str = "/system.slice/nvidia-persistenced.service",
+        *,
+        comm: str = "daemon",
+        start_time: int | None = None,
+    ) -> int:
         """A process outside Kubernetes (cgroup v2 single line)."""
         return self.add_process(pid, f"0::{path}\n", comm=comm, start_time=start_time)
 

@@ -50,9 +50,11 @@ Gpu = dict[str, Any]  # one entry of `gpus` (or of a GPU's `mig`) in the state
 
 # pynvml's own error classes (NVMLError_NotSupported, ...), codes and constants: importing pynvml loads no
 # library, and the probe's `except` clauses then meet exactly the classes a real node raises.
-_PYNVML = {k: v for k, v in vars(pynvml).items()
-           if k.startswith(("NVML", "nvmlEventType", "nvmlMemory_"))
-           and (not callable(v) or isinstance(v, type))}
+_PYNVML = {
+    k: v
+    for k, v in vars(pynvml).items()
+    if k.startswith(("NVML", "nvmlEventType", "nvmlMemory_")) and (not callable(v) or isinstance(v, type))
+}
 
 
 def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
@@ -67,8 +69,9 @@ def read_nvml_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def add_xid(state: dict[str, Any], gpu_uuid: str, code: int, gi: int | None = None,
-            ci: int | None = None) -> dict[str, Any]:
+def add_xid(
+    state: dict[str, Any], gpu_uuid: str, code: int, gi: int | None = None, ci: int | None = None
+) -> dict[str, Any]:
     xids = state.setdefault("xids", [])
     seq = max((int(x.get("seq", 0)) for x in xids), default=0) + 1
     xids.append({"seq": seq, "gpu": gpu_uuid, "code": code, "gi": gi, "ci": ci})
@@ -161,8 +164,9 @@ class NvmlBase(types.ModuleType):
                 return gpu, mig
         return None
 
-    def _find(self, dev: Device, call: str, metric: bool = True,
-              whole: bool = False) -> tuple[Gpu, Gpu | None]:
+    def _find(
+        self, dev: Device, call: str, metric: bool = True, whole: bool = False
+    ) -> tuple[Gpu, Gpu | None]:
         """(gpu, mig-or-None) for a handle; applies `lost` and injected failures. `whole`: a call a MIG
         device handle answers with NotSupported, as on real MIG devices."""
         if not isinstance(dev, Device):
