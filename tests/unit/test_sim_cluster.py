@@ -7,7 +7,7 @@ import re
 import pytest
 
 from periscope.core.deviceid import parse_device_id
-from periscope.sim.cluster.kube_objects import operands
+from periscope.sim.cluster.kube_objects import operands, pod_object
 from periscope.sim.cluster.model import ClusterModel, Holding
 from periscope.sim.scenario import Scenario, load_scenario, parse_scenario
 
@@ -247,3 +247,39 @@ policy:
     assert ops["dcgmExporter"].expected_status == "degraded"  # fewer desired than GPU nodes
     assert ops["migManager"].desired == 1  # only the A100 node can run MIG
     assert ops["toolkit"].expected_status == "ok" and ops["toolkit"].desired == 2
+
+
+def _kubernetes_qos(pod: dict[str, object]) -> str:
+    """The QoS class Kubernetes derives from a pod's spec (pkg/apis/core/v1/helper/qos): only cpu and
+    memory count; no request or limit anywhere is BestEffort; a cpu and memory limit in every container,
+    with requests (when given) equal to the limits, is Guaranteed; anything else Burstable."""
+    containers = pod["spec"]["containers"]  # type: ignore[index]
+    counted = ("cpu", "memory")
+    some, guaranteed = False, True
+    for c in containers:
+        requests = {k: v for k, v in c["resources"].get("requests", {}).items() if k in counted}
+        limits = {k: v for k, v in c["resources"].get("limits", {}).items() if k in counted}
+        some = some or bool(requests or limits)
+        guaranteed = (
+            guaranteed and set(limits) == set(counted) and all(limits[k] == v for k, v in requests.items())
+        )
+    return "BestEffort" if not some else "Guaranteed" if guaranteed else "Burstable"
+
+
+@pytest.mark.parametrize("qos", ["guaranteed", "burstable", "besteffort"])
+def test_pod_objects_resources_give_their_qos_class(qos: str) -> None:
+    """The simulated apiserver's pods carry resources from which Kubernetes would derive the very QoS class
+    they state (the built-in scenarios only have burstable pods)."""
+    text = SCENARIO.replace("- {name: a, node: ts,", f"- {{name: a, node: ts, qos: {qos},")
+    text = text.replace(
+        "containers: [{name: c, util_pct: 60, memory_mib: 3000, processes: 3}]",
+        "containers: [{name: c, util_pct: 60, memory_mib: 3000, processes: 3}, {name: d, util_pct: 5}]",
+    )
+    model = ClusterModel(parse_scenario(text, "qos.yaml"))
+    pod = next(p for p in model.pods if p.name == "a")
+    obj = pod_object(pod, created_ms=1_700_000_000_000)
+    stated = obj["status"]["qosClass"]
+    assert stated == {"guaranteed": "Guaranteed", "burstable": "Burstable", "besteffort": "BestEffort"}[qos]
+    assert _kubernetes_qos(obj) == stated
+    for c, spec in zip(obj["spec"]["containers"], pod.containers, strict=True):  # the GPUs in every class
+        assert c["resources"]["limits"][spec.spec.resource] == str(spec.spec.count)
