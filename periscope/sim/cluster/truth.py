@@ -10,13 +10,15 @@ One object per line, each with a `kind`:
   `gpu_util_pct` (the whole GPU's util) and `idle` (null when it cannot be known);
 - `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires.
 Times are simulated Unix ms plus RFC 3339 strings, the same clock every service of the run uses.
+`TruthWriter` writes the file as the run goes; `read_truth` reads it back and `Truth` indexes it by tick
+and device for `periscope report`.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,6 +26,8 @@ from periscope.sim.cluster.kube_objects import operands
 from periscope.sim.cluster.model import ClusterModel, Holding
 from periscope.sim.scenario import XidSpec
 from periscope.wirejson import rfc3339
+
+Row = dict[str, Any]  # one line of the file
 
 
 def _at(ms: int) -> dict[str, Any]:
@@ -183,3 +187,65 @@ def read_truth(path: str | Path) -> Iterator[dict[str, Any]]:
                     yield json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}: line {n}: not JSON ({e.msg})") from None
+
+
+class Truth:
+    """The truth file, indexed by tick and device."""
+
+    def __init__(self, rows: Iterable[Row]) -> None:
+        self.meta: Row = {}
+        self.ticks: dict[int, dict[str, Row]] = {}
+        self.xids: list[Row] = []
+        self.faults: list[Row] = []
+        listed = {"xid": self.xids, "fault": self.faults}
+        for n, r in enumerate(rows, 1):
+            kind = r.get("kind")
+            if kind == "meta":
+                self.meta = r
+            elif kind in ("xid", "fault"):  # a tuple: a kind of any JSON type is only compared
+                listed[kind].append(r)
+            elif kind == "holder":
+                try:
+                    self.ticks.setdefault(int(r["tick"]), {})[str(r["device_id"])] = r
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ValueError(f"line {n}: {kind} without a valid {e}") from None
+        if not self.meta:
+            raise ValueError("no meta line: not a truth file written by `periscope up --truth`")
+        self.tick_ms = int(self.meta["tick_ms"])
+        self.devices: dict[str, str] = {}  # device ID -> node
+        self.gpu_devices: dict[str, list[str]] = {}  # GPU UUID -> its kubelet device IDs
+        self.first_uid: dict[tuple[str, str], str] = {}  # a later pod of the same name is a reused name
+        for k in sorted(self.ticks):
+            for d, r in self.ticks[k].items():
+                if d not in self.devices:
+                    self.devices[d] = r["node"]
+                    self.gpu_devices.setdefault(r["gpu_uuid"], []).append(d)
+                if r["pod_uid"]:
+                    self.first_uid.setdefault((r["namespace"], r["pod"]), r["pod_uid"])
+        self.start_ms = int(self.meta["start_ms"])
+        self.last = max(self.ticks, default=-1)
+
+    def tick_at(self, at_ms: int) -> int:
+        return min(self.last, max(0, (at_ms - self.start_ms) // self.tick_ms))
+
+    def rows_at(self, tick: int) -> dict[str, Row]:
+        return self.ticks.get(max(0, min(tick, self.last)), {})
+
+    def row(self, tick: int, device: str) -> Row | None:
+        return self.rows_at(tick).get(device)
+
+    def stable(self, tick: int, device: str, allowance: int, *keys: str) -> bool:
+        """Whether the truth for `device` did not change over the `allowance` ticks before `tick`."""
+        now = self.row(tick, device)
+        if now is None:
+            return False
+        before = (self.row(k, device) for k in range(tick - allowance, tick))
+        return all(b is not None and all(b.get(x) == now.get(x) for x in keys) for b in before)
+
+    def settled_owner(self, tick: int, device: str, allowance: int) -> Row | None:
+        """The truth an owner answer is checked against; None while it was still changing."""
+        return self.row(tick, device) if self.stable(tick, device, allowance, "pod_uid") else None
+
+    def current_uid(self, tick: int, namespace: str, pod: str) -> str | None:
+        named = (r for r in self.rows_at(tick).values() if (r["namespace"], r["pod"]) == (namespace, pod))
+        return next((str(r["pod_uid"]) for r in named), None)
