@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import re
 import signal
@@ -27,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -42,19 +39,24 @@ class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
 
 
-def die_with_parent_hook() -> Callable[[], None] | None:
-    """A preexec_fn that has Linux kill the child (SIGKILL) when this process dies; None elsewhere."""
+# Run in a fresh interpreter between our fork and the real program: set PR_SET_PDEATHSIG, give up if
+# the owner is already gone, exec. Not a preexec_fn: that runs Python (and every library's at-fork
+# handler) in the child of a threaded process, which the subprocess docs call unsafe, and a child did
+# crash there while several brokers started at once.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    f"ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, {int(signal.SIGKILL)}, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def with_parent_death(argv: list[str]) -> list[str]:
+    """`argv` behind a launcher that has Linux kill it (SIGKILL) when this process dies; as is elsewhere."""
     if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    parent = os.getpid()
-
-    def hook() -> None:  # runs in the child between fork and exec
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the owner died before prctl took effect
-            os._exit(1)
-
-    return hook
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
 
 
 # PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. A broker started from a
@@ -65,8 +67,8 @@ _spawner_lock = threading.Lock()
 
 def _spawn(argv: list[str], log: int) -> subprocess.Popen[bytes]:
     def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=die_with_parent_hook(), close_fds=True)
+        return subprocess.Popen(with_parent_death(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
 
     if threading.current_thread() is threading.main_thread():
         return popen()

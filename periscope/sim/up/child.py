@@ -1,7 +1,7 @@
 """One child process of `periscope up`: a service, the simulator or anything else the stack runs.
 
 A `Child` starts its argv in its own process group (so Ctrl-C reaches only the orchestrator) with
-PR_SET_PDEATHSIG set between fork and exec (so a killed orchestrator takes it along), pumps its
+PR_SET_PDEATHSIG set by a launcher before exec (so a killed orchestrator takes it along), pumps its
 combined stdout/stderr line by line to an `Emit` callback as `[name] line` with terminal control codes
 stripped, and stops it by signalling the whole group: SIGTERM first, SIGKILL once the grace period
 is over, always reaping it. It also counts crashes and remembers whether an exit was asked for, which
@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-# The broker's own hook: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
+# The broker's own launcher: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
 # the broker goes too, and a graceful shutdown would wait on it (the joiner's consumer group leave)
 # long after nobody is left to care.
-from periscope.bus.broker import die_with_parent_hook
+from periscope.bus.broker import with_parent_death
 
 Emit = Callable[[str], None]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
@@ -50,9 +50,9 @@ class Child:
         self.expected_exit = False
         # Spawned from the main thread only: PDEATHSIG follows the thread that forked the child.
         self.proc = subprocess.Popen(
-            self.argv, env=self.env, cwd=self.cwd, text=True, bufsize=1, errors="replace",
+            with_parent_death(self.argv), env=self.env, cwd=self.cwd, text=True, bufsize=1, errors="replace",
             stdin=subprocess.PIPE if self.stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, process_group=0, preexec_fn=die_with_parent_hook(), close_fds=True,
+            stderr=subprocess.STDOUT, process_group=0, close_fds=True,
         )
         log = f"log-{self.name}"
         threading.Thread(target=self._pump, args=(self.proc.stdout,), daemon=True, name=log).start()
