@@ -3,6 +3,8 @@ percentiles, CPU/memory probes of this machine, free ports."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import math
 import os
@@ -11,13 +13,18 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
+from periscope.bus.clients import Kafka
+from periscope.bus.profile import EMBEDDED, BrokerProfile
 from periscope.bus.security import PLAINTEXT, KafkaSecurity
+from periscope.devkit.brokers import LocalBroker
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,28 +175,49 @@ def machine() -> dict[str, Any]:
 # The security settings of every benchmark Kafka client (periscope.bus.security). The benchmarks run
 # their own plaintext embedded broker; a run against a secured broker sets this once.
 SECURITY: KafkaSecurity = PLAINTEXT
+# The broker the benchmarks run on (run.py --broker): its profile decides how every client behaves.
+PROFILE: BrokerProfile = EMBEDDED
 
 
 def kafka_security() -> KafkaSecurity:
     return SECURITY
 
 
-def kafka_kwargs() -> dict[str, Any]:
-    """aiokafka keyword arguments for SECURITY."""
-    return SECURITY.aiokafka_kwargs()
+def kafka(bootstrap: str) -> Kafka:
+    """The connection every benchmark client is built from."""
+    return Kafka(bootstrap, SECURITY, PROFILE)
+
+
+def kafka_env() -> dict[str, str]:
+    """The PERISCOPE_* settings a benchmark's service process needs for the broker's profile."""
+    return {"PERISCOPE_KAFKA_PROFILE": PROFILE.name}
 
 
 async def end_offsets(bootstrap: str, topic: str) -> int:
     """Sum of the end offsets of every partition of `topic` (records ever written to it)."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                **kafka_kwargs())
+    from periscope.bus.admin import partition_counts
+
+    parts = (await partition_counts(kafka(bootstrap), [topic])).get(topic, 0)
+    consumer = kafka(bootstrap).consumer(client_id="bench-end-offsets")
     await consumer.start()
     try:
-        await consumer.topics()  # a metadata fetch, so partitions_for_topic knows the topic
-        parts = consumer.partitions_for_topic(topic) or set()
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(parts)])
         return sum(ends.values())
     finally:
         await consumer.stop()
+
+
+@contextlib.contextmanager
+def broker(tmp: Path) -> Iterator[LocalBroker]:
+    """A broker of the benchmarks' kind (PROFILE), every topic created, stopped at the end."""
+    from periscope.bus.admin import ensure_topics
+
+    b = LocalBroker(PROFILE.name, Path(tempfile.mkdtemp(prefix="broker-", dir=tmp)))
+    b.start()
+    try:
+        asyncio.run(ensure_topics(kafka(b.bootstrap)))
+        yield b
+    finally:
+        b.stop()

@@ -33,7 +33,7 @@ from aiokafka.errors import KafkaError
 
 from bench import probe as probes
 from bench import processes
-from bench.common import Figure, Goal, kafka_kwargs, kafka_security, percentile, rounded
+from bench.common import Figure, Goal, kafka, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -116,15 +116,15 @@ async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float
                          ages: list[float]) -> None:
     """Age of each marker PodAttribution when it reaches periscope.attribution.v1 (joiner side of the
     pipeline), read with a 20 ms fetch wait on a thread of its own so this watcher adds little."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka import TopicPartition
 
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=20, enable_auto_commit=False,
-                          **kafka_kwargs())
+    from periscope.bus.admin import partition_counts
+
+    count = (await partition_counts(kafka(bootstrap), [topics.ATTRIBUTION.name]))[topics.ATTRIBUTION.name]
+    c = kafka(bootstrap).consumer(client_id="bench-freshness", fetch_max_wait_ms=20)
     await c.start()
     try:
-        await c.topics()
-        parts = [TopicPartition(topics.ATTRIBUTION.name, p)
-                 for p in sorted(c.partitions_for_topic(topics.ATTRIBUTION.name) or ())]
+        parts = [TopicPartition(topics.ATTRIBUTION.name, p) for p in range(count)]
         c.assign(parts)
         await c.seek_to_end(*parts)
         seen: dict[str, int] = {}
@@ -201,7 +201,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
             real = {w.name for w in watched}
             marker_uids = {pod_uid(s.index, p) for s in [*sims, *watched] if s.name in synthetic | real
                            for p in range(shape.gpus)}
-            async with Publisher(bootstrap, "bench-live", linger_ms=5, security=kafka_security()) as pub:
+            async with Publisher(kafka(bootstrap), "bench-live", linger_ms=5) as pub:
                 now_ms = int(time.time() * 1000)
                 by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
                 for s in sims:
@@ -309,13 +309,11 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
 
 async def hop_latency(bootstrap: str, fetch_max_wait_ms: int, n: int) -> float:
     """Median ms from a produce (acks=all) to a waiting consumer's getmany returning it: one broker hop."""
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka import TopicPartition
 
     topic = topics.DEADLETTER.name  # one partition, unused by the benchmark load
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, acks="all", **kafka_kwargs())
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=fetch_max_wait_ms,
-                                **kafka_kwargs(),
-                                enable_auto_commit=False)
+    producer = kafka(bootstrap).producer("bench-hop", linger_ms=0)
+    consumer = kafka(bootstrap).consumer(client_id="bench-hop", fetch_max_wait_ms=fetch_max_wait_ms)
     await producer.start()
     await consumer.start()
     lat: list[float] = []

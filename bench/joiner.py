@@ -33,8 +33,7 @@ from bench.common import (
     Figure,
     Goal,
     end_offsets,
-    kafka_kwargs,
-    kafka_security,
+    kafka,
     median,
     proc_cpu_s,
     rounded,
@@ -54,7 +53,7 @@ MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs a
 async def publish(bootstrap: str, batches: list[list[tuple[topics.Topic, Any]]]) -> int:
     """Publish events in order (batch by batch, one send_many per topic); returns records sent."""
     sent = 0
-    async with Publisher(bootstrap, "bench-load", linger_ms=20, security=kafka_security()) as pub:
+    async with Publisher(kafka(bootstrap), "bench-load", linger_ms=20) as pub:
         for batch in batches:
             by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
             for topic, ev in batch:
@@ -83,12 +82,13 @@ async def preload(bootstrap: str, nodes: int, ticks: int, shape: NodeShape, firs
 
 
 async def _consumer(bootstrap: str, topic: str) -> tuple[AIOKafkaConsumer, list[TopicPartition]]:
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest",
-                         **kafka_kwargs(),
-                         max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024)
+    from periscope.bus.admin import partition_counts
+
+    count = (await partition_counts(kafka(bootstrap), [topic]))[topic]
+    c = kafka(bootstrap).consumer(client_id="bench-raw", max_partition_fetch_bytes=4 * 1024 * 1024,
+                                  fetch_max_bytes=16 * 1024 * 1024)
     await c.start()
-    await c.topics()  # a metadata fetch, so partitions_for_topic knows the topic
-    parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+    parts = [TopicPartition(topic, p) for p in range(count)]
     c.assign(parts)
     return c, parts
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CpuTimer, Figure, Goal, end_offsets, free_port, median, proc_cpu_s
+from bench.common import CpuTimer, Figure, Goal, end_offsets, free_port, kafka_env, median, proc_cpu_s
 from bench.workload import (
     NAMESPACE,
     RESOURCE,
@@ -181,7 +181,8 @@ class Kubelets:
 
 def start_probe(env: dict[str, str], bootstrap: str, tick_s: float, log: Path) -> subprocess.Popen[bytes]:
     """`python -m services.probe` with these settings, its output in `log`."""
-    env = {**os.environ, **env, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_TICK": f"{tick_s}",
+    env = {**os.environ, **env, **kafka_env(), "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap,
+           "PERISCOPE_TICK": f"{tick_s}",
            "PERISCOPE_HEALTH_PORT": str(free_port())}
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "services.probe"], env=env, stdin=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from bench.common import proc_cpu_s, proc_rss_bytes
+from bench.common import kafka_env, proc_cpu_s, proc_rss_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -110,12 +110,13 @@ def joiner(bootstrap: str, app_id: str, tmp: Path, wrap: list[str] | None = None
            instance: int = 0) -> Process:
     """Worker `instance` of the consumer group `app_id` (each has its own data directory and log)."""
     name = app_id if instance == 0 else f"{app_id}-{instance}"
-    env = {**JOINER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
+    env = {**JOINER_ENV, **kafka_env(), "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap,
+           "PERISCOPE_APP_ID": app_id,
            "PERISCOPE_DATA_DIR": str(tmp / f"{name}-data")}
     return Process("joiner", [sys.executable, "-m", "services.joiner"], env, tmp / f"{name}.log", wrap)
 
 
 def api(bootstrap: str, tmp: Path) -> Process:
-    env = {"PERISCOPE_LOG_LEVEL": "WARNING"}
+    env = {"PERISCOPE_LOG_LEVEL": "WARNING", **kafka_env()}
     argv = [sys.executable, "-m", "periscope.cli.main", "api", "--port", "0", "--bootstrap", bootstrap]
     return Process("api", argv, env, tmp / "api.log")

@@ -30,10 +30,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import Figure, Goal, end_offsets, kafka_security, proc_cpu_s, proc_rss_bytes, rounded
+from bench.common import Figure, Goal, end_offsets, kafka, kafka_env, proc_cpu_s, proc_rss_bytes, rounded
+from bench.common import broker as bench_broker
 from periscope.bus import codec, topics
-from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker
 from periscope.bus.producer import Publisher
 from periscope.core.model import NodeInput, PodEvent
 from periscope.replay.render import rfc3339
@@ -67,8 +66,8 @@ async def publish(bootstrap: str, spec: ClusterSpec, chunk: int = CHUNK) -> dict
     counts: Counter[str] = Counter()
     pods: set[str] = set()
     started = time.perf_counter()
-    async with Publisher(bootstrap, "bench-replay-hour", linger_ms=0, max_batch_size=MAX_BATCH_BYTES,
-                         security=kafka_security()) as pub:
+    async with Publisher(kafka(bootstrap), "bench-replay-hour", linger_ms=0,
+                         max_batch_bytes=MAX_BATCH_BYTES) as pub:
 
         async def flush() -> None:
             for topic, items in by_topic.items():
@@ -146,7 +145,8 @@ def replay_cli(bootstrap: str, from_ms: int, to_ms: int, out: Path, timeout_s: f
             "--from", rfc3339(from_ms), "--to", rfc3339(to_ms), "--format", "json"]
     with open(out, "wb") as stdout, open(err_path, "wb") as stderr:
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=ROOT)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=ROOT,
+                                env={**os.environ, **kafka_env()})
         first_byte: float | None = None
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -184,9 +184,8 @@ def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None) -> tuple[l
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "replay.json"
     from_ms, to_ms = spec.start_ms, spec.start_ms + spec.duration_ms
-    with EmbeddedBroker() as broker:
+    with bench_broker(tmp) as broker:
         assert broker.pid is not None
-        asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
         cpu0 = proc_cpu_s(broker.pid)
         pub = asyncio.run(publish(broker.bootstrap, spec))
         cpu1 = proc_cpu_s(broker.pid)

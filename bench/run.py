@@ -39,7 +39,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [str(HERE.parent), *(p for p in sys.path if Path(p or ".").resolve() != HERE)]
 
-from bench.common import Figure, kafka_security, machine, rounded  # noqa: E402
+from bench.common import Figure, machine, rounded  # noqa: E402
+from bench.common import broker as bench_broker  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
 SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "joiner", "freshness")
@@ -118,14 +119,11 @@ class Bench:
 
     def probe(self) -> None:
         from bench import probe
-        from periscope.bus.admin import ensure_topics
-        from periscope.bus.broker import EmbeddedBroker
 
         p = self.plan
         fig, breakdown = probe.sample_cpu(self.tmp / "probe-sample", p.probe_ticks, max(3, p.repeats))
         self.add([fig])
-        with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
+        with bench_broker(self.tmp) as broker:
             self.add([probe.service_cpu(self.tmp / "probe-service", broker.bootstrap, p.probe_tick_s,
                                         warm_s=3, span_s=p.probe_span_s)])
         self.details["probe_sample_breakdown_ms"] = {k: rounded(v) for k, v in breakdown.items()}
@@ -149,12 +147,9 @@ class Bench:
 
     def joiner(self) -> None:
         from bench import joiner
-        from periscope.bus.admin import ensure_topics
-        from periscope.bus.broker import EmbeddedBroker
 
         p = self.plan
-        with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
+        with bench_broker(self.tmp) as broker:
             figures, details = asyncio.run(joiner.throughput(
                 broker.bootstrap, broker.pid, self.tmp, p.joiner_nodes, p.joiner_ticks, p.repeats,
                 timeout_s=240))
@@ -168,16 +163,13 @@ class Bench:
     def freshness(self) -> None:
         from bench import freshness
         from bench.outage import catch_up
-        from periscope.bus.admin import ensure_topics
-        from periscope.bus.broker import EmbeddedBroker
 
         p = self.plan
         rate = self.figures.get("joiner_device_samples_per_s")
         nodes = p.live_nodes
         if rate is not None and rate.value:
             nodes = max(p.markers, min(p.live_nodes, int(0.5 * rate.value / 8)))  # at most half of capacity
-        with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
+        with bench_broker(self.tmp) as broker:
             outage = None
             if p.outage_s and broker.pid is not None:
                 pid = broker.pid
@@ -203,13 +195,10 @@ class Bench:
 
     def profile(self) -> dict[str, Any]:
         from bench import hotspots, joiner
-        from periscope.bus.admin import ensure_topics
-        from periscope.bus.broker import EmbeddedBroker
 
         p = self.plan
         out: dict[str, Any] = {"core_steady_state": hotspots.core_profile()}
-        with EmbeddedBroker() as broker:
-            asyncio.run(ensure_topics(broker.bootstrap, security=kafka_security()))
+        with bench_broker(self.tmp) as broker:
             load = asyncio.run(joiner.preload(broker.bootstrap, p.joiner_nodes, p.joiner_ticks,
                                               joiner.NodeShape()))
             out["joiner_worker"] = asyncio.run(hotspots.joiner_profile(

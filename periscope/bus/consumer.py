@@ -17,9 +17,8 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.protocol.group import LeaveGroupRequest
 
 from periscope.bus import codec
-from periscope.bus.deadletter import dead_letter
-from periscope.bus.producer import Publisher
-from periscope.bus.security import PLAINTEXT, KafkaSecurity
+from periscope.bus.clients import Kafka
+from periscope.bus.deadletter import DeadLetters
 from periscope.bus.topics import Topic
 
 log = logging.getLogger(__name__)
@@ -35,25 +34,22 @@ class ConsumerStats:
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # set once partitions and positions are known
 
 
-async def consume(bootstrap: str, topics: Iterable[Topic], group_id: str | None, handler: Handler, *,
-                  from_beginning: bool = True, dead_letters: Publisher | None = None, service: str,
+async def consume(kafka: Kafka, topics: Iterable[Topic], group_id: str | None, handler: Handler, *,
+                  from_beginning: bool = True, dead_letters: DeadLetters | None = None, service: str,
                   stop: asyncio.Event | None = None, stats: ConsumerStats | None = None,
                   session_timeout_ms: int = 10_000, heartbeat_interval_ms: int = 3_000,
-                  poll_ms: int = 200, security: KafkaSecurity = PLAINTEXT) -> ConsumerStats:
+                  poll_ms: int = 200) -> ConsumerStats:
     """Decode every record of `topics` and `await handler(topic, key, obj, record)` until `stop` is set.
 
     Undecodable records (bad protobuf, invalid event, non-UTF-8 key) are counted and, when
-    `dead_letters` is given, published to periscope.deadletter.v1; consumption goes on. On the
-    embedded broker a group join takes about session_timeout_ms / 2 (at least 1 s).
+    `dead_letters` is given, published to periscope.deadletter.v1; consumption goes on.
     """
     by_name = {t.name: t for t in topics}
     stats = stats if stats is not None else ConsumerStats()
     stop = stop if stop is not None else asyncio.Event()
-    consumer = AIOKafkaConsumer(
-        *by_name, bootstrap_servers=bootstrap, group_id=group_id, client_id=service,
-        auto_offset_reset="earliest" if from_beginning else "latest", enable_auto_commit=False,
-        session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
-        **security.aiokafka_kwargs())
+    consumer = kafka.consumer(*by_name, client_id=service, group_id=group_id, from_beginning=from_beginning,
+                              session_timeout_ms=session_timeout_ms,
+                              heartbeat_interval_ms=heartbeat_interval_ms)
     await consumer.start()
     try:
         # Resolve the offset reset now, so `ready` means "records produced from here on will be seen".
@@ -68,18 +64,16 @@ async def consume(bootstrap: str, topics: Iterable[Topic], group_id: str | None,
             if batches and group_id is not None:
                 await consumer.commit()
     finally:
-        await _leave_generation_zero(consumer)
+        if kafka.profile.leave_generation_zero:
+            await _leave_generation_zero(consumer)
         await consumer.stop()
     return stats
 
 
 async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
-    """Send the LeaveGroup that aiokafka skips for generation 0.
-
-    aiokafka treats generation 0 as "never joined", but the embedded broker numbers a group's first
-    generation 0 (Kafka starts at 1). Without leaving, the next member of the group waits for this
-    one's session to expire (about session_timeout_ms + 2 joins). Dead code on Apache Kafka.
-    """
+    """Send the LeaveGroup that aiokafka skips for generation 0 (brokers whose profile numbers a
+    group's first generation 0, see periscope.bus.profile): without it, the next member of the group
+    waits for this one's session to expire."""
     coordinator = getattr(consumer, "_coordinator", None)
     if coordinator is None or getattr(coordinator, "generation", None) != 0 or not coordinator.member_id:
         return
@@ -90,7 +84,7 @@ async def _leave_generation_zero(consumer: AIOKafkaConsumer) -> None:
 
 
 async def _handle(record: ConsumerRecord[bytes, bytes], topic: Topic, handler: Handler, stats: ConsumerStats,
-                  dead_letters: Publisher | None, service: str) -> None:
+                  dead_letters: DeadLetters | None, service: str) -> None:
     try:
         key = None if record.key is None else record.key.decode("utf-8")
         obj = codec.decode(topic, record.value or b"")
@@ -100,8 +94,8 @@ async def _handle(record: ConsumerRecord[bytes, bytes], topic: Topic, handler: H
         stats.last_error = error
         log.warning("dead letter %s[%d]@%d: %s", record.topic, record.partition, record.offset, error)
         if dead_letters is not None:
-            await dead_letter(dead_letters, record.topic, record.partition, record.offset, record.key,
-                              record.value or b"", error, service)
+            await dead_letters.send(record.topic, record.partition, record.offset, record.key,
+                                    record.value or b"", error)
         return
     stats.consumed += 1
     await handler(topic, key, obj, record)

@@ -22,7 +22,9 @@ from periscope.bus.security import KafkaSecurity, KafkaSecurityError
 _NAME_MISMATCH = (62, 64)  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 _HANDSHAKE_S = 8.0
 _API_VERSIONS = struct.pack(">hhih", 18, 0, 7, 9) + b"periscope"
-_METADATA = struct.pack(">hhih", 3, 0, 8, 9) + b"periscope" + struct.pack(">i", 0)  # v0: [] = all topics
+# Metadata v4 for no topics (an empty array) and no auto-creation: the oldest version Kafka 4 still
+# serves (KIP-896 removed v0-v3; a broker closes the connection on a removed version).
+_METADATA = struct.pack(">hhih", 3, 4, 8, 9) + b"periscope" + struct.pack(">i", 0) + b"\x00"
 _MAX_ANSWER = 64 * 1024 * 1024
 _UNREACHABLE = "unreachable"  # compared by identity: no problem message is this very object
 

@@ -2,12 +2,10 @@
 
 Keys are UTF-8 strings (node name, pod UID, GPU UUID) and aiokafka's default partitioner (murmur2,
 the same as the Java client and Faust) maps them to partitions, so every producer of a node-keyed
-topic lands a node on the same partition. The idempotent producer stays off: the embedded broker
-does not implement InitProducerId. acks="all" is honoured by both brokers. Records carry the send
-time as their timestamp, as a live probe's do; `send_many(..., event_time=True)` stamps each with its
-event's own time instead, for publishing recorded or synthetic history. `max_batch_size=1` keeps
-send_many's records in batches of one, as `send` produces them (see the embedded broker's end offsets
-in broker.py).
+topic lands a node on the same partition. How records are batched, compressed and made idempotent is
+the broker profile's business (periscope.bus.clients). Records carry the send time as their timestamp,
+as a live probe's do; `send_many(..., event_time=True)` stamps each with its event's own time
+instead, for publishing recorded or synthetic history.
 """
 
 from __future__ import annotations
@@ -16,25 +14,23 @@ import asyncio
 from collections.abc import Iterable
 from types import TracebackType
 
-from aiokafka import AIOKafkaProducer
-
 from periscope.bus import codec
-from periscope.bus.security import PLAINTEXT, KafkaSecurity
+from periscope.bus.clients import REQUEST_TIMEOUT_MS, Kafka
 from periscope.bus.topics import Topic
 
 
 class Publisher:
-    def __init__(self, bootstrap: str, client_id: str, *, acks: int | str = "all", linger_ms: int = 5,
-                 request_timeout_ms: int = 30_000, max_batch_size: int = 16384,
-                 security: KafkaSecurity = PLAINTEXT) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: Kafka, client_id: str, *, linger_ms: int | None = None,
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS, max_batch_bytes: int | None = None) -> None:
+        self.kafka = kafka
         self.client_id = client_id
-        self.security = security
         self.sent = 0
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, client_id=client_id, acks=acks, enable_idempotence=False,
-            linger_ms=linger_ms, request_timeout_ms=request_timeout_ms, max_batch_size=max_batch_size,
-            **security.aiokafka_kwargs())
+        self._producer = kafka.producer(client_id, linger_ms=linger_ms, max_batch_bytes=max_batch_bytes,
+                                        request_timeout_ms=request_timeout_ms)
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.bootstrap
 
     async def start(self) -> None:
         await self._producer.start()

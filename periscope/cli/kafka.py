@@ -31,8 +31,9 @@ class KafkaSetupError(click.ClickException):
 def check_kafka(service: str, settings: ServiceSettings, timeout_s: float = 20.0) -> None:
     """Raise KafkaSetupError when the bootstrap servers refuse the settings' TLS/SASL configuration."""
     try:
-        security = settings.kafka_security()
-        asyncio.run(check_connection(settings.kafka_bootstrap, security, timeout_s))
+        kafka = settings.kafka()
+        security = kafka.security
+        asyncio.run(check_connection(kafka.bootstrap, security, timeout_s))
     except KafkaSecurityError as e:
         where = settings.kafka_bootstrap
         raise KafkaSetupError(f"{service}: cannot connect to Kafka at {where}: {e}") from None

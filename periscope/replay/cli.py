@@ -21,6 +21,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from periscope.bus.clients import Kafka
 from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
 from periscope.replay.owners import owners_with_stats
@@ -195,7 +196,7 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     if window_lookback is not None:
         updates["replay_window_lookback"] = _duration("--window-lookback", window_lookback) / 1000
     settings = settings.model_copy(update=updates)
-    server = _check_bootstrap(bootstrap or settings.kafka_bootstrap)
+    server = settings.kafka().with_bootstrap(_check_bootstrap(bootstrap or settings.kafka_bootstrap))
     warnings = _Warnings(quiet)
     started = time.perf_counter()
     spool: Spool | None = None
@@ -245,7 +246,7 @@ def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
     return ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
 
 
-def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
+def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
               warnings: _Warnings, filters: dict[str, str | None], spool: Spool | None = None,
               ) -> tuple[Json, ReadStats, ReplayResult]:
     """Read and replay the range. With a spool, the outputs go there (the document's items are then
@@ -253,7 +254,7 @@ def _timeline(server: str, from_ms: int, to_ms: int, settings: ReplaySettings, b
     plan = range_plan(from_ms, to_ms, settings, filters["node"])
     with paused_gc():
         events, stats = asyncio.run(read_inputs(
-            server, plan, warn=warnings, security=settings.kafka_security(), lazy=True,
+            server, plan, warn=warnings, lazy=True,
             progress=lambda n, total: bar.update("reading", n, total)))
 
     def failed(ev: ReplayInput, e: Exception) -> None:

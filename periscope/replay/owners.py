@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from periscope.bus.security import KafkaSecurity
+from periscope.bus.clients import Kafka
 from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
@@ -83,23 +83,22 @@ def owners_from_events(
 
 
 async def owners_with_stats(
-    bootstrap: str, at_ms: int, *, gpu_uuid: str | None = None, node: str | None = None,
+    kafka: Kafka, at_ms: int, *, gpu_uuid: str | None = None, node: str | None = None,
     pod_uid: str | None = None, settings: ReplaySettings | None = None, warn: Warn | None = None,
-    progress: Progress | None = None, security: KafkaSecurity | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Json, ReadStats]:
     settings = settings or ReplaySettings()
-    events, stats = await read_inputs(bootstrap, owners_plan(at_ms, settings, node), warn=warn,
-                                      progress=progress, security=security or settings.kafka_security())
+    events, stats = await read_inputs(kafka, owners_plan(at_ms, settings, node), warn=warn, progress=progress)
     doc = await asyncio.to_thread(owners_from_events, events, at_ms, engine=settings.engine_config(),
                                   gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid)
     return doc, stats
 
 
 async def owners_at(
-    bootstrap: str, at_ms: int, gpu_uuid: str | None = None, node: str | None = None, *,
-    pod_uid: str | None = None, settings: ReplaySettings | None = None, security: KafkaSecurity | None = None,
+    kafka: Kafka, at_ms: int, gpu_uuid: str | None = None, node: str | None = None, *,
+    pod_uid: str | None = None, settings: ReplaySettings | None = None,
 ) -> Json:
     """`{"at": T, "items": [{node, gpu_uuid, device_id, mig, pod_uid, namespace, pod, container}]}`."""
-    doc, _ = await owners_with_stats(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid,
-                                     settings=settings, security=security)
+    doc, _ = await owners_with_stats(kafka, at_ms, gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid,
+                                     settings=settings)
     return doc

@@ -6,10 +6,11 @@ What the core needs to answer for [from, to] (the "anchor" is the first instant 
   last snapshot at or before the anchor is found;
 - telemetry and XIDs: from the anchor to `to`.
 Every partition is assigned by hand (no group id, so nothing is committed and no rebalance happens)
-and read up to the end offset seen at start. The broker's `offsets_for_times` is only a hint: it is
-checked against the event times of the records around it (some brokers answer it wrongly) and
-otherwise the start is found by bisecting on event time, then scanned forward. Records that do not
-decode are skipped, counted and reported through `warn`.
+and read up to the end offset seen at start. Where the broker profile says `offsets_for_times` is
+right, it gives the start; it finds record timestamps, not event times, so it is checked against the
+event times of the records on either side (a producer clock that ran ahead would mislead it) and
+otherwise, or where the profile says it is wrong, the start is found by bisecting on event time.
+Records that do not decode are skipped, counted and reported through `warn`.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from aiokafka.partitioner import murmur2
 
 from periscope.bus import codec
 from periscope.bus import topics as t
+from periscope.bus.admin import partition_counts
+from periscope.bus.clients import Kafka
 from periscope.bus.diagnosis import check_connection
-from periscope.bus.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
+from periscope.bus.security import KafkaSecurityError
 from periscope.core.model import NodeInput
 from periscope.replay.runner import (
     SAMPLES,
@@ -80,20 +83,15 @@ def _record_time(topic: t.Topic, rec: ConsumerRecord[bytes, bytes]) -> int:
 
 
 class _Reader:
-    def __init__(self, bootstrap: str, plan: ReadPlan, warn: Warn | None, progress: Progress | None,
-                 security: KafkaSecurity, lazy: bool = False) -> None:
+    def __init__(self, kafka: Kafka, plan: ReadPlan, warn: Warn | None, progress: Progress | None,
+                 lazy: bool = False) -> None:
         self.plan, self.warn, self.progress, self.lazy = plan, warn, progress, lazy
+        self.kafka = kafka
         self.stats = ReadStats()
-        # No group: nothing is committed. If retention removes records while they are read, carry on
-        # from the oldest that is left rather than from the end.
-        common: dict[str, Any] = {"bootstrap_servers": bootstrap, "group_id": None,
-                                  "enable_auto_commit": False, "client_id": "periscope-replay",
-                                  "auto_offset_reset": "earliest", **security.aiokafka_kwargs()}
-        self._common = common
         self.main = self._main_consumer()
         self._retired: list[AIOKafkaConsumer] = []
         self.tps: list[TopicPartition] = []
-        self.probe = AIOKafkaConsumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES, **common)
+        self.probe = self._consumer(max_partition_fetch_bytes=_PROBE_FETCH_BYTES)
         self.begin: dict[TopicPartition, int] = {}
         self.end: dict[TopicPartition, int] = {}
         self.parts: dict[str, int] = {}  # partition count per topic
@@ -102,9 +100,13 @@ class _Reader:
         # per snapshot topic, the nodes with a record at or before the anchor
         self.anchored: dict[str, set[str]] = {topic.name: set() for topic in SNAPSHOTS}
 
+    def _consumer(self, **options: Any) -> AIOKafkaConsumer:
+        # No group: nothing is committed. If retention removes records while they are read, carry on
+        # from the oldest that is left rather than from the end.
+        return self.kafka.consumer(client_id="periscope-replay", **options)
+
     def _main_consumer(self) -> AIOKafkaConsumer:
-        return AIOKafkaConsumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES,
-                                **self._common)
+        return self._consumer(max_partition_fetch_bytes=_FETCH_BYTES, fetch_max_bytes=4 * _FETCH_BYTES)
 
     async def fresh_main(self) -> None:
         """A new consumer for the next phase of reading. The last fetch of the previous phase waits at
@@ -138,10 +140,11 @@ class _Reader:
     # ------------------------------------------------------------------ layout
 
     async def layout(self) -> list[TopicPartition]:
-        await self.main.topics()  # one metadata request for every topic (never auto-creates one)
+        names = (topic.name for topic in t.NODE_INPUTS)
+        counts = await partition_counts(self.kafka, names, "periscope-replay")
         tps: list[TopicPartition] = []
         for topic in t.NODE_INPUTS:
-            parts = sorted(self.main.partitions_for_topic(topic.name) or ())
+            parts = list(range(counts.get(topic.name, 0)))
             self.parts[topic.name] = len(parts)
             if self.plan.node is not None and parts:
                 parts = [parts[partition_for(self.plan.node, len(parts))]]
@@ -185,7 +188,7 @@ class _Reader:
         """Per partition, the first offset whose record is at or after target_ms in event time."""
         live = [tp for tp in tps if self.begin[tp] < self.end[tp]]
         hints: dict[TopicPartition, Any] = {}
-        if live:
+        if live and self.kafka.profile.offsets_for_times_exact:
             try:
                 # Asked of the probe consumer: the main one's connection may be held by a fetch
                 # waiting at the end of a partition (up to fetch_max_wait_ms, 500 ms), and a broker
@@ -316,16 +319,16 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
 
 
 async def read_inputs(
-    bootstrap: str, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
-    security: KafkaSecurity = PLAINTEXT, lazy: bool = False,
+    kafka: Kafka, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
+    lazy: bool = False,
 ) -> tuple[list[ReplayInput], ReadStats]:
     """Every input event the replay of `plan` needs, unordered (the runner orders them per node).
     With `lazy`, telemetry comes as PendingTelemetry (checked, converted when replayed): the bulk of a
     long range then stays about as small as it was on the wire until its node is replayed."""
     started = time.perf_counter()
     try:
-        await check_connection(bootstrap, security)  # a certificate or credential problem, in one line
-        async with _Reader(bootstrap, plan, warn, progress, security, lazy) as r:
+        await check_connection(kafka.bootstrap, kafka.security)  # a certificate or credential problem
+        async with _Reader(kafka, plan, warn, progress, lazy) as r:
             tps = await r.layout()
             ranges = {tp: (r.begin[tp], r.end[tp]) for tp in tps if t.BY_NAME[tp.topic] in STATE}
             await r.read(ranges, stop_after_ms=None)
@@ -348,9 +351,10 @@ async def read_inputs(
     except ReadError:
         raise
     except KafkaSecurityError as e:
-        raise ReadError(f"cannot read from the broker at {bootstrap}: {e}") from None
+        raise ReadError(f"cannot read from the broker at {kafka.bootstrap}: {e}") from None
     except Exception as e:  # aiokafka's connection and protocol errors
-        raise ReadError(f"cannot read from the broker at {bootstrap}: {str(e) or type(e).__name__}") from e
+        why = str(e) or type(e).__name__
+        raise ReadError(f"cannot read from the broker at {kafka.bootstrap}: {why}") from e
     selected = select(r.events, plan)
     r.stats.events = len(selected)
     r.stats.seconds = time.perf_counter() - started

@@ -66,6 +66,16 @@ def _port_option(flag: str, default: int, what: str) -> Callable[[FC], FC]:
     return click.option(flag, type=click.IntRange(0, 65535), default=default, help=text)
 
 
+def _kafka_toolchain() -> None:
+    """`--broker kafka` without java (or, before the first use, mvn) is one line naming what is missing."""
+    from periscope.devkit.apache_kafka import KafkaUnavailable, distribution
+
+    try:
+        distribution()
+    except KafkaUnavailable as e:
+        raise InputError(f"--broker kafka: {e}") from None
+
+
 @click.command("up", context_settings={"show_default": True})
 @click.option(
     "--scenario",
@@ -74,7 +84,14 @@ def _port_option(flag: str, default: int, what: str) -> Callable[[FC], FC]:
     help=f"Built-in scenario ({', '.join(builtin_names())}) or a scenario YAML file.",
 )
 @_port_option("--api-port", 8080, "the HTTP API")
-@_port_option("--broker-port", 9092, "the embedded Kafka broker")
+@_port_option("--broker-port", 9092, "the Kafka broker")
+@click.option(
+    "--broker",
+    type=click.Choice(("embedded", "kafka")),
+    default="embedded",
+    help="The broker to run: the embedded one (no JVM, in memory) or Apache Kafka (KRaft) from the "
+    "project's cached distribution (needs java; mvn on first use).",
+)
 @click.option(
     "--speed",
     type=click.FloatRange(0, 100, min_open=True),
@@ -109,7 +126,9 @@ def _port_option(flag: str, default: int, what: str) -> Callable[[FC], FC]:
 @click.option(
     "--secure",
     is_flag=True,
-    help="Serve the broker only over mutual TLS (fresh certificates); every service connects with TLS.",
+    help="Serve the broker only over TLS (fresh certificates). Embedded: mutual TLS through a proxy, one "
+    "certificate for every service. Kafka: TLS + SASL/SCRAM-SHA-512 on Kafka's own listener, a principal per "
+    "service with ACLs; prints `kafka credentials: DIR`.",
 )
 @click.pass_context
 def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> None:
@@ -130,6 +149,8 @@ def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> No
         raise InputError(f"--api-port {opts.api_port}: the broker uses that port too")
     if opts.truth is not None:
         _writable("--truth", opts.truth)
+    if opts.broker == "kafka":
+        _kafka_toolchain()
     ctx.exit(run_up(replace(opts, idle_window_ms=window_ms), model))
 
 

@@ -1,8 +1,8 @@
 """Kafka -> View: reads the joiner's output topics (and the cluster policy/node topics) into the view.
 
-Each replica has its own consumer group id (prefix + random suffix), reads every partition from the
-beginning and never commits, so every replica rebuilds the full view on its own and replicas are
-interchangeable. Readiness:
+Each replica has its own id (prefix + random suffix, its client id), joins no consumer group, reads
+every partition from the beginning and never commits, so every replica rebuilds the full view on its
+own and replicas are interchangeable. Readiness:
 at start the end offset of every partition is noted; the replica is ready once it has read up to them.
 """
 
@@ -20,9 +20,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 
 from periscope.bus import topics as t
+from periscope.bus.clients import Kafka
 from periscope.bus.codec import DecodeError, decode
+from periscope.bus.deadletter import DeadLetters
 from periscope.bus.recovery import CALL_TIMEOUT_S, stop_within
-from periscope.bus.security import PLAINTEXT, KafkaSecurity, KafkaSecurityError
+from periscope.bus.retry import Backoff
+from periscope.bus.security import KafkaSecurityError
 from periscope.logs import Trouble
 from services.api.status import ConsumerStatus
 from services.api.view import View
@@ -39,9 +42,6 @@ _EVICT_EVERY_S = 60.0
 _TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
 
 
-FETCH_MAX_WAIT_MS = 100
-
-
 def group_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(4)}"
 
@@ -50,27 +50,24 @@ class ViewConsumer:
     def __init__(
         self,
         view: View,
-        bootstrap: str,
+        kafka: Kafka,
         group_prefix: str = "periscope-api-",
         topics: Sequence[t.Topic] = TOPICS,
         *,
         dead_letters: bool = True,
-        retry_s: float = 1.0,
         retention_ms: int = 24 * 3_600_000,
         window_retention_ms: int = 3_600_000,
         stale_after_s: float = 30.0,
-        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self.view = view
-        self.bootstrap = bootstrap
-        self.security = security
+        self.kafka = kafka
         self.topics = tuple(topics)
         self.status = ConsumerStatus(group_id=group_id(group_prefix), stale_after_s=stale_after_s)
-        self._dead_letters = dead_letters
-        self._retry_s = retry_s
+        self._dead_letters = (DeadLetters(kafka, f"{self.status.group_id}-dlq", SERVICE)
+                              if dead_letters else None)
+        self._backoff = Backoff()
         self._targets: dict[TopicPartition, int] | None = None  # end offsets seen at start
         self._next: dict[TopicPartition, int] = {}
-        self._publisher: Any = None
         self._lag_at = 0.0
         self._retention_ms = retention_ms
         self._window_retention_ms = window_retention_ms
@@ -87,25 +84,18 @@ class ViewConsumer:
                 except (KafkaError, OSError, TimeoutError, KafkaSecurityError) as e:
                     self.status.connected = False
                     self.status.error = f"{type(e).__name__}: {e}"
-                    self._trouble.failed(f"{self.status.error}; retrying every {self._retry_s:.1f}s")
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self._retry_s)
+                    self._trouble.failed(f"{self.status.error}; retrying")
+                    await self._backoff.sleep(stop)
         finally:
-            await self._close_publisher()
+            if self._dead_letters is not None:
+                with contextlib.suppress(Exception):  # a broker that is gone cannot take the goodbye
+                    await self._dead_letters.stop()
 
     async def _session(self, stop: asyncio.Event) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id=self.status.group_id,
-            client_id=self.status.group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            # The embedded broker does not end a waiting fetch when records arrive; a short wait keeps
-            # the view within ~0.1 s of the joiner instead of aiokafka's default 0.5 s.
-            fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-            # Built per session, so a retry after a failure reads a rotated password file.
-            **self.security.aiokafka_kwargs(),
-        )
+        # Built per session, so a retry after a failure reads a rotated password file.
+        # No consumer group: the partitions are assigned by hand and nothing is committed, so there is no
+        # coordinator to find or join (the id names this replica's client).
+        consumer = self.kafka.consumer(client_id=self.status.group_id)
         try:
             await asyncio.wait_for(consumer.start(), CALL_TIMEOUT_S)
             if self._targets is None:
@@ -114,6 +104,7 @@ class ViewConsumer:
                 self._check_ready()
             self.status.connected, self.status.error = True, ""
             self._trouble.cleared()
+            self._backoff.reset()
             assigned: set[TopicPartition] = set()
             checked = 0.0
             while not stop.is_set():
@@ -229,26 +220,9 @@ class ViewConsumer:
     async def _dead_letter(self, rec: ConsumerRecord[Any, Any], value: bytes, error: str) -> None:
         self.status.dead_letters += 1
         log.warning("api consumer: dead letter %s@%d/%d: %s", rec.topic, rec.partition, rec.offset, error)
-        if not self._dead_letters:
+        if self._dead_letters is None:
             return
         try:
-            from periscope.bus.deadletter import dead_letter
-            from periscope.bus.producer import Publisher
-
-            if self._publisher is None:
-                pub = Publisher(self.bootstrap, client_id=f"{self.status.group_id}-dlq",
-                                security=self.security)
-                await pub.start()
-                self._publisher = pub
-            await dead_letter(
-                self._publisher, rec.topic, rec.partition, rec.offset, rec.key, value, error, SERVICE
-            )
+            await self._dead_letters.send(rec.topic, rec.partition, rec.offset, rec.key, value, error)
         except Exception as e:  # losing a dead letter must not stop consumption; it is counted above
             log.warning("api consumer: could not publish dead letter: %s", e)
-
-    async def _close_publisher(self) -> None:
-        if self._publisher is not None:
-            try:
-                await self._publisher.stop()
-            finally:
-                self._publisher = None

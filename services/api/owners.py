@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
-from periscope.bus.security import KafkaSecurity
+from periscope.bus.clients import Kafka
 from periscope.replay.owners import owners_at
 from periscope.replay.reader import ReadError
 from periscope.wirejson import parse_time_ms
@@ -44,7 +44,7 @@ class Owners(BaseModel):
     )
 
 
-def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
+def router(kafka: Kafka) -> APIRouter:
     r = APIRouter(tags=["replay"])
     slots = asyncio.Semaphore(_CONCURRENT)
 
@@ -68,7 +68,7 @@ def router(bootstrap: str, security: KafkaSecurity | None = None) -> APIRouter:
             raise ApiError(400, f"at: {e}") from None
         async with slots:
             try:
-                out = await owners_at(bootstrap, at_ms, gpu_uuid=gpu_uuid, node=node, security=security)
+                out = await owners_at(kafka, at_ms, gpu_uuid=gpu_uuid, node=node)
             except ReadError as e:
                 raise ApiError(503, str(e)) from None
         if scope.cluster:

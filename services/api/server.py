@@ -57,12 +57,11 @@ class ApiServer:
         self.consumer = (
             ViewConsumer(
                 self.view,
-                settings.kafka_bootstrap,
+                settings.kafka(),
                 settings.api_group_prefix,
                 retention_ms=settings.retention_ms,
                 window_retention_ms=settings.window_retention_ms,
                 stale_after_s=settings.api_stale_after,
-                security=settings.kafka_security(),
             )
             if consume
             else None
@@ -76,7 +75,7 @@ class ApiServer:
             self.view,
             self.consumer.status if self.consumer else None,
             extra_routers=[*extra_routers,
-                           owners_router(settings.kafka_bootstrap, settings.kafka_security())],
+                           owners_router(settings.kafka())],
             lifespan=self._lifespan,
             gate=gate,
         )

@@ -18,16 +18,17 @@ from typing import Any, cast
 
 import faust
 
-from periscope.bus.deadletter import dead_letter
-from periscope.bus.producer import Publisher
-from periscope.bus.topics import NODE_INPUTS, TELEMETRY
+from periscope.bus.clients import Kafka
+from periscope.bus.deadletter import DeadLetters
+from periscope.bus.faust_transport import transport_class
+from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
 from periscope.freshness import Freshness
 from services.joiner.agents import Joiner
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
 from services.joiner.settings import JoinerSettings
 from services.joiner.slots import Message
-from services.joiner.transport import RecordBatches, transport_class
+from services.joiner.transport import RecordBatches
 from services.joiner.watch import ProgressWatch, ready
 from services.joiner.web import JoinerWeb
 
@@ -39,15 +40,17 @@ STALL_MIN_S = 20.0
 FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 TAKE_MAX = 2000  # input records per batch at most
 TAKE_WITHIN_S = 0.02  # the longest a record waits in a batch before the batch is processed
+ENDS_EVERY_TICKS = 5  # how often the progress watch asks for end offsets (where the broker has them)
 
 
 class ChangelogTable:
     """A Faust table written with an explicit partition, so timers and persist tasks (which run
     outside any stream event) can write; each write returns the changelog record's delivery future."""
 
-    def __init__(self, table: Any, batches: RecordBatches) -> None:
+    def __init__(self, table: Any, batches: RecordBatches, fences: bool) -> None:
         self.table = table
         self.batches = batches
+        self.fences = fences
         self._lock = asyncio.Lock()
         self._sending: set[asyncio.Future[None]] = set()
 
@@ -102,14 +105,21 @@ class ChangelogTable:
         return fut
 
     def fence(self, partition: int) -> Any:
-        """Append a record that only marks a point in the changelog partition (see agents.py)."""
+        """Append a record that only marks a point in the changelog partition, for brokers whose end
+        offsets can hide the last records of a batch (periscope.bus.profile); else nothing to wait for."""
+        if not self.fences:
+            return _no_fence()
         return self.put(FENCE_KEY + str(partition).encode(), b"1", partition)
+
+
+async def _no_fence() -> None:
+    """What a fence is on a broker that does not need one: nothing to wait for."""
 
 
 class JoinerApp(faust.App):
     joiner: Joiner
     shutdown_timeout_s: float = 10.0
-    fetch_max_wait_ms: int = 100
+    kafka: Kafka
 
     def on_init_dependencies(self) -> Any:
         deps = super().on_init_dependencies()
@@ -128,7 +138,7 @@ class JoinerApp(faust.App):
             self._rebalancing_sensor_state = {"started": True}
 
     def _new_transport(self) -> Any:
-        return transport_class(self.fetch_max_wait_ms)(self.conf.broker_consumer, self)
+        return transport_class(self.kafka.profile)(self.conf.broker_consumer, self)
 
     async def on_stop(self) -> None:
         # Persist every node before Faust stops the consumer, whose last commit then covers it all.
@@ -142,29 +152,25 @@ class JoinerApp(faust.App):
         await super().on_stop()
 
 
-def _brokers(bootstrap: str) -> list[str]:
-    return [f"kafka://{h.strip()}" for h in bootstrap.split(",") if h.strip()]
-
-
 def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str | None = None,
-               on_stall: Callable[[], Any] | None = None) -> JoinerApp:
+               on_stall: Callable[[], Any] | None = None, partitions: int = DEFAULT_PARTITIONS) -> JoinerApp:
     """The worker's Faust app; `data_dir` (default: DATA_DIR, else a new temporary directory) is Faust's.
-    `on_stall` runs when Faust stops making progress (see services.joiner.watch; default: crash)."""
+    `on_stall` runs when Faust stops making progress (see services.joiner.watch; default: crash).
+    `partitions` is the input topics' partition count, which the tables' changelogs must share."""
     session = settings.session_timeout
+    kafka = settings.kafka()
+    JoinerApp.kafka = kafka  # read by _new_transport, which Faust calls during construction
     app = JoinerApp(
         settings.app_id,
-        broker=_brokers(settings.kafka_bootstrap),
-        # Faust passes these to every client it creates: consumer, producer (changelogs too), admin.
-        broker_credentials=settings.kafka_security().faust_credentials(),
+        **kafka.faust_settings(),
         store="memory://",
         datadir=data_dir or settings.data_dir or tempfile.mkdtemp(prefix="periscope-joiner-"),
         autodiscover=False,
-        topic_partitions=TELEMETRY.partitions,
+        topic_partitions=partitions,
         topic_disable_leader=True,
         # Acks are held until state is persisted; revocation must not wait for them.
         stream_wait_empty=False,
         consumer_auto_offset_reset="earliest",
-        producer_acks=-1,
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=session,
         broker_heartbeat_interval=max(0.2, session / 5),
@@ -173,30 +179,24 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         # each (Faust's repaired Cython fast path; opt-in in this Faust version).
         cython_optimizations=True,
     )
+    app.kafka = kafka
     app.shutdown_timeout_s = max(5.0, session)
-    app.fetch_max_wait_ms = round(settings.fetch_max_wait * 1000)
     metrics = JoinerMetrics()
     batches = RecordBatches(app.producer)
     tables = {
         name: ChangelogTable(
-            app.Table(name, key_type=bytes, value_type=bytes, partitions=TELEMETRY.partitions, help=doc),
-            batches)
+            app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions, help=doc),
+            batches, kafka.profile.fence_records)
         for name, doc in (
             ("nodes", "node -> node part of the engine state"),
             ("pods", "pod UID -> that pod's attribution rows"),
             ("marks", "node -> newest output time published"),
         )
     }
-    publishers: list[Publisher] = []  # created on first use: aiokafka needs the running loop
+    dead_letters = DeadLetters(kafka, f"{settings.app_id}-deadletters", SERVICE)
 
     async def send_dead_letter(msg: Message, error: str) -> None:
-        if not publishers:
-            publisher = Publisher(settings.kafka_bootstrap, client_id=f"{settings.app_id}-deadletters",
-                                  security=settings.kafka_security())
-            await publisher.start()
-            publishers.append(publisher)
-        await dead_letter(publishers[0], msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"",
-                          error, SERVICE)
+        await dead_letters.send(msg.topic, msg.partition, msg.offset, msg.key, msg.value or b"", error)
 
     sender = OutputSender(batches.send, tables["marks"].fence,
                           lambda topic, n: metrics.events_out.labels(topic).inc(n), app.crash)
@@ -227,10 +227,16 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     def crash() -> None:
         app.add_future(app.crash(RuntimeError("rebalance made no progress")))
 
-    watch = ProgressWatch(app, joiner, max(STALL_MIN_S, 4 * session), on_stall or crash)
+    watch = ProgressWatch(app, joiner, max(STALL_MIN_S, 4 * session), on_stall or crash,
+                          ask_ends=kafka.profile.end_offsets_exact)
     joiner.on_first_offset = watch.first_offset
+    ticks = 0
 
     async def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        if ticks % ENDS_EVERY_TICKS == 0:
+            await watch.refresh_ends()
         watch.check(time.monotonic())
         joiner.tick()
 
@@ -252,8 +258,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
 
     async def on_shutdown(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        for publisher in publishers:
-            await publisher.stop()
+        await dead_letters.stop()
 
     app.on_before_shutdown.connect(cast(Any, on_shutdown))
 

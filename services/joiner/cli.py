@@ -74,11 +74,39 @@ def _restart(data_dir: str | None) -> None:
     os.execv(sys.executable, sys.orig_argv)
 
 
+async def _input_partitions(settings: JoinerSettings) -> int:
+    """Wait until the input topics exist (the topics job creates them) and return their partition count,
+    which the tables' changelogs must share."""
+    from periscope.bus.admin import TopicError, input_partitions
+    from periscope.bus.retry import Backoff
+
+    backoff, kafka, told = Backoff(), settings.kafka(), False
+    while True:
+        try:
+            count = await input_partitions(kafka)
+        except TopicError as e:
+            raise InputError(f"joiner: {e}") from None
+        except Exception as e:  # the broker is not up yet
+            count, why = None, f"broker {kafka.bootstrap} not reachable ({e or type(e).__name__})"
+        else:
+            why = "waiting for the input topics (python -m periscope.bus.admin creates them)"
+        if count is not None:
+            return count
+        if not told:
+            print(f"periscope: joiner: {why}", file=sys.stderr, flush=True)
+            told = True
+        await backoff.sleep()
+
+
 def run(settings: JoinerSettings) -> None:
     """Run one worker in this process; returns when it has stopped (SIGINT/SIGTERM or a crash)."""
+    import asyncio
+
     import faust
 
     from services.joiner.app import create_app
+
+    partitions = asyncio.run(_input_partitions(settings))
 
     class Worker(faust.Worker):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -103,7 +131,7 @@ def run(settings: JoinerSettings) -> None:
     own_dir = None if settings.data_dir else data_dir
     try:
         app = create_app(settings, announce=lambda line: print(line, flush=True), data_dir=data_dir,
-                         on_stall=lambda: _restart(own_dir))
+                         on_stall=lambda: _restart(own_dir), partitions=partitions)
         worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, redirect_stdouts=False)
         worker.execute_from_commandline()
     except SystemExit as e:

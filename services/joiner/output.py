@@ -3,10 +3,11 @@
 A batch carries the future of its node's mark write (the newest output time it contains, kept in a
 changelogged table). Publishing waits for that write and then for a fence record appended to the same
 changelog partition, so after any crash the recovered mark is at least as new as anything a consumer
-has seen, and reprocessing never publishes an older state over a newer one. The fence is there because
-a recovering worker may read a changelog only up to the first record of its last producer batch (the
-embedded broker answers ListOffsets that way): a record followed by a later, separately sent one is
-always read. `barrier()` lets a persist wait until every batch submitted before it was delivered.
+has seen, and reprocessing never publishes an older state over a newer one. The fence is there for
+brokers whose profile says a recovering worker may read a changelog only up to the first record of its
+last producer batch (periscope.bus.profile): a record followed by a later, separately sent one is
+always read. Elsewhere a fence is nothing to wait for. `barrier()` lets a persist wait until every
+batch submitted before it was delivered.
 """
 
 from __future__ import annotations

@@ -34,19 +34,17 @@ class JoinerSettings(ServiceSettings):
     web_host: str = "127.0.0.1"
     web_port: int = Field(default=9403, ge=0, le=65535)  # 0: any free port (printed at start)
     data_dir: str = ""  # Faust's datadir; empty: a fresh temporary directory per process
-    # Consumer-group liveness. A dead worker's partitions move after this long; the embedded broker
-    # also holds every first JoinGroup for half of it, so it bounds the start-up time too.
+    # Consumer-group liveness. A dead worker's partitions move after this long; some brokers also hold
+    # every first JoinGroup for half of it, so it bounds the start-up time too.
     session_timeout: float = 10.0
     standby_replicas: int = Field(default=0, ge=0)  # Faust table standbys on other workers
-    # Longest a consumer fetch waits for records; shorter means fresher outputs, more idle fetches.
-    fetch_max_wait: float = Field(default=0.1, gt=0.0, le=10.0)
     # /readyz is 503 when no input record was handled for longer than this since the last partition
     # assignment (probes tick every second, so a working pipeline never goes that long).
     stale_after: float = Field(default=30.0, gt=0.0)
 
     @field_validator(
         "window", "window_keep", "idle_window", "lateness", "heartbeat", "state_persist_interval",
-        "session_timeout", "fetch_max_wait", "stale_after", mode="before",
+        "session_timeout", "stale_after", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:

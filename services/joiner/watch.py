@@ -1,7 +1,6 @@
 """Where the worker stands on each assigned input partition, and guards against Faust/aiokafka stalls.
 
-Seen when rebalances follow each other (a worker killed and restarted while another runs), on the
-embedded broker:
+Seen when rebalances follow each other (a worker killed and restarted while another runs):
 
 * aiokafka's `seek_to_committed` (which Faust calls after every rebalance) leaves a partition whose
   committed offset is missing or 0 wherever its fetcher last was. If records of that partition were
@@ -13,7 +12,9 @@ embedded broker:
 Skipped input is never acknowledged, so committed offsets stay before it and a fresh process recovers
 correctly: the watchdog restarts the worker when a rebalance makes no progress, when an assigned
 partition has records but does not advance, or when the first record after a rebalance is not the one
-the partition was positioned at.
+the partition was positioned at. Where a partition's end is known from fetch responses only, a
+partition that is never fetched looks empty; so on brokers whose end offsets are exact (ListOffsets,
+see periscope.bus.profile) they are also asked every few seconds (`refresh_ends`).
 """
 
 from __future__ import annotations
@@ -45,11 +46,14 @@ def ready(app: faust.App) -> bool:
 
 
 class ProgressWatch:
-    def __init__(self, app: faust.App, joiner: Joiner, stall_s: float, on_stall: Callable[[], Any]) -> None:
+    def __init__(self, app: faust.App, joiner: Joiner, stall_s: float, on_stall: Callable[[], Any],
+                 ask_ends: bool = False) -> None:
         self.app = app
         self.joiner = joiner
         self.stall_s = stall_s
         self.on_stall = on_stall
+        self.ask_ends = ask_ends  # the broker's end offsets are exact: ask for them, not only fetch's
+        self.ends: dict[TP, int] = {}  # from the last ListOffsets
         self.start: dict[TP, int] = {}  # where each input partition was positioned at the last rebalance
         self._rebalance: tuple[float, object] | None = None  # (since, recovery progress)
         self._partitions: dict[TP, tuple[float, int]] = {}  # since, position
@@ -65,14 +69,25 @@ class ProgressWatch:
             await consumer.seek(tp, max(0, earliest.get(tp) or 0))
         self.start = {tp: committed.get(tp) or max(0, earliest.get(tp) or 0) for tp in inputs}
 
+    async def refresh_ends(self) -> None:
+        """Ask the broker for the assigned input partitions' end offsets (when it answers them exactly)."""
+        inputs = assigned_inputs(self.app)
+        if not self.ask_ends or not inputs or self.app.rebalancing:
+            return
+        try:
+            self.ends = dict(await self.app.consumer.highwaters(*inputs))
+        except Exception as e:  # a rebalance or a broker hiccup: the next tick asks again
+            log.debug("end offsets not known this time: %r", e)
+
     def positions(self) -> Iterator[tuple[TP, int, int | None]]:
         """(partition, end offset on the broker, next offset this worker will process if known)."""
         for tp in assigned_inputs(self.app):
             try:
-                end = self.app.consumer.highwater(tp)  # from fetch responses (ListOffsets is wrong on Tansu)
+                fetched = self.app.consumer.highwater(tp)  # from fetch responses: no request of its own
             except Exception:
-                continue
-            if end is None or end < 0:
+                fetched = None
+            end = max(fetched if fetched is not None else -1, self.ends.get(tp, -1))
+            if end < 0:
                 continue
             done = self.joiner.processed.get((tp.topic, tp.partition))
             yield tp, end, done + 1 if done is not None else self.start.get(tp)

@@ -61,6 +61,7 @@ async def serve(settings: WatcherSettings, clock: Any) -> None:
     from kubernetes.config.config_exception import ConfigException
 
     from periscope.bus.producer import Publisher
+    from periscope.bus.retry import Backoff
     from services.kube_watcher.health import HealthServer
     from services.kube_watcher.leader import run_elected
     from services.kube_watcher.service import KubeWatcher, api_client
@@ -77,16 +78,17 @@ async def serve(settings: WatcherSettings, clock: Any) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    publisher = Publisher(settings.kafka_bootstrap, client_id="periscope-kube-watcher",
-                          security=settings.kafka_security())
+    backoff = Backoff()
     while not stop.is_set():  # the broker may come up after us
+        publisher = Publisher(settings.kafka(), client_id="periscope-kube-watcher")
         try:
             await publisher.start()
             break
         except Exception as e:
             log.warning("broker %s not reachable (%s); retrying", settings.kafka_bootstrap, e)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 2.0)
+            with contextlib.suppress(Exception):
+                await publisher.stop()
+            await backoff.sleep(stop)
     watcher = KubeWatcher(settings, publisher, client=client, clock=clock)
     health = HealthServer(
         settings.health_host,

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from periscope.bus.retry import Backoff
 from periscope.bus.topics import Topic
 from periscope.logs import Trouble
 from services.kube_watcher.settings import WatcherSettings
@@ -147,7 +148,7 @@ class KubeWatcher:
                 await self._publish(out)
 
     async def _publish(self, out: Outgoing) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while True:
             try:
                 await self.sink.send(out.topic, out.key, out.value)
@@ -160,11 +161,9 @@ class KubeWatcher:
             except Exception as exc:
                 self.publish_failures += 1
                 self.publishing_ok = False
-                self._trouble.failed(
-                    f"publishing to {out.topic.name} failed ({exc}); retrying the same event in {delay:.1f}s"
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
+                self._trouble.failed(f"publishing to {out.topic.name} failed ({exc}); retrying the same "
+                                     "event")
+                await backoff.sleep()
 
     # ------------------------------------------------------------------ health
     def live(self) -> tuple[bool, dict[str, Any]]:

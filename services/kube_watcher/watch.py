@@ -11,15 +11,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+
+from periscope.bus.retry import Backoff
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -52,22 +53,6 @@ class Unavailable:
 
 
 Notification = Listed | Changed | Unavailable
-
-
-@dataclass(slots=True)
-class Backoff:
-    initial_s: float = 0.2
-    max_s: float = 30.0
-    factor: float = 2.0
-    _next: float = field(default=0.0, init=False)
-
-    def next(self) -> float:
-        delay = self._next or self.initial_s
-        self._next = min(delay * self.factor, self.max_s)
-        return delay * random.uniform(0.8, 1.2)  # spread reconnects of many watchers
-
-    def reset(self) -> None:
-        self._next = 0.0
 
 
 @dataclass(slots=True)
@@ -108,7 +93,7 @@ class ResourceWatch:
         self.request_timeout_s = request_timeout_s
         self.unavailable_retry_s = unavailable_retry_s
         self.page_size = page_size
-        self._backoff = backoff or Backoff()
+        self._backoff = backoff or Backoff(max_s=30.0)  # the apiserver asks clients to back off long
         self._after = after
         self._after_timeout_s = after_timeout_s
         self._stop = threading.Event()

@@ -1,8 +1,8 @@
 """Delivery of the probe's events: one sender task draining the bounded buffer through a Publisher.
 
 A failed or timed-out send marks the broker unreachable: the publisher is dropped, a new one is
-started after an exponential backoff, and the unsent message stays at the head of the buffer, so
-nothing is lost except what the buffer's drop policy gives up while the broker is away.
+started after the bus's back-off (periscope.bus.retry), and the unsent message stays at the head of
+the buffer, so nothing is lost except what the buffer's drop policy gives up while the broker is away.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from periscope.bus.recovery import stop_within
+from periscope.bus.retry import Backoff
 from periscope.freshness import Freshness
 from periscope.logs import Trouble
 from services.probe.buffer import OutBuffer, Outgoing
@@ -37,14 +38,14 @@ class Outbox:
         metrics: ProbeMetrics,
         *,
         send_timeout: float = 5.0,
-        backoff: tuple[float, float] = (0.2, 5.0),
+        backoff: Backoff | None = None,
         stale_after: float = 30.0,
     ) -> None:
         self.buffer = buffer
         self.factory = publisher_factory
         self.metrics = metrics
         self.send_timeout = send_timeout
-        self.backoff_min, self.backoff_max = backoff
+        self.backoff = backoff if backoff is not None else Backoff()
         self.connected = False
         self.last_error = ""
         self.sent = 0
@@ -119,15 +120,13 @@ class Outbox:
         return True
 
     async def run(self, stop: asyncio.Event) -> None:
-        delay = self.backoff_min
         try:
             while not stop.is_set():
                 if self._publisher is None:
                     if not await self._connect():
-                        await _sleep_unless(stop, delay)
-                        delay = min(delay * 2, self.backoff_max)
+                        await self.backoff.sleep(stop)
                         continue
-                    delay = self.backoff_min
+                    self.backoff.reset()
                 msg = self.buffer.peek()
                 if msg is None:
                     self._wake.clear()
@@ -158,7 +157,3 @@ class Outbox:
                 return False
         return not len(self.buffer)
 
-
-async def _sleep_unless(stop: asyncio.Event, delay: float) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), delay)

@@ -64,8 +64,7 @@ def default_publisher(settings: ProbeSettings) -> Callable[[], PublisherLike]:
     from periscope.bus.producer import Publisher
 
     # Each publisher is built anew (after a broker failure too), so it reads a rotated password file.
-    return lambda: Publisher(settings.kafka_bootstrap, f"periscope-probe-{settings.node_name}",
-                             security=settings.kafka_security())
+    return lambda: Publisher(settings.kafka(), f"periscope-probe-{settings.node_name}")
 
 
 class Probe:

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from periscope.bus.broker import BrokerError
+from periscope.devkit.embedded import BrokerError
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.up.child import Emit
 from periscope.sim.up.sampler import snapshots_path

@@ -25,7 +25,7 @@ from typing import IO
 # The broker's own launcher: PR_SET_PDEATHSIG with SIGKILL, not SIGTERM, because with the orchestrator gone
 # the broker goes too, and a graceful shutdown would wait on it (the joiner's consumer group leave)
 # long after nobody is left to care.
-from periscope.bus.broker import with_parent_death
+from periscope.devkit.launch import with_parent_death
 
 Emit = Callable[[str], None]
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")

@@ -11,14 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from periscope.bus.broker import free_port
 from periscope.core.duration import format_duration_ms
+from periscope.devkit.launch import free_port
 from periscope.sim.scenario import Scenario
 
 if TYPE_CHECKING:  # the stack imports this module
     from periscope.sim.up.stack import UpOptions
 
 Service = tuple[str, list[str], dict[str, str]]
+JOINER_APP_ID = "periscope-up"  # its consumer group and the prefix of its changelog topics
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ def services(
     # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
     # worker: there is no one to rebalance with).
     joiner = {
-        "app_id": "periscope-up",
+        "app_id": JOINER_APP_ID,
         "web_host": "127.0.0.1",
         "web_port": str(free_port()),
         "data_dir": str(tune.run_dir / "joiner" / "data"),

@@ -1,6 +1,7 @@
 """Everything one `periscope up` runs, as a whole: the `Stack` and the options it is started with.
 
-The stack starts the embedded broker and creates the topics, then the simulator (it serves the
+The stack starts the broker (the embedded one, or Apache Kafka with `--broker kafka`; see
+periscope.devkit.brokers) and creates the topics, then the simulator (it serves the
 cluster frozen at scenario time 0), one probe per simulated node, the watcher, the joiner and the
 API, each a `Child` sharing one simulated clock (`PERISCOPE_CLOCK=sim:<origin>:<speed>`) so event
 times agree at any `--speed`. It waits until the API shows every simulated GPU, starts the scenario
@@ -26,17 +27,16 @@ from pathlib import Path
 
 import httpx
 
-from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker, free_port
-from periscope.bus.secure_broker import SecureBroker
-from periscope.bus.security import PLAINTEXT
+from periscope.bus.admin import TopicPlan, ensure_topics
 from periscope.clock import ScaledClock
 from periscope.core.duration import format_duration_ms
+from periscope.devkit.brokers import BrokerKind, LocalBroker
+from periscope.devkit.launch import free_port
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.scenario import describe
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
-from periscope.sim.up.services import Tuning, py, services
+from periscope.sim.up.services import JOINER_APP_ID, Tuning, py, services
 
 _MAX_CRASHES = 5
 # Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
@@ -44,6 +44,7 @@ _MAX_CRASHES = 5
 SERVICES_GRACE_S = 6.0
 SIM_GRACE_S = 2.0
 BROKER_GRACE_S = 1.0
+KAFKA_GRACE_S = 5.0  # a clean shutdown of Apache Kafka writes its checkpoints; a kill only costs recovery
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,27 +59,13 @@ class UpOptions:
     exit_at_end: bool = False
     log_level: str = "WARNING"
     ready_timeout_s: float = 120.0
-    secure: bool = False  # the broker only behind mutual TLS (see periscope.bus.secure_broker)
+    secure: bool = False  # the broker only over TLS (see periscope.devkit.brokers)
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
+    broker: BrokerKind = "embedded"
 
 
 class UpError(RuntimeError):
     """The stack could not be started or kept running; the message says which part and why."""
-
-
-def broker_lost(broker: EmbeddedBroker | None) -> str | None:
-    """The line to print when the broker process has exited, else None.
-
-    It keeps its topics in memory, so a broker that died took every event, changelog and committed
-    offset with it. Restarting it would leave each service holding state that no longer exists on the
-    bus (a joiner whose recovered marks are ahead of empty topics, an API whose view has nothing behind
-    it); a clean stop with a non-zero status is the honest answer, and the one line says so."""
-    if broker is None or broker.running():
-        return None
-    status = broker.exit_status
-    how = f"was killed by signal {-status}" if status is not None and status < 0 else f"exited ({status})"
-    return (f"the embedded broker {how}; every topic and its history were lost with it: stopping every "
-            "service (run periscope up again to start afresh)")
 
 
 class Stack:
@@ -89,9 +76,9 @@ class Stack:
         self.scenario = model.scenario
         self.workdir = Path(tempfile.mkdtemp(prefix="periscope-up-"))
         self.clock = ScaledClock(time.time_ns() // 1_000_000, opts.speed)
-        self.broker: EmbeddedBroker | None = None
-        self.secure: SecureBroker | None = None
+        self.broker: LocalBroker | None = None
         self.bootstrap = ""  # what clients connect to: the broker, or its TLS proxy with --secure
+        self.credentials: Path | None = None  # with --broker kafka --secure: the principals' settings
         self.children: dict[str, Child] = {}
         self.api_url = ""
         self.start_ms: int | None = None
@@ -102,10 +89,12 @@ class Stack:
 
     def _add(self, name: str, argv: list[str], settings: dict[str, str], stdin: bool = False) -> None:
         """Start a child with our environment less its PERISCOPE_* settings, then the shared ones (clock,
-        log level, broker and its security) and `settings` (lower-case, without the prefix)."""
+        log level, how its principal reaches the broker) and `settings` (lower-case, without the prefix)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+        assert self.broker is not None
+        principal = name.split("/")[0] if name != "sim" else "admin"
         shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level,
-                  "kafka_bootstrap": self.bootstrap, **(self.secure.settings() if self.secure else {})}
+                  **self.broker.settings(principal)}
         env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
         env["PYTHONUNBUFFERED"] = "1"
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
@@ -114,15 +103,11 @@ class Stack:
 
     def start(self) -> None:
         opts = self.opts
-        if opts.secure:
-            self.secure = SecureBroker(self.workdir / "tls", opts.broker_port, self.workdir / "broker.log")
-            self.broker = self.secure.broker
-            self.bootstrap = self.secure.start()
-        else:
-            self.broker = EmbeddedBroker(port=opts.broker_port, log_path=self.workdir / "broker.log")
-            self.bootstrap = self.broker.start()
-        security = self.secure.security if self.secure else PLAINTEXT
-        asyncio.run(ensure_topics(self.bootstrap, security=security))
+        self.broker = LocalBroker(opts.broker, self.workdir, port=opts.broker_port, secure=opts.secure,
+                                  joiner_app_id=JOINER_APP_ID)
+        self.bootstrap = self.broker.start()
+        self.credentials = self.broker.credentials(self.workdir / "kafka-credentials")
+        asyncio.run(ensure_topics(self.broker.client("admin"), plan=TopicPlan()))
         tune, sim = self._tuning(), self.workdir / "sim"
         config = {
             "scenario": self.scenario.source,
@@ -196,7 +181,7 @@ class Stack:
         pending = sorted((f for f in self.scenario.faults if f.fault in restarts), key=lambda f: f.at_ms)
         end = self.start_ms + self.scenario.duration_ms
         while True:
-            lost = broker_lost(self.broker)
+            lost = self.broker.lost() if self.broker is not None else None
             if lost is not None:
                 raise UpError(lost)
             now = self.clock.now_ms()
@@ -235,10 +220,8 @@ class Stack:
             child.finish(deadline)
         if "sim" in self.children:
             self.children["sim"].stop(SIM_GRACE_S)
-        if self.secure is not None:
-            self.secure.proxy.stop()
         if self.broker is not None:
-            self.broker.stop(BROKER_GRACE_S)
+            self.broker.stop(BROKER_GRACE_S if self.opts.broker == "embedded" else KAFKA_GRACE_S)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -252,7 +235,7 @@ def banner(stack: Stack) -> list[str]:
         f"web: {api}/",
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
-        f"broker: {stack.bootstrap}" + (" (mutual TLS)" if stack.secure else ""),
+        f"broker: {stack.bootstrap} ({stack.broker.describe()})",
         "try:",
         f"  {curl} {api}/v1/pods",
         f"  {curl} {api}/v1/gpus",
@@ -263,6 +246,8 @@ def banner(stack: Stack) -> list[str]:
         f"  periscope top --api {api}",
         "Ctrl-C stops everything." if not stack.opts.exit_at_end else "stops when the scenario ends.",
     ]
+    if stack.credentials is not None:
+        lines.insert(4, f"kafka credentials: {stack.credentials}")
     if stack.opts.api_auth:
         users = [
             f"  {u.name} ({'cluster-wide' if u.cluster else ', '.join(u.namespaces) or 'nothing'}): "

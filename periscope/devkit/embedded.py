@@ -17,19 +17,16 @@ import atexit
 import contextlib
 import os
 import re
-import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
-_PR_SET_PDEATHSIG = 1
+from periscope.devkit.launch import free_port, spawn, stop_group
+
 _START_ATTEMPTS = 5  # fresh ports to try when a picked free port was taken before the broker bound it
 _SETTLE_S = 1.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -37,53 +34,6 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 class BrokerError(RuntimeError):
     """The embedded broker could not be found, started or reached."""
-
-
-# Run in a fresh interpreter between our fork and the real program: set PR_SET_PDEATHSIG, give up if
-# the owner is already gone, exec. Not a preexec_fn: that runs Python (and every library's at-fork
-# handler) in the child of a threaded process, which the subprocess docs call unsafe, and a child did
-# crash there while several brokers started at once.
-_LAUNCHER = (
-    "import ctypes, os, sys\n"
-    f"ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, {int(signal.SIGKILL)}, 0, 0, 0)\n"
-    "if os.getppid() != int(sys.argv[1]):\n"
-    "    os._exit(1)\n"
-    "os.execvp(sys.argv[2], sys.argv[2:])\n"
-)
-
-
-def with_parent_death(argv: list[str]) -> list[str]:
-    """`argv` behind a launcher that has Linux kill it (SIGKILL) when this process dies; as is elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return argv
-    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
-
-
-# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. A broker started from a
-# short-lived worker thread would die with that thread, so such starts fork from one long-lived thread.
-_spawner: ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-
-
-def _spawn(argv: list[str], log: int) -> subprocess.Popen[bytes]:
-    def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(with_parent_death(argv), stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
-
-    if threading.current_thread() is threading.main_thread():
-        return popen()
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = ThreadPoolExecutor(1, thread_name_prefix="broker-spawner")
-    return _spawner.submit(popen).result()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def metadata_ready(host: str, port: int, timeout_s: float = 1.0, advertised_port: int | None = None) -> bool:
@@ -208,7 +158,7 @@ class EmbeddedBroker:
         with open(self._log_path, "ab") as log:
             self._log_start = log.tell()  # a reused log file holds earlier runs: read only this one
             try:
-                self._proc = _spawn(argv, log.fileno())
+                self._proc = spawn(argv, log.fileno())
             except OSError as e:
                 raise BrokerError(f"cannot run embedded broker {binary!r}: {e}") from e
 
@@ -241,14 +191,7 @@ class EmbeddedBroker:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+        stop_group(proc, grace_s)
         self._reap()
         self._cleanup_log()
         atexit.unregister(self.stop)

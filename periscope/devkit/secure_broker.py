@@ -1,7 +1,7 @@
 """The embedded broker behind mutual TLS: `periscope up --secure` and the Kafka-security tests.
 
 The broker listens in plaintext on a private loopback port and advertises the TLS proxy's address
-(periscope.bus.tlsproxy), so every client connection, bootstrap and per-broker, goes through TLS. The
+(periscope.devkit.tlsproxy), so every client connection, bootstrap and per-broker, goes through TLS. The
 proxy requires a client certificate (mutual TLS). `make_certificates` writes fresh throwaway ones (a
 CA, a broker certificate for the given names and addresses, a client certificate; never used by a
 deployment, whose certificates come from its own CA). SASL is not enabled: the embedded broker keeps
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import trustme
 
-from periscope.bus.broker import EmbeddedBroker, free_port
 from periscope.bus.security import KafkaSecurity
-from periscope.bus.tlsproxy import TlsProxy, server_context
+from periscope.devkit.embedded import EmbeddedBroker
+from periscope.devkit.launch import free_port
+from periscope.devkit.tlsproxy import TlsProxy, server_context
 
 
 @dataclass(frozen=True, slots=True)

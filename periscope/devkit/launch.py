@@ -1,0 +1,80 @@
+"""Starting the development kit's child processes so that they die with their owner.
+
+Every broker, control plane and `periscope up` child is started through a tiny launcher: a fresh
+interpreter sets PR_SET_PDEATHSIG (SIGKILL), gives up if its owner is already gone, and execs the
+program, which keeps its PID and command line. Not a preexec_fn: that runs Python (and every library's
+at-fork handler) in the child of a threaded process, which the subprocess docs call unsafe, and a child
+did crash there while several brokers started at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+_PR_SET_PDEATHSIG = 1
+
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    f"ctypes.CDLL(None).prctl({_PR_SET_PDEATHSIG}, {int(signal.SIGKILL)}, 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def with_parent_death(argv: list[str]) -> list[str]:
+    """`argv` behind a launcher that has Linux kill it (SIGKILL) when this process dies; as is elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return argv
+    return [sys.executable, "-I", "-S", "-c", _LAUNCHER, str(os.getpid()), *argv]
+
+
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits. A child started from a
+# short-lived worker thread would die with that thread, so such starts fork from one long-lived thread.
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def spawn(argv: list[str], log: int, *, env: dict[str, str] | None = None,
+          cwd: str | None = None) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session, output to the file descriptor `log`, dying with this process."""
+
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(with_parent_death(argv), stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                                env=env, cwd=cwd)
+
+    if threading.current_thread() is threading.main_thread():
+        return popen()
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(1, thread_name_prefix="devkit-spawner")
+    return _spawner.submit(popen).result()
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM to the process group, SIGKILL once `grace_s` is over; always reaps."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
