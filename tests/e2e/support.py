@@ -67,6 +67,7 @@ class Run:
 
 def run_scenario(tmp: Path, scenario: str, speed: float, *extra: str, timeout_s: float = 110) -> Run:
     token = uuid.uuid4().hex
+    tmp.mkdir(parents=True, exist_ok=True)
     truth = tmp / "truth.jsonl"
     args = periscope(
         "up",

@@ -1,5 +1,11 @@
-"""Integration fixtures: one embedded broker for the whole test run (it starts in ~0.1 s, but topic
-state is shared), with every registry topic created."""
+"""Integration fixtures: one broker of each kind for the whole test run, every registry topic created.
+
+`broker` is the embedded broker (starts in ~0.1 s; quick tests that need no Apache Kafka behaviour);
+`any_broker` runs a test once on each: the embedded broker and Apache Kafka (KRaft, from the project's
+cached distribution, ~10 s to start once per session). Without java (or, before the first run, mvn)
+the Apache Kafka variants skip with one reason. Each fixture yields the `Kafka` connection clients
+are built from; topic state is shared, so tests use unique names and keys.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +16,57 @@ from collections.abc import Iterator
 import pytest
 
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker
+from periscope.bus.clients import Kafka
+from periscope.devkit.brokers import KINDS, LocalBroker
+from tests.kafka_tier import kafka_missing
+
+
+def _start(kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    broker = LocalBroker(kind, tmp_path_factory.mktemp(f"{kind}-broker"))  # type: ignore[arg-type]
+    broker.start()
+    try:
+        asyncio.run(ensure_topics(broker.client()))
+        yield broker
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[str]:
-    """Bootstrap "127.0.0.1:PORT" of an embedded broker on a free port with all topics created."""
-    with EmbeddedBroker() as b:
-        asyncio.run(ensure_topics(b.bootstrap))
-        yield b.bootstrap
+def embedded_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    yield from _start("embedded", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    missing = kafka_missing()
+    if missing:
+        pytest.skip(missing)
+    yield from _start("kafka", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def broker(embedded_broker: LocalBroker) -> Kafka:
+    """The embedded broker's connection."""
+    return embedded_broker.client()
+
+
+@pytest.fixture(params=KINDS)
+def broker_kind(request: pytest.FixtureRequest) -> str:
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def local_broker(broker_kind: str, request: pytest.FixtureRequest) -> LocalBroker:
+    """The session's broker of the kind this test variant runs on."""
+    found: LocalBroker = request.getfixturevalue(f"{broker_kind}_broker")
+    return found
+
+
+@pytest.fixture
+def any_broker(local_broker: LocalBroker) -> Kafka:
+    """Each broker's connection in turn: the test runs on both."""
+    return local_broker.client()
 
 
 @pytest.fixture

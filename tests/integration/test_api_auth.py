@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from periscope.bus.clients import Kafka
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.scenario import UserSpec
 from services.api.server import ApiServer
 from services.api.settings import ApiSettings
+from tests.kafka_tier import settings_of
 from tests.unit.test_api_samples import sample_view
 
 USERS = (
@@ -164,7 +166,7 @@ async def test_serves_https_with_the_configured_certificate(apiserver: FakeApiSe
 
 
 async def test_owners_replayed_from_the_topics_are_scoped_too(
-    apiserver: FakeApiServer, tmp_path: Path, broker: str, unique: str
+    apiserver: FakeApiServer, tmp_path: Path, broker: Kafka, unique: str
 ) -> None:
     """/v1/owners names pods the view may not hold: their namespaces are reviewed on the spot."""
     from periscope.replay.render import rfc3339
@@ -176,7 +178,7 @@ async def test_owners_replayed_from_the_topics_are_scoped_too(
     start = BASE - 60_000 * 1000
     node = f"auth-owners-{unique}"
     await publish(broker, node, reuse_scenario(node, start))  # both pods in namespace "ml"
-    s = settings(apiserver.write_kubeconfig(tmp_path / "kubeconfig"), kafka_bootstrap=broker,
+    s = settings(apiserver.write_kubeconfig(tmp_path / "kubeconfig"), **settings_of(broker),
                  api_group_prefix=f"test-auth-{unique}-")
     server = ApiServer(s, consume=False)  # an empty view: "ml" is known from the replay only
     url = await server.start()

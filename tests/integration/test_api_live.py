@@ -15,21 +15,22 @@ from dataclasses import replace
 from typing import Any
 
 import httpx
-from aiokafka import AIOKafkaConsumer
 
 from periscope.bus import topics as t
+from periscope.bus.clients import Kafka
 from periscope.bus.codec import decode_dead_letter
 from periscope.bus.producer import Publisher
 from periscope.core.model import Finding, MigRef, MigState, NodeEvent, PolicyEvent, XidRef
 from services.api.server import ApiServer
 from services.api.settings import ApiSettings
+from tests.kafka_tier import settings_of
 from tests.unit.test_api_samples import MIN, T0, gpu, idle_windows, meta, owner, pod, row, xid
 
 
 @asynccontextmanager
-async def running_api(bootstrap: str, unique: str) -> AsyncIterator[tuple[ApiServer, httpx.AsyncClient]]:
+async def running_api(kafka: Kafka, unique: str) -> AsyncIterator[tuple[ApiServer, httpx.AsyncClient]]:
     settings = ApiSettings(
-        api_port=0, kafka_bootstrap=bootstrap, api_group_prefix=f"test-api-{unique}-", log_level="warning"
+        api_port=0, **settings_of(kafka), api_group_prefix=f"test-api-{unique}-", log_level="warning"
     )
     server = ApiServer(settings)
     url = await server.start()
@@ -69,7 +70,7 @@ def ids(unique: str) -> dict[str, str]:
     }
 
 
-async def produce_cluster(bootstrap: str, unique: str) -> None:
+async def produce_cluster(kafka: Kafka, unique: str) -> None:
     i = ids(unique)
     ns, node = i["ns"], i["node"]
     busy_old = pod(i["uid"], ns, "train-0", node, row(i["gpu"], util_pct=10.0), as_of=T0 - MIN)
@@ -133,7 +134,7 @@ async def produce_cluster(bootstrap: str, unique: str) -> None:
         namespace="gpu-operator",
         components=(("dcgmExporter", False),),
     )
-    async with Publisher(bootstrap, f"test-{unique}") as p:
+    async with Publisher(kafka, f"test-{unique}") as p:
         for c in closing:
             await p.send(t.ATTRIBUTION, i["uid"], c)
         await p.send(t.ATTRIBUTION, i["uid"], closing[-2])  # at-least-once: a window sent again
@@ -168,10 +169,11 @@ async def snapshot(c: httpx.AsyncClient, unique: str) -> dict[str, Any]:
     return out
 
 
-async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(broker: str, unique: str) -> None:
+async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(any_broker: Kafka, unique: str
+                                                                       ) -> None:
     i = ids(unique)
-    await produce_cluster(broker, unique)
-    async with running_api(broker, unique) as (_, c):
+    await produce_cluster(any_broker, unique)
+    async with running_api(any_broker, unique) as (_, c):
         await ready(c)  # caught up with what was produced before start: everything is there
         first = await snapshot(c, unique)
         pods = first["pods"]
@@ -213,7 +215,7 @@ async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(broker: s
         assert (await c.get("/healthz")).json() == {"status": "ok"}
 
         # Records produced while running are applied live.
-        async with Publisher(broker, f"test-{unique}-2") as p:
+        async with Publisher(any_broker, f"test-{unique}-2") as p:
             await p.send(
                 t.ATTRIBUTION,
                 i["uid"],
@@ -229,12 +231,12 @@ async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(broker: s
         assert (await c.get(f"/v1/pods/{i['uid']}")).json()["rows"][0]["windows"] == merged
         before_restart = await snapshot(c, unique)
 
-    async with running_api(broker, f"{unique}-again") as (_, c2):
+    async with running_api(any_broker, f"{unique}-again") as (_, c2):
         await ready(c2)
         assert await snapshot(c2, unique) == before_restart
 
 
-async def test_readyz_turns_200_only_after_catching_up(broker: str, unique: str) -> None:
+async def test_readyz_turns_200_only_after_catching_up(any_broker: Kafka, unique: str) -> None:
     ns, n = f"bulk-{unique}", 1500
     pods = [
         (
@@ -243,9 +245,9 @@ async def test_readyz_turns_200_only_after_catching_up(broker: str, unique: str)
         )
         for k in range(n)
     ]
-    async with Publisher(broker, f"test-{unique}") as p:
+    async with Publisher(any_broker, f"test-{unique}") as p:
         await p.send_many(t.ATTRIBUTION, pods)
-    async with running_api(broker, unique) as (server, c):
+    async with running_api(any_broker, unique) as (server, c):
         while (r := await c.get("/readyz")).status_code != 200:
             assert r.status_code == 503 and r.json()["ready"] is False
             assert (await c.get("/healthz")).status_code == 200
@@ -263,7 +265,7 @@ async def test_unreachable_broker_is_healthy_but_not_ready(unique: str) -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
-    async with running_api(dead, unique) as (_, c):
+    async with running_api(Kafka(dead), unique) as (_, c):
         await asyncio.sleep(0.5)
         assert (await c.get("/healthz")).status_code == 200
         r = await c.get("/readyz")
@@ -275,12 +277,12 @@ async def test_unreachable_broker_is_healthy_but_not_ready(unique: str) -> None:
         await eventually(has_error, 15)
 
 
-async def test_undecodable_records_become_dead_letters(broker: str, unique: str) -> None:
+async def test_undecodable_records_become_dead_letters(any_broker: Kafka, unique: str) -> None:
     key = f"garbage-{unique}".encode()
-    async with Publisher(broker, f"test-{unique}") as p:
+    async with Publisher(any_broker, f"test-{unique}") as p:
         await p.send_raw(t.ATTRIBUTION.name, key, b"\xff\x00 not protobuf")
         await p.send(t.ATTRIBUTION, f"ok-{unique}", pod(f"ok-{unique}", f"ns-{unique}"))
-    async with running_api(broker, unique) as (_, c):
+    async with running_api(any_broker, unique) as (_, c):
         await ready(c)
         assert [r["pod_uid"] for r in (await c.get(f"/v1/pods?namespace=ns-{unique}")).json()["items"]] == [
             f"ok-{unique}"
@@ -288,9 +290,7 @@ async def test_undecodable_records_become_dead_letters(broker: str, unique: str)
         metrics = (await c.get("/metrics")).text
         dead = [ln for ln in metrics.splitlines() if ln.startswith("periscope_api_dead_letters_total")]
         assert dead and float(dead[0].split()[-1]) >= 1
-    consumer = AIOKafkaConsumer(
-        t.DEADLETTER.name, bootstrap_servers=broker, auto_offset_reset="earliest", enable_auto_commit=False
-    )
+    consumer = any_broker.consumer(t.DEADLETTER.name, client_id=f"test-{unique}")
     await consumer.start()
     try:
 

@@ -25,9 +25,9 @@ import pytest
 
 from periscope.bus import topics
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker
 from periscope.bus.producer import Publisher
 from periscope.core.model import AllocationSnapshot, NodeTelemetry, Output, PodEvent, XidEvent
+from periscope.devkit.embedded import EmbeddedBroker
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.nvml import add_xid, write_nvml_state
 from services.api.server import ApiServer
@@ -48,6 +48,7 @@ from tests.integration.test_joiner import (
 )
 from tests.integration.test_probe_service import GPU0, Collector, Node
 from tests.integration.test_watcher import GPU_NODE, EventLog, PrivateTopics, gpu_pod
+from tests.kafka_tier import embedded, settings_of
 from tests.unit.test_api_samples import gpu
 
 # The first test's setup runs all four scenarios (the longest, the joiner's, takes about 90 s alone).
@@ -60,7 +61,7 @@ async def paused_broker() -> AsyncIterator[EmbeddedBroker]:
     b = EmbeddedBroker()
     await asyncio.to_thread(b.start)
     try:
-        await ensure_topics(b.bootstrap)
+        await ensure_topics(embedded(b.bootstrap))
         yield b
     finally:
         if b.pid is not None:
@@ -105,8 +106,8 @@ async def probe_flushes_what_it_buffered(tmp_path: Path) -> ProbeSeen:
     async with paused_broker() as broker:
         node = Node(tmp_path, "gpu-paused")
         await node.start()
-        probe = Probe(node.settings(broker.bootstrap, stale_after=3.0))
-        collector = Collector(broker.bootstrap, node.name)
+        probe = Probe(node.settings(embedded(broker.bootstrap), stale_after=3.0))
+        collector = Collector(embedded(broker.bootstrap), node.name)
         await collector.start()
         await probe.start()
         url = f"http://127.0.0.1:{probe.health_port}/readyz"
@@ -144,14 +145,14 @@ async def _status(http: httpx.AsyncClient, url: str, code: int) -> bool:
 async def watcher_publishes_what_changed(tmp_path: Path) -> list[int]:
     """The pod events' sequence numbers, in arrival order."""
     async with paused_broker() as broker:
-        bootstrap = broker.bootstrap
+        bootstrap = embedded(broker.bootstrap)
         copies = {t.name: dataclasses.replace(t, name=f"{t.name}.paused")
                   for t in (topics.PODS, topics.NODES, topics.POLICY)}
         await ensure_topics(bootstrap, copies.values())
         server = FakeApiServer(bookmark_interval_s=0.2)
         server.start()
         settings = WatcherSettings(kubeconfig=str(server.write_kubeconfig(tmp_path / "kubeconfig")),
-                                   kafka_bootstrap=bootstrap, watch_timeout=5, unavailable_retry=0.3)
+                                   **settings_of(bootstrap), watch_timeout=5, unavailable_retry=0.3)
         log = EventLog(bootstrap, copies)
         await log.start()
         stop = asyncio.Event()
@@ -183,7 +184,8 @@ async def watcher_publishes_what_changed(tmp_path: Path) -> list[int]:
 async def api_view_moves_again(tmp_path: Path) -> None:
     """The pause outlasts the consumer's request timeout (the case that used to leave the view frozen)."""
     async with paused_broker() as broker:
-        server = ApiServer(ApiSettings(api_port=0, kafka_bootstrap=broker.bootstrap, api_stale_after=5,
+        kafka = embedded(broker.bootstrap)
+        server = ApiServer(ApiSettings(api_port=0, **settings_of(kafka), api_stale_after=5,
                                        log_level="warning"))
         url = await server.start()
         stop = asyncio.Event()
@@ -191,7 +193,7 @@ async def api_view_moves_again(tmp_path: Path) -> None:
         async def produce() -> None:
             while not stop.is_set():
                 try:
-                    async with Publisher(broker.bootstrap, "api-paused", request_timeout_ms=5000) as pub:
+                    async with Publisher(kafka, "api-paused", request_timeout_ms=5000) as pub:
                         while not stop.is_set():
                             now = int(time.time() * 1000)
                             await asyncio.wait_for(pub.send(topics.GPUS, "GPU-p", gpu("GPU-p", as_of=now)), 6)
@@ -242,7 +244,7 @@ async def joiner_worker_resumes(tmp_path: Path) -> JoinerSeen:
     """A real Faust worker: not ready while its inputs stopped, then back on its own, and its outputs
     after the pause are those of the pure core over the same events (no restart of the worker needed)."""
     async with paused_broker() as broker:
-        bootstrap = broker.bootstrap
+        bootstrap = embedded(broker.bootstrap)
         # Set only while the worker's environment is built: the services in this process must not read it.
         with pytest.MonkeyPatch.context() as env:
             env.setenv("PERISCOPE_STALE_AFTER", "5s")

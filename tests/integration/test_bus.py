@@ -15,16 +15,17 @@ import time
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import ConsumerRecord
 
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import BrokerError, EmbeddedBroker, metadata_ready
+from periscope.bus.clients import Kafka
 from periscope.bus.consumer import ConsumerStats, consume
+from periscope.bus.deadletter import DeadLetters
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core import model as m
+from periscope.devkit.embedded import BrokerError, EmbeddedBroker, metadata_ready
 
 # On the embedded broker a group join waits session_timeout_ms / 2 (at least 1 s): keep it short.
 FAST_GROUP: dict[str, Any] = {"session_timeout_ms": 2000, "heartbeat_interval_ms": 500}
@@ -73,7 +74,7 @@ def samples(node: str) -> dict[str, Any]:
     }
 
 
-async def private_topics(broker: str, unique: str, *bases: Topic) -> list[Topic]:
+async def private_topics(broker: Kafka, unique: str, *bases: Topic) -> list[Topic]:
     """Copies of registry topics under unique names, so tests sharing the broker never see each other."""
     copies = [dataclasses.replace(t, name=f"{t.name}.{unique}") for t in bases]
     await ensure_topics(broker, copies)
@@ -88,11 +89,11 @@ async def run_until(stats: ConsumerStats, stop: asyncio.Event, done: Any, timeou
     stop.set()
 
 
-async def test_every_message_type_round_trips_through_the_broker(broker: str, unique: str) -> None:
+async def test_every_message_type_round_trips_through_the_broker(any_broker: Kafka, unique: str) -> None:
     node = f"node-{unique}"
     by_message = samples(node)
-    copies = await private_topics(broker, unique, *topics.ALL)
-    async with Publisher(broker, "test-producer") as pub:
+    copies = await private_topics(any_broker, unique, *topics.ALL)
+    async with Publisher(any_broker, "test-producer") as pub:
         for t in copies:
             await pub.send(t, node, by_message[t.message])
     got: dict[str, tuple[str | None, Any]] = {}
@@ -101,15 +102,17 @@ async def test_every_message_type_round_trips_through_the_broker(broker: str, un
         got[topic.message] = (key, obj)
 
     stop, stats = asyncio.Event(), ConsumerStats()
-    task = asyncio.create_task(consume(broker, copies, None, handler, service="test", stop=stop, stats=stats))
+    task = asyncio.create_task(consume(any_broker, copies, None, handler, service="test", stop=stop,
+                                       stats=stats))
     await run_until(stats, stop, lambda: len(got) == len(copies))
     await task
     assert got == {name: (node, obj) for name, obj in by_message.items()}
     assert stats.consumed == len(copies) and stats.dead_lettered == 0
 
 
-async def test_bad_records_become_dead_letters_and_consumption_goes_on(broker: str, unique: str) -> None:
-    (telemetry,) = await private_topics(broker, unique, topics.TELEMETRY)
+async def test_bad_records_become_dead_letters_and_consumption_goes_on(any_broker: Kafka, unique: str
+                                                                       ) -> None:
+    (telemetry,) = await private_topics(any_broker, unique, topics.TELEMETRY)
     node = f"node-{unique}"
     good = samples(node)["NodeTelemetry"]
     bad = [(node.encode(), b"\xff\xfenot protobuf"),  # unparseable
@@ -121,19 +124,22 @@ async def test_bad_records_become_dead_letters_and_consumption_goes_on(broker: s
     async def handler(topic: Topic, key: str | None, obj: Any, record: ConsumerRecord[bytes, bytes]) -> None:
         seen.append(obj)
 
-    async with Publisher(broker, "test-producer") as pub:
+    async with Publisher(any_broker, "test-producer") as pub:
         for key, value in bad:
             await pub.send_raw(telemetry.name, key, value)
         await pub.send(telemetry, node, good)
         stop, stats = asyncio.Event(), ConsumerStats()
-        task = asyncio.create_task(consume(broker, [telemetry], f"g-{unique}", handler, dead_letters=pub,
-                                           service="joiner", stop=stop, stats=stats, **FAST_GROUP))
+        letters_out = DeadLetters(any_broker, f"dlq-{unique}", "joiner")
+        task = asyncio.create_task(consume(any_broker, [telemetry], f"g-{unique}", handler,
+                                           dead_letters=letters_out, service="joiner", stop=stop, stats=stats,
+                                           **FAST_GROUP))
         await run_until(stats, stop, lambda: len(seen) == 1)
         await task
+        await letters_out.stop()
     assert seen == [good]
     assert (stats.consumed, stats.dead_lettered) == (1, len(bad))
 
-    letters = [codec.decode_dead_letter(r.value) for r in await read_all(broker, topics.DEADLETTER.name)
+    letters = [codec.decode_dead_letter(r.value) for r in await read_all(any_broker, topics.DEADLETTER.name)
                if r.key is not None and r.key.endswith(node.encode())]
     errors = {(x.key, x.value): x.error for x in letters if x.topic == telemetry.name}
     assert sorted(errors) == sorted(bad)
@@ -148,9 +154,9 @@ async def test_bad_records_become_dead_letters_and_consumption_goes_on(broker: s
     assert sorted(x.offset for x in letters if x.key == node.encode()) == [0, 1, 2]
 
 
-async def read_all(broker: str, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
+async def read_all(broker: Kafka, topic: str) -> list[ConsumerRecord[bytes, bytes]]:
     """Everything currently in a topic (no group)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=broker, auto_offset_reset="earliest")
+    consumer = broker.consumer(topic, client_id="test-read-all")
     await consumer.start()
     try:
         end = await consumer.end_offsets(list(consumer.assignment()))
@@ -163,8 +169,8 @@ async def read_all(broker: str, topic: str) -> list[ConsumerRecord[bytes, bytes]
         await consumer.stop()
 
 
-async def test_group_resumes_after_its_committed_offsets(broker: str, unique: str) -> None:
-    (pods,) = await private_topics(broker, unique, topics.PODS)
+async def test_group_resumes_after_its_committed_offsets(any_broker: Kafka, unique: str) -> None:
+    (pods,) = await private_topics(any_broker, unique, topics.PODS)
     node = f"node-{unique}"
     events = [dataclasses.replace(samples(node)["PodEvent"], meta=_meta(node, seq)) for seq in range(1, 7)]
     seen: list[int] = []
@@ -174,12 +180,12 @@ async def test_group_resumes_after_its_committed_offsets(broker: str, unique: st
 
     async def consume_until(count: int) -> None:
         stop, stats = asyncio.Event(), ConsumerStats()
-        task = asyncio.create_task(consume(broker, [pods], f"g-{unique}", handler, service="test", stop=stop,
-                                           stats=stats, **FAST_GROUP))
+        task = asyncio.create_task(consume(any_broker, [pods], f"g-{unique}", handler, service="test",
+                                           stop=stop, stats=stats, **FAST_GROUP))
         await run_until(stats, stop, lambda: len(seen) == count)
         await task
 
-    async with Publisher(broker, "test-producer") as pub:
+    async with Publisher(any_broker, "test-producer") as pub:
         await pub.send_many(pods, [(node, e) for e in events[:3]])
         await consume_until(3)
         await pub.send_many(pods, [(node, e) for e in events[3:]])
@@ -187,8 +193,8 @@ async def test_group_resumes_after_its_committed_offsets(broker: str, unique: st
     assert seen == [1, 2, 3, 4, 5, 6]  # one key = one partition = order kept; nothing re-read
 
 
-async def test_latest_consumer_sees_what_is_sent_after_ready(broker: str, unique: str) -> None:
-    (xid,) = await private_topics(broker, unique, topics.XID)
+async def test_latest_consumer_sees_what_is_sent_after_ready(any_broker: Kafka, unique: str) -> None:
+    (xid,) = await private_topics(any_broker, unique, topics.XID)
     node = f"node-{unique}"
     old, new = (dataclasses.replace(samples(node)["XidEvent"], code=c) for c in (13, 48))
     codes: list[int] = []
@@ -196,11 +202,11 @@ async def test_latest_consumer_sees_what_is_sent_after_ready(broker: str, unique
     async def handler(topic: Topic, key: str | None, obj: Any, record: ConsumerRecord[bytes, bytes]) -> None:
         codes.append(obj.code)
 
-    async with Publisher(broker, "test-producer") as pub:
+    async with Publisher(any_broker, "test-producer") as pub:
         await pub.send(xid, node, old)
         stop, stats = asyncio.Event(), ConsumerStats()
-        task = asyncio.create_task(consume(broker, [xid], None, handler, from_beginning=False, service="test",
-                                           stop=stop, stats=stats))
+        task = asyncio.create_task(consume(any_broker, [xid], None, handler, from_beginning=False,
+                                           service="test", stop=stop, stats=stats))
         await asyncio.wait_for(stats.ready.wait(), 30)
         await pub.send(xid, node, new)
         await run_until(stats, stop, lambda: len(codes) == 1)
@@ -208,16 +214,16 @@ async def test_latest_consumer_sees_what_is_sent_after_ready(broker: str, unique
     assert codes == [48]
 
 
-async def test_acks_all_batches_and_keys_pin_partitions(broker: str, unique: str) -> None:
-    (nodes,) = await private_topics(broker, unique, topics.NODES)
+async def test_acks_all_batches_and_keys_pin_partitions(any_broker: Kafka, unique: str) -> None:
+    (nodes,) = await private_topics(any_broker, unique, topics.NODES)
     names = [f"node-{unique}-{i}" for i in range(8)]
     items = [(n, m.NodeEvent(_meta(n, seq), n)) for seq in range(1, 51) for n in names]
-    async with Publisher(broker, "test-producer", acks="all") as pub:
+    async with Publisher(any_broker, "test-producer") as pub:
         started = time.monotonic()
         await pub.send_many(nodes, items)
         elapsed = time.monotonic() - started
         assert pub.sent == len(items)
-    records = await read_all(broker, nodes.name)
+    records = await read_all(any_broker, nodes.name)
     assert len(records) == len(items)
     partitions: dict[bytes, set[int]] = {}
     for r in records:
@@ -226,12 +232,12 @@ async def test_acks_all_batches_and_keys_pin_partitions(broker: str, unique: str
     assert elapsed < 10
 
 
-async def test_ensure_topics_is_idempotent_and_uses_registry_partitions(broker: str, unique: str) -> None:
+async def test_ensure_topics_is_idempotent_and_keeps_fixed_partitions(any_broker: Kafka, unique: str) -> None:
     wanted = [Topic(f"test.a.{unique}", "node", "NodeEvent", partitions=3),
               Topic(f"test.b.{unique}", "node", "NodeEvent", partitions=1)]
-    await ensure_topics(broker, wanted)
-    await ensure_topics(broker, wanted)
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await ensure_topics(any_broker, wanted)
+    await ensure_topics(any_broker, wanted)
+    admin = any_broker.admin("test-admin")
     await admin.start()
     try:
         described = await admin.describe_topics([t.name for t in wanted])
@@ -240,8 +246,8 @@ async def test_ensure_topics_is_idempotent_and_uses_registry_partitions(broker: 
     assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions for t in wanted}
 
 
-async def test_registry_topics_exist_on_the_shared_broker(broker: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+async def test_registry_topics_exist_on_the_shared_broker(any_broker: Kafka) -> None:
+    admin = any_broker.admin("test-admin")
     await admin.start()
     try:
         assert {t.name for t in topics.ALL} <= set(await admin.list_topics())
@@ -284,7 +290,7 @@ def test_stop_leaves_no_process_behind() -> None:
 
 
 def test_broker_dies_with_a_killed_owner(tmp_path: Any) -> None:
-    script = ("import sys, time\nfrom periscope.bus.broker import EmbeddedBroker\n"
+    script = ("import sys, time\nfrom periscope.devkit.embedded import EmbeddedBroker\n"
               "b = EmbeddedBroker(); b.start(); print(b.pid, b.port, flush=True); time.sleep(60)\n")
     owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -318,8 +324,8 @@ def test_missing_wheel_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, 
         EmbeddedBroker().start()
 
 
-def test_taken_port_is_reported_with_the_broker_log(broker: str) -> None:
-    port = int(broker.rsplit(":", 1)[1])
+def test_taken_port_is_reported_with_the_broker_log(broker: Kafka) -> None:
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
     with pytest.raises(BrokerError, match=r"(?s)exited during start.*AddrInUse"):
         EmbeddedBroker(port=port).start(timeout_s=10)
 
@@ -355,31 +361,56 @@ def test_metadata_probe_rejects_a_non_kafka_server() -> None:
         t.join()
 
 
-async def test_admin_module_creates_every_topic_from_the_environment() -> None:
+async def _admin_module(kafka: Kafka, **env: str) -> tuple[int, str, str]:
+    environ = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": kafka.bootstrap, **env}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "periscope.bus.admin", env=environ, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_admin_module_creates_every_topic_with_its_settings() -> None:
     with EmbeddedBroker() as fresh:
-        env = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": fresh.bootstrap}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "periscope.bus.admin", env=env, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
-        assert out.decode().strip() == f"topics ready on {fresh.bootstrap}: {len(topics.ALL)}"
-        admin = AIOKafkaAdminClient(bootstrap_servers=fresh.bootstrap)
+        kafka = Kafka(fresh.bootstrap)
+        settings = {"PERISCOPE_TOPIC_PARTITIONS": "6", "PERISCOPE_INPUT_RETENTION": "3d"}
+        rc, out, err = await _admin_module(kafka, **settings)
+        assert rc == 0, err
+        assert out.strip() == f"topics ready on {fresh.bootstrap}: {len(topics.ALL)}"
+        admin = kafka.admin("test-admin")
         await admin.start()
         try:
             described = await admin.describe_topics([t.name for t in topics.ALL])
         finally:
             await admin.close()
-    assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions for t in topics.ALL}
+        # The same settings again: nothing differs.
+        rc, _, err = await _admin_module(kafka, **settings)
+        assert rc == 0 and err == ""
+    assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions or 6
+                                                                      for t in topics.ALL}
 
 
-def test_a_reused_log_file_does_not_fake_readiness(broker: str, tmp_path: Any) -> None:
+async def test_existing_topics_with_other_settings_are_reported_not_accepted(any_broker: Kafka) -> None:
+    # The session's topics were created with the default settings; a job asking for others is told.
+    rc, out, err = await _admin_module(any_broker, PERISCOPE_TOPIC_PARTITIONS="5",
+                                       PERISCOPE_INPUT_RETENTION="2d")
+    assert rc == 1, out + err
+    lines = err.strip().splitlines()
+    assert f"periscope.bus.admin: topic {topics.TELEMETRY.name} has 4 partitions, the settings say 5" in lines
+    assert (f"periscope.bus.admin: topic {topics.XID.name}: retention.ms is '604800000', the settings say "
+            "'172800000'") in lines
+    assert not any(topics.ATTRIBUTION.name in line and "retention" in line for line in lines)  # outputs agree
+    assert lines[-1].startswith("periscope.bus.admin: ") and "differ" in lines[-1]
+
+
+def test_a_reused_log_file_does_not_fake_readiness(broker: Kafka, tmp_path: Any) -> None:
     log = tmp_path / "broker.log"
     with EmbeddedBroker(log_path=log) as first:
         assert "ready in" in log.read_text()
         port = first.port
     # Same log, a port someone else serves: the old "ready" line must not count, the new failure must show.
-    taken = int(broker.rsplit(":", 1)[1])
+    taken = int(broker.bootstrap.rsplit(":", 1)[1])
     with pytest.raises(BrokerError, match="AddrInUse") as info:
         EmbeddedBroker(port=taken, log_path=log).start(timeout_s=10)
     assert "ready in" not in str(info.value)

@@ -1,5 +1,6 @@
-"""The joiner as deployed: real Faust workers (`python -m services.joiner` subprocesses) on the
-embedded broker, fed like probes and the watcher feed it, checked against the pure core.
+"""The joiner as deployed: real Faust workers (`python -m services.joiner` subprocesses), fed like
+probes and the watcher feed it, checked against the pure core. The tests that matter run on both
+brokers: the embedded one and Apache Kafka (rebalances, compacted changelogs, real end offsets).
 
 Every test gets its own broker (so other tests' records cannot leak in) and its own app id.
 """
@@ -27,8 +28,8 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from periscope.bus import codec
 from periscope.bus import topics as T
-from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker
+from periscope.bus.admin import TopicPlan, ensure_topics
+from periscope.bus.clients import Kafka
 from periscope.bus.codec import DeadLetter
 from periscope.bus.producer import Publisher
 from periscope.core.engine import EngineConfig, flush, new_state, output_key, step
@@ -56,6 +57,8 @@ from periscope.core.model import (
     WindowStat,
 )
 from periscope.core.rows import RowConfig
+from periscope.devkit.brokers import KINDS, LocalBroker
+from tests.kafka_tier import kafka_missing
 
 REPO = Path(__file__).resolve().parents[2]
 S = 1000
@@ -158,15 +161,15 @@ def sample_time(k: int) -> int:
     return T0 + (2 + k) * S
 
 
-def nodes_on_all_partitions(count: int) -> list[NodeScript]:
-    """Node names chosen so that every partition of the 4-partition inputs holds some of them."""
-    part = DefaultPartitioner()
+def nodes_on_all_partitions(count: int, partitions: int = 4) -> list[NodeScript]:
+    """Node names chosen so that every partition of the inputs holds some of them."""
+    part, all_ = DefaultPartitioner(), list(range(partitions))
     by_partition: dict[int, list[str]] = {}
     i = 0
     while sum(len(v) for v in by_partition.values()) < count:
         name = f"gpu-node-{i}"
-        p = part(name.encode(), [0, 1, 2, 3], [0, 1, 2, 3])
-        if len(by_partition.setdefault(p, [])) < count // 4:
+        p = part(name.encode(), all_, all_)
+        if len(by_partition.setdefault(p, [])) < count // partitions:
             by_partition[p].append(name)
         i += 1
     names = sorted(n for v in by_partition.values() for n in v)
@@ -207,11 +210,32 @@ def _topic_of(o: Output) -> T.Topic:
 # ---------------------------------------------------------------- the bus side of a test
 
 
+@contextlib.asynccontextmanager
+async def fresh_broker(kind: str, tmp: Path, partitions: int = 4) -> AsyncIterator[Kafka]:
+    """A broker of its own, every topic created with `partitions` partitions."""
+    if kind == "kafka" and kafka_missing():
+        pytest.skip(kafka_missing())
+    broker = LocalBroker(kind, tmp / f"{kind}-broker")  # type: ignore[arg-type]
+    await asyncio.to_thread(broker.start)
+    try:
+        await ensure_topics(broker.client(), plan=TopicPlan(partitions=partitions))
+        yield broker.client()
+    finally:
+        await asyncio.to_thread(broker.stop)
+
+
 @pytest.fixture
-async def bootstrap() -> AsyncIterator[str]:
-    with EmbeddedBroker() as b:
-        await ensure_topics(b.bootstrap)
-        yield b.bootstrap
+async def bootstrap(tmp_path: Path) -> AsyncIterator[Kafka]:
+    """A fresh embedded broker."""
+    async with fresh_broker("embedded", tmp_path) as kafka:
+        yield kafka
+
+
+@pytest.fixture(params=KINDS)
+async def fresh(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Kafka]:
+    """A fresh broker of each kind in turn."""
+    async with fresh_broker(request.param, tmp_path) as kafka:
+        yield kafka
 
 
 @dataclass
@@ -228,16 +252,22 @@ class OutputLog:
 
     TOPICS = (T.ATTRIBUTION, T.GPUS, T.FINDINGS, T.DEADLETTER)
 
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, kafka: Kafka) -> None:
+        self.kafka = kafka
         self.records: list[Seen] = []
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> OutputLog:
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
-                                    auto_offset_reset="earliest")
+        admin = self.kafka.admin("test-output-log")
+        await admin.start()
+        try:
+            described = await admin.describe_topics([t.name for t in self.TOPICS])
+        finally:
+            await admin.close()
+        consumer = self.kafka.consumer(client_id="test-output-log")
         await consumer.start()
-        consumer.assign([TopicPartition(t.name, p) for t in self.TOPICS for p in range(t.partitions)])
+        consumer.assign([TopicPartition(d["topic"], p["partition"])
+                         for d in described for p in d["partitions"]])
         self._task = asyncio.create_task(self._read(consumer))
         return self
 
@@ -334,9 +364,10 @@ async def publish_samples(pubs: list[Publisher], nodes: list[NodeScript], ks: ra
 class Worker:
     """`python -m services.joiner` in its own process group, output in a log file."""
 
-    def __init__(self, bootstrap: str, app_id: str, tmp: Path, name: str) -> None:
+    def __init__(self, kafka: Kafka, app_id: str, tmp: Path, name: str) -> None:
         self.log_path = tmp / f"{name}.log"
-        env = {**os.environ, **WORKER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
+        env = {**os.environ, **WORKER_ENV, "PERISCOPE_KAFKA_BOOTSTRAP": kafka.bootstrap,
+               "PERISCOPE_KAFKA_PROFILE": kafka.profile.name, "PERISCOPE_APP_ID": app_id,
                "PERISCOPE_DATA_DIR": str(tmp / f"{name}-data")}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "services.joiner"], cwd=REPO, env=env,
@@ -432,7 +463,7 @@ def summary(o: Output) -> Any:
 # ---------------------------------------------------------------- tests
 
 
-async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(bootstrap: str, tmp_path: Path,
+async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(bootstrap: Kafka, tmp_path: Path,
                                                                           unique: str) -> None:
     node = NodeScript("gpu-a", 1)
     with workers(Worker(bootstrap, f"joiner-rows-{unique}", tmp_path, "w")) as (w,):
@@ -483,7 +514,7 @@ async def test_mig_time_sliced_and_exclusive_gpus_come_out_as_pod_uid_rows(boots
 
 
 async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes_on(
-        bootstrap: str, tmp_path: Path, unique: str) -> None:
+        bootstrap: Kafka, tmp_path: Path, unique: str) -> None:
     node = NodeScript("gpu-b", 2)
     garbage = b"not a protobuf \xff\x00"
     app_id = f"joiner-dlq-{unique}"
@@ -535,17 +566,17 @@ async def test_garbage_on_every_input_topic_is_dead_lettered_and_processing_goes
     assert sum(w.samples for w in published_windows(log.outputs(), node.uids["e"])) == 8
 
 
-async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstrap: str, tmp_path: Path,
+async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(fresh: Kafka, tmp_path: Path,
                                                                          unique: str) -> None:
     """Two workers; one is SIGKILLed mid-stream (its nodes move to the survivor, rebuilt from the
     changelogs), then started again (the nodes are split once more)."""
     nodes = nodes_on_all_partitions(4)
     app_id = f"joiner-kill-{unique}"
-    victim, survivor = (Worker(bootstrap, app_id, tmp_path, name) for name in ("victim", "survivor"))
+    victim, survivor = (Worker(fresh, app_id, tmp_path, name) for name in ("victim", "survivor"))
     with workers(victim, survivor):
         for w in (victim, survivor):
             await w.ready()
-        async with Publisher(bootstrap, "test-probe") as pub, OutputLog(bootstrap) as log:
+        async with Publisher(fresh, "test-probe") as pub, OutputLog(fresh) as log:
             events = await publish_state(pub, nodes)
             await asyncio.sleep(0.5)
             stream = asyncio.create_task(publish_samples([pub], nodes, range(60), pace_s=0.1))
@@ -554,7 +585,7 @@ async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstr
             victim.kill()  # SIGKILL: no shutdown hook runs; unpersisted state and unsent outputs are lost
             killed_at = max(o.as_of_ms for o in log.outputs() if isinstance(o, PodAttribution))
             await asyncio.sleep(4)  # past the session timeout: the survivor takes every partition
-            restarted = Worker(bootstrap, app_id, tmp_path, "restarted")
+            restarted = Worker(fresh, app_id, tmp_path, "restarted")
             with workers(restarted):
                 events += await stream
                 await restarted.ready()
@@ -592,13 +623,12 @@ async def test_sigkill_mid_stream_recovers_pod_state_and_never_regresses(bootstr
 
 
 async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says(
-        bootstrap: str, tmp_path: Path, unique: str) -> None:
+        bootstrap: Kafka, tmp_path: Path, unique: str) -> None:
     nodes = nodes_on_all_partitions(8)
-    with EmbeddedBroker() as other:
-        await ensure_topics(other.bootstrap)
+    async with fresh_broker("embedded", tmp_path / "other") as other:
         solo = Worker(bootstrap, f"joiner-solo-{unique}", tmp_path, "solo")
-        pair = (Worker(other.bootstrap, f"joiner-pair-{unique}", tmp_path, "pair1"),
-                Worker(other.bootstrap, f"joiner-pair-{unique}", tmp_path, "pair2"))
+        pair = (Worker(other, f"joiner-pair-{unique}", tmp_path, "pair1"),
+                Worker(other, f"joiner-pair-{unique}", tmp_path, "pair2"))
         with workers(solo, *pair):
             for w in (solo, *pair):
                 await w.ready()
@@ -611,8 +641,8 @@ async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says
                     f"topic: {pair[0].assignment()} / {pair[1].assignment()}")
                 await asyncio.sleep(0.3)
             async with (Publisher(bootstrap, "test-probe") as pub_solo,
-                        Publisher(other.bootstrap, "test-probe") as pub_pair,
-                        OutputLog(bootstrap) as log_solo, OutputLog(other.bootstrap) as log_pair):
+                        Publisher(other, "test-probe") as pub_pair,
+                        OutputLog(bootstrap) as log_solo, OutputLog(other) as log_pair):
                 events: list[tuple[T.Topic, NodeInput]] = []
                 for pub in (pub_solo, pub_pair):
                     events = await publish_state(pub, nodes)
@@ -628,3 +658,89 @@ async def test_two_workers_split_the_nodes_and_together_say_what_one_worker_says
     # The pair really split the work: each held some nodes, none held all of them.
     assert sum(held) == len(nodes) and all(0 < n < len(nodes) for n in held)
     assert log_pair.latest() == log_solo.latest() == reference(events)
+
+
+async def test_three_workers_on_twelve_partitions_lose_nothing_when_one_is_killed(
+        tmp_path: Path, unique: str, broker_kind: str) -> None:
+    """A consumer group of three on 12 partitions: the workers split the nodes with every input topic's
+    same-numbered partitions together (no node's state split across workers); one is SIGKILLed
+    mid-stream and the two others take its nodes over from the changelogs; what subscribers see in
+    the end is what the pure core computes over the same events, and no key goes back in time."""
+    partitions = 12
+    nodes = nodes_on_all_partitions(12, partitions)
+    app_id = f"joiner-three-{unique}"
+    async with fresh_broker(broker_kind, tmp_path, partitions) as kafka:
+        trio = [Worker(kafka, app_id, tmp_path, f"w{i}") for i in range(3)]
+        with workers(*trio):
+            for w in trio:
+                await w.ready()
+            deadline = time.monotonic() + 90
+            while True:
+                held = [w.partitions() for w in trio]
+                if all(held) and set().union(*held) == set(range(partitions)) and sum(map(len, held)) == 12:
+                    break  # each holds some, together all, none twice; each the same numbers on every topic
+                assert time.monotonic() < deadline, f"no clean split: {[w.assignment() for w in trio]}"
+                await asyncio.sleep(0.3)
+            async with Publisher(kafka, "test-probe") as pub, OutputLog(kafka) as log:
+                events = await publish_state(pub, nodes)
+                await asyncio.sleep(0.5)
+                stream = asyncio.create_task(publish_samples([pub], nodes, range(40), pace_s=0.1))
+                await log.wait_for("outputs of sample 12", caught_up(nodes, 12), timeout=60)
+                victim, survivors = trio[0], trio[1:]
+                victim.kill()
+                events += await stream
+                await log.wait_for("the last sample after the rebalance", caught_up(nodes, 39), timeout=90)
+                await asyncio.sleep(1.0)
+                held_nodes = [w.metrics()["periscope_joiner_nodes"] for w in survivors]
+                split = [w.partitions() for w in survivors]
+                for w in survivors:
+                    assert w.stop() == 0
+
+    assert sum(held_nodes) == len(nodes) and all(n > 0 for n in held_nodes)
+    assert set().union(*split) == set(range(partitions)) and not split[0] & split[1]
+    last_seen: dict[str, int] = {}
+    for o in log.outputs():
+        key = output_key(o)
+        t = o.at_ms if isinstance(o, Finding) else o.as_of_ms
+        assert t >= last_seen.get(key, 0), f"{key} went back from {last_seen[key]} to {t}"
+        last_seen[key] = t
+    expected, latest = reference(events), log.latest()
+    assert latest.keys() == expected.keys()
+    for key, want in expected.items():
+        assert latest[key] == want, f"{key}:\n got  {summary(latest[key])}\n want {summary(want)}"
+
+
+async def test_a_worker_rides_out_an_apache_kafka_restart_with_its_log_directory_kept(
+        tmp_path: Path, unique: str) -> None:
+    """Apache Kafka stopped and started again on the same directory (and ports): every record, committed
+    offset and changelog is still there, the running worker reconnects by itself, and what subscribers
+    see in the end is what the pure core computes over everything that was published."""
+    if kafka_missing():
+        pytest.skip(kafka_missing())
+    nodes = [NodeScript("gpu-restart", 1)]
+    broker = LocalBroker("kafka", tmp_path / "kafka")
+    await asyncio.to_thread(broker.start)
+    try:
+        kafka = broker.client()
+        await ensure_topics(kafka)
+        with workers(Worker(kafka, f"joiner-restart-{unique}", tmp_path, "w")) as (w,):
+            await w.ready()
+            async with Publisher(kafka, "test-probe") as pub:
+                events = await publish_state(pub, nodes)
+                await asyncio.sleep(0.5)
+                events += await publish_samples([pub], nodes, range(10), pace_s=0.1)
+            async with OutputLog(kafka) as log:
+                await log.wait_for("outputs of sample 9", caught_up(nodes, 9), timeout=60)
+            await asyncio.to_thread(broker.stop)
+            await asyncio.to_thread(broker.start)
+            async with Publisher(kafka, "test-probe-2") as pub:
+                events += await publish_samples([pub], nodes, range(10, 25), pace_s=0.1)
+            async with OutputLog(kafka) as log:  # read from the beginning: nothing before the stop is lost
+                await log.wait_for("outputs of the last sample", caught_up(nodes, 24), timeout=90)
+                await asyncio.sleep(1.0)
+            assert w.stop() == 0
+    finally:
+        await asyncio.to_thread(broker.stop)
+    assert log.latest() == reference(events)
+    e = log.latest()["pod/" + nodes[0].uids["e"]]
+    assert isinstance(e, PodAttribution) and e.rows[0].first_seen_ms == sample_time(0)

@@ -24,13 +24,16 @@ import pytest
 
 from periscope.bus import topics as t
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker, free_port, resolve_binary
+from periscope.bus.clients import Kafka
 from periscope.bus.consumer import consume
 from periscope.bus.producer import Publisher
-from periscope.bus.secure_broker import CertificateFiles, SecureBroker, make_certificates
+from periscope.bus.profile import EMBEDDED
 from periscope.bus.security import KafkaSecurity
-from periscope.bus.tlsproxy import TlsProxy, server_context
 from periscope.core.model import NodeInput
+from periscope.devkit.embedded import EmbeddedBroker, resolve_binary
+from periscope.devkit.launch import free_port
+from periscope.devkit.secure_broker import CertificateFiles, SecureBroker, make_certificates
+from periscope.devkit.tlsproxy import TlsProxy, server_context
 from periscope.replay.render import rfc3339
 from tests.integration.test_replay import TOPIC
 from tests.unit.core_builders import alloc, ck, gpu, inventory, pod, pr, uid
@@ -78,9 +81,13 @@ def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     b.stop()
 
 
+def mtls_kafka(b: SecureBroker) -> Kafka:
+    return Kafka(b.proxy.address, b.security, EMBEDDED)
+
+
 def env_of(**settings: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
-    env.update({f"PERISCOPE_{k.upper()}": v for k, v in settings.items()})
+    env.update({f"PERISCOPE_{k.upper()}": v for k, v in {"kafka_profile": "embedded", **settings}.items()})
     return env
 
 
@@ -127,7 +134,7 @@ def test_topics_and_replay_through_a_tls_only_listener(tls: TlsBroker, tmp_path:
     security = KafkaSecurity(protocol="SSL", cafile=str(tls.files.ca))
 
     async def publish() -> None:
-        async with Publisher(tls.bootstrap, "tls-test", security=security) as pub:
+        async with Publisher(Kafka(tls.bootstrap, security, EMBEDDED), "tls-test") as pub:
             for ev in events:
                 await pub.send(TOPIC[type(ev)], node, ev)
 
@@ -173,8 +180,9 @@ def test_hostname_mismatch_is_named(certs: dict[str, CertificateFiles]) -> None:
         b.stop()
 
 
-def test_tls_client_at_a_plaintext_listener_is_named(broker: str, certs: dict[str, CertificateFiles]) -> None:
-    rc, _, err, _ = admin(ssl_env(broker, certs["good"].ca))
+def test_tls_client_at_a_plaintext_listener_is_named(broker: Kafka, certs: dict[str, CertificateFiles]
+                                                     ) -> None:
+    rc, _, err, _ = admin(ssl_env(broker.bootstrap, certs["good"].ca))
     assert rc == 1 and "does not speak TLS" in one_line(err) and "use PLAINTEXT" in err
 
 
@@ -202,9 +210,9 @@ def test_mutual_tls(mtls: SecureBroker, unique: str, tmp_path: Path) -> None:
             seen.append(key or "")
             stop.set()
 
-        task = asyncio.create_task(consume(mtls.proxy.address, [t.PODS], None, handler, service="mtls-test",
-                                           stop=stop, security=mtls.security))
-        async with Publisher(mtls.proxy.address, "mtls-test", security=mtls.security) as pub:
+        task = asyncio.create_task(consume(mtls_kafka(mtls), [t.PODS], None, handler, service="mtls-test",
+                                           stop=stop))
+        async with Publisher(mtls_kafka(mtls), "mtls-test") as pub:
             await pub.send(t.PODS, f"mtls-{unique}", pod(1, "p", 0))
         await asyncio.wait_for(task, 60)
         return seen
@@ -274,7 +282,7 @@ def test_a_mechanism_the_broker_does_not_offer_is_one_line(sasl_broker: str) -> 
 
 
 def test_topics_can_be_created_from_python_over_mutual_tls(mtls: SecureBroker) -> None:
-    asyncio.run(ensure_topics(mtls.proxy.address, security=mtls.security))
+    asyncio.run(ensure_topics(mtls_kafka(mtls)))
 
 
 def test_a_connected_client_rides_out_a_broker_outage_over_tls(mtls: SecureBroker, unique: str) -> None:
@@ -290,10 +298,10 @@ def test_a_connected_client_rides_out_a_broker_outage_over_tls(mtls: SecureBroke
             seen.append(key or "")
             (got_second if key == f"after-{unique}" else got_first).set()
 
-        task = asyncio.create_task(consume(mtls.proxy.address, [t.PODS], None, handler, service="outage-test",
-                                           stop=stop, security=mtls.security, from_beginning=False))
+        task = asyncio.create_task(consume(mtls_kafka(mtls), [t.PODS], None, handler, service="outage-test",
+                                           stop=stop, from_beginning=False))
         try:
-            async with Publisher(mtls.proxy.address, "outage-test", security=mtls.security) as pub:
+            async with Publisher(mtls_kafka(mtls), "outage-test") as pub:
                 while not got_first.is_set():  # until the consumer is positioned and reading
                     await pub.send(t.PODS, f"before-{unique}", pod(1, "p", 0))
                     with contextlib.suppress(TimeoutError):
@@ -301,7 +309,7 @@ def test_a_connected_client_rides_out_a_broker_outage_over_tls(mtls: SecureBroke
             await asyncio.to_thread(mtls.proxy.stop)
             await asyncio.sleep(3)
             await asyncio.to_thread(mtls.proxy.start)
-            async with Publisher(mtls.proxy.address, "outage-test", security=mtls.security) as pub:
+            async with Publisher(mtls_kafka(mtls), "outage-test") as pub:
                 await pub.send(t.PODS, f"after-{unique}", pod(2, "p", 0))
             await asyncio.wait_for(got_second.wait(), 60)
         finally:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from periscope.bus.broker import free_port
+from periscope.bus.clients import Kafka
+from periscope.devkit.launch import free_port
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import write_nvml_state
 from periscope.sim.procfs import FakeProcfs
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_probe_command_serves_health_and_stops_on_sigterm(
-    broker: str, tmp_path: Path, unique: str
+    broker: Kafka, tmp_path: Path, unique: str
 ) -> None:
     kubelet = FakeKubelet(tmp_path / "kubelet" / "pod-resources" / "kubelet.sock")
     await kubelet.start()
@@ -32,6 +33,7 @@ async def test_probe_command_serves_health_and_stops_on_sigterm(
     procfs = FakeProcfs(tmp_path / "proc")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+    env["PERISCOPE_KAFKA_PROFILE"] = "embedded"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -40,7 +42,7 @@ async def test_probe_command_serves_health_and_stops_on_sigterm(
             "--node",
             f"cli-{unique}",
             "--bootstrap",
-            broker,
+            broker.bootstrap,
             "--kubelet-root",
             str(tmp_path / "kubelet"),
             "--proc-root",

@@ -18,7 +18,7 @@ import pytest
 
 from periscope.bus import topics
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.clients import Kafka
 from periscope.bus.consumer import ConsumerStats, consume
 from periscope.core.deviceid import parse_device_id
 from periscope.core.model import (
@@ -28,6 +28,8 @@ from periscope.core.model import (
     NodeTelemetry,
     XidEvent,
 )
+from periscope.devkit.embedded import EmbeddedBroker
+from periscope.devkit.launch import free_port
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.kubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
@@ -35,6 +37,7 @@ from periscope.sim.procfs import FakeProcfs
 from services.probe.buffer import Kind
 from services.probe.service import Probe
 from services.probe.settings import ProbeSettings
+from tests.kafka_tier import embedded, settings_of
 
 T = TypeVar("T")
 GPU0 = "GPU-0a0a0a0a-1111-2222-3333-444455556666"
@@ -172,7 +175,7 @@ class Node:
         )
         self.checkpoint.write_bytes(render_checkpoint(CHECKPOINT, {"nvidia.com/gpu": [GPU0 + "::1"]}))
 
-    def settings(self, bootstrap: str, **kw: Any) -> ProbeSettings:
+    def settings(self, kafka: Kafka, **kw: Any) -> ProbeSettings:
         values: dict[str, Any] = dict(
             node_name=self.name,
             kubelet_root=str(self.kubelet_root),
@@ -181,7 +184,7 @@ class Node:
             tick=0.2,
             allocation_interval=1.0,
             health_port=0,
-            kafka_bootstrap=bootstrap,
+            **settings_of(kafka),
             send_timeout=1.0,
         )
         values.update(kw)
@@ -191,8 +194,8 @@ class Node:
 class Collector:
     """Reads this node's records from the node topics, decoded, with their arrival time."""
 
-    def __init__(self, bootstrap: str, node: str) -> None:
-        self.bootstrap, self.node = bootstrap, node
+    def __init__(self, kafka: Kafka, node: str) -> None:
+        self.kafka, self.node = kafka, node
         self.records: list[tuple[float, Any]] = []
         self._stop = asyncio.Event()
         self._task: asyncio.Task[ConsumerStats] | None = None
@@ -206,7 +209,7 @@ class Collector:
 
         self._task = asyncio.create_task(
             consume(
-                self.bootstrap, NODE_TOPICS, None, handle, service="probe-test", stop=self._stop, stats=stats
+                self.kafka, NODE_TOPICS, None, handle, service="probe-test", stop=self._stop, stats=stats
             )
         )
         await asyncio.wait_for(stats.ready.wait(), 30)
@@ -239,7 +242,7 @@ async def node(tmp_path: Path, unique: str) -> AsyncIterator[Node]:
 
 
 @pytest.fixture
-async def collector(broker: str, node: Node) -> AsyncIterator[Collector]:
+async def collector(broker: Kafka, node: Node) -> AsyncIterator[Collector]:
     c = Collector(broker, node.name)
     await c.start()
     yield c
@@ -255,7 +258,7 @@ def latest_with(c: Collector, cls: type[T], pred: Callable[[T], bool], since: fl
 
 
 async def test_allocations_from_both_sources_resolve_to_inventory(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     ticks = itertools.count()
     clock = lambda: 1_800_000_000_000 + 7 * next(ticks)  # noqa: E731
@@ -337,7 +340,7 @@ async def test_allocations_from_both_sources_resolve_to_inventory(
 
 
 async def test_processes_carry_pod_identity_and_xids_arrive_at_once(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     probe = Probe(node.settings(broker))
     await probe.start()
@@ -384,7 +387,7 @@ async def test_processes_carry_pod_identity_and_xids_arrive_at_once(
 
 
 async def test_kubelet_restart_reconnects_without_stale_data(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     probe = Probe(node.settings(broker))
     await probe.start()
@@ -436,7 +439,7 @@ async def test_kubelet_restart_reconnects_without_stale_data(
 
 
 async def test_corrupt_checkpoint_is_health_and_podresources_flows(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     node.checkpoint.write_bytes(b'{"Data": {"PodDeviceEntries": [{"PodUID": ')
     probe = Probe(node.settings(broker))
@@ -463,7 +466,8 @@ async def test_corrupt_checkpoint_is_health_and_podresources_flows(
     assert healed.meta.seq > inv.meta.seq
 
 
-async def test_event_time_follows_the_configured_clock(broker: str, node: Node, collector: Collector) -> None:
+async def test_event_time_follows_the_configured_clock(broker: Kafka, node: Node, collector: Collector
+                                                       ) -> None:
     wall = time.time_ns() // 1_000_000
     probe = Probe(node.settings(broker, clock=f"sim:{wall - 10_000}:10"))  # 10 s ago, 10x: ~90 s ahead
     await probe.start()
@@ -475,7 +479,7 @@ async def test_event_time_follows_the_configured_clock(broker: str, node: Node, 
     assert wall + 80_000 < tel.meta.epoch <= tel.meta.time_ms
 
 
-async def test_health_endpoints(broker: str, node: Node) -> None:
+async def test_health_endpoints(broker: Kafka, node: Node) -> None:
     probe = Probe(node.settings(broker))
     await probe.start()
     try:
@@ -513,7 +517,7 @@ async def test_broker_outage_loses_no_snapshot_or_xid(tmp_path: Path, unique: st
     await node.start()
     port = free_port()
     first = EmbeddedBroker(port=port)
-    bootstrap = await asyncio.to_thread(first.start)
+    bootstrap = embedded(await asyncio.to_thread(first.start))
     await ensure_topics(bootstrap, NODE_TOPICS)
     probe = Probe(node.settings(bootstrap, buffer_limit=40))
     second = EmbeddedBroker(port=port)
@@ -563,7 +567,7 @@ async def test_broker_outage_loses_no_snapshot_or_xid(tmp_path: Path, unique: st
 
 
 async def test_allocations_are_polled_on_checkpoint_change_and_on_their_own_cadence(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     # Long PodResources and snapshot periods: what arrives early arrives because the checkpoint changed.
     probe = Probe(node.settings(broker, podresources_interval=30.0, allocation_interval=30.0))
@@ -597,7 +601,7 @@ async def test_allocations_are_polled_on_checkpoint_change_and_on_their_own_cade
 
 
 async def test_unusable_checkpoint_means_podresources_every_tick(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     node.checkpoint.unlink()  # nothing signals a change: List on every tick, as before
     probe = Probe(node.settings(broker, podresources_interval=30.0, allocation_interval=30.0))
@@ -617,7 +621,7 @@ async def test_unusable_checkpoint_means_podresources_every_tick(
 
 
 async def test_unchanged_allocations_are_asked_and_resent_on_their_periods(
-    broker: str, node: Node, collector: Collector
+    broker: Kafka, node: Node, collector: Collector
 ) -> None:
     probe = Probe(node.settings(broker, podresources_interval=0.5, allocation_interval=1.0))  # tick 0.2 s
     await probe.start()

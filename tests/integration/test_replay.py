@@ -15,11 +15,12 @@ import json
 import socket
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
 from periscope.bus import codec
 from periscope.bus import topics as t
+from periscope.bus.admin import partition_counts
+from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.cli.main import main
 from periscope.core.engine import new_state, step
@@ -51,11 +52,18 @@ def topic_of(ev: NodeInput) -> t.Topic:
     return TOPIC[type(ev)]
 
 
-async def publish(bootstrap: str, node: str, events: list[NodeInput]) -> None:
+async def publish(kafka: Kafka, node: str, events: list[NodeInput]) -> None:
     """In order; consecutive events of one topic go in one batch."""
-    async with Publisher(bootstrap, "replay-test") as pub:
+    async with Publisher(kafka, "replay-test") as pub:
         for topic, run in itertools.groupby(events, key=topic_of):
             await pub.send_many(topic, [(node, ev) for ev in run])
+
+
+@pytest.fixture(autouse=True)
+def _replay_profile(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`periscope replay` in this process reads the broker profile from the environment, as a user's does."""
+    callspec = getattr(request.node, "callspec", None)
+    monkeypatch.setenv("PERISCOPE_KAFKA_PROFILE", callspec.params["broker_kind"] if callspec else "embedded")
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -65,22 +73,21 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return int(exc.value.code or 0), out, err
 
 
-async def live_findings(bootstrap: str, node: str, events: list[NodeInput]) -> list[Finding]:
+async def live_findings(kafka: Kafka, node: str, events: list[NodeInput]) -> list[Finding]:
     """The core run the way the joiner runs it: each record decoded and stepped as it arrives from the
     broker. Events are published one at a time, each once the previous one has been handled."""
     state = new_state(node)
     findings: list[Finding] = []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20)
+    parts = await partition_counts(kafka, (tp.name for tp in t.NODE_INPUTS))
+    consumer = kafka.consumer(client_id="replay-live", fetch_max_wait_ms=20)
     await consumer.start()
     try:
-        await consumer.topics()
-        tps = [TopicPartition(tp.name, p) for tp in t.NODE_INPUTS
-               for p in sorted(consumer.partitions_for_topic(tp.name) or ())]
+        tps = [TopicPartition(tp.name, p) for tp in t.NODE_INPUTS for p in range(parts[tp.name])]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         for tp in tps:
             await consumer.position(tp)
-        async with Publisher(bootstrap, "replay-live") as pub:
+        async with Publisher(kafka, "replay-live") as pub:
             for ev in events:
                 await pub.send(topic_of(ev), node, ev)
                 arrived = False
@@ -98,15 +105,16 @@ async def live_findings(bootstrap: str, node: str, events: list[NodeInput]) -> l
 
 
 def test_owners_at_each_xid_match_the_live_finding_across_a_pod_name_reuse(
-        broker: str, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
+        any_broker: Kafka, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
     node = f"replay-xid-{unique}"
     events = reuse_scenario(node, BASE)
-    findings = asyncio.run(live_findings(broker, node, events))
+    findings = asyncio.run(live_findings(any_broker, node, events))
     assert sorted(f.at_ms for f in findings) == [BASE + x for x in XID_TIMES]
     assert [len(f.owners) for f in findings] == [1, 1, 1]
     assert {f.owners[0].pod_uid for f in findings} == {uid(1), "", uid(2)}  # old pod, nobody sure, new pod
     for f in findings:
-        code, out, _ = cli(capsys, "--bootstrap", broker, "--at", rfc3339(f.at_ms), "--gpu", f.gpu_uuid,
+        code, out, _ = cli(capsys, "--bootstrap", any_broker.bootstrap,
+                            "--at", rfc3339(f.at_ms), "--gpu", f.gpu_uuid,
                            "--node", node, "--format", "json", "--quiet")
         assert code == 0
         doc = json.loads(out)
@@ -115,29 +123,31 @@ def test_owners_at_each_xid_match_the_live_finding_across_a_pod_name_reuse(
         assert all(set(i) == {"node", "gpu_uuid", "device_id", "mig", "pod_uid", "namespace", "pod",
                               "container"} for i in doc["items"])
     # The API's entry point answers the same.
-    doc = asyncio.run(owners_at(broker, BASE + 90 * S, gpu_uuid=gpu(0), node=node))
+    doc = asyncio.run(owners_at(any_broker, BASE + 90 * S, gpu_uuid=gpu(0), node=node))
     assert [i["pod_uid"] for i in doc["items"]] == [uid(2)]
     # Without --gpu, every device of the node.
-    code, out, _ = cli(capsys, "--bootstrap", broker, "--at", rfc3339(BASE + 90 * S), "--node", node,
+    code, out, _ = cli(capsys, "--bootstrap", any_broker.bootstrap,
+                            "--at", rfc3339(BASE + 90 * S), "--node", node,
                        "--format", "json", "--quiet")
     assert [(i["gpu_uuid"], i["pod_uid"]) for i in json.loads(out)["items"]] == [(gpu(0), uid(2)),
                                                                                  (gpu(1), uid(3))]
 
 
 def test_range_replay_matches_the_offline_replay_and_skips_a_bad_record(
-        broker: str, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
+        any_broker: Kafka, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
     node = f"replay-range-{unique}"
     events = reuse_scenario(node, BASE + 10_000 * S)
-    asyncio.run(publish(broker, node, events[:40]))
+    asyncio.run(publish(any_broker, node, events[:40]))
 
     async def garbage() -> None:
-        async with Publisher(broker, "replay-test") as pub:
+        async with Publisher(any_broker, "replay-test") as pub:
             await pub.send_raw(t.TELEMETRY.name, node.encode(), b"\x0a\xff\xff not a NodeTelemetry")
 
     asyncio.run(garbage())
-    asyncio.run(publish(broker, node, events[40:]))
+    asyncio.run(publish(any_broker, node, events[40:]))
     lo, hi = BASE + 10_025 * S, BASE + 10_095 * S
-    code, out, err = cli(capsys, "--bootstrap", broker, "--from", rfc3339(lo), "--to", rfc3339(hi),
+    code, out, err = cli(capsys, "--bootstrap", any_broker.bootstrap,
+                            "--from", rfc3339(lo), "--to", rfc3339(hi),
                          "--node", node, "--format", "json")
     assert code == 0
     assert "periscope: warning: skipping bad record periscope.node.telemetry.v1" in err
@@ -148,27 +158,30 @@ def test_range_replay_matches_the_offline_replay_and_skips_a_bad_record(
     assert doc["items"] == [output_json(o) for o in expected.outputs]
     assert {i["kind"] for i in doc["items"]} == {"attribution", "gpu", "finding"}
     # A pod's timeline: its attribution records and the XID that named it.
-    code, out, _ = cli(capsys, "--bootstrap", broker, "--from", rfc3339(lo), "--to", rfc3339(hi),
+    code, out, _ = cli(capsys, "--bootstrap", any_broker.bootstrap,
+                            "--from", rfc3339(lo), "--to", rfc3339(hi),
                        "--node", node, "--pod", uid(2), "--format", "json", "--quiet")
     items = json.loads(out)["items"]
     assert items and {i["kind"] for i in items} == {"attribution", "finding"}
     assert all(i["pod_uid"] == uid(2) or uid(2) in [o["pod_uid"] for o in i["owners"]] for i in items)
-    code, out, _ = cli(capsys, "--bootstrap", broker, "--from", rfc3339(lo), "--to", rfc3339(hi),
+    code, out, _ = cli(capsys, "--bootstrap", any_broker.bootstrap,
+                            "--from", rfc3339(lo), "--to", rfc3339(hi),
                        "--node", node, "--gpu", gpu(1), "--quiet")
     assert code == 0 and uid(3) in out and uid(1) not in out  # table output
 
 
-async def test_start_offsets_are_found_by_event_time_not_the_time_index(broker: str, unique: str) -> None:
+async def test_start_offsets_are_found_by_event_time_not_the_time_index(any_broker: Kafka, unique: str
+                                                                        ) -> None:
     node = f"replay-seek-{unique}"
     base = BASE + 20_000 * S
     g = gpu(0)
     events: list[NodeInput] = [relocate(e, node, base) for e in (
         inventory(0), pod(1, "train-0", 0), alloc(1 * S, pr("ml", "train-0", (g,)), ck(uid(1), (g,))))]
     events += [relocate(tel(k * S, dev(g, float(k % 90))), node, base) for k in range(2, 402)]
-    await publish(broker, node, events)
+    await publish(any_broker, node, events)
     plan = ReadPlan(anchor_ms=base + 200 * S, to_ms=base + 250 * S, lookback_ms=3_600_000,
                     late_slack_ms=5 * S, node=node)
-    got, stats = await read_inputs(broker, plan)
+    got, stats = await read_inputs(any_broker, plan)
     tel_times = sorted(e.meta.time_ms - base for e in got if isinstance(e, NodeTelemetry))
     assert tel_times == [k * S for k in range(200, 251)]
     assert {type(e) for e in got} == {NodeTelemetry, PodEvent, DeviceInventory, AllocationSnapshot}
@@ -176,7 +189,7 @@ async def test_start_offsets_are_found_by_event_time_not_the_time_index(broker: 
     assert stats.records < 200  # neither the 200 samples before the range nor the 150 after it were read
 
 
-async def test_the_last_snapshot_before_the_lookback_is_still_found(broker: str, unique: str) -> None:
+async def test_the_last_snapshot_before_the_lookback_is_still_found(any_broker: Kafka, unique: str) -> None:
     node = f"replay-old-{unique}"
     base = BASE + 30_000 * S
     g = gpu(0)
@@ -184,23 +197,23 @@ async def test_the_last_snapshot_before_the_lookback_is_still_found(broker: str,
         inventory(0), pod(1, "train-0", 0), alloc(1 * S, pr("ml", "train-0", (g,)), ck(uid(1), (g,))))]
     # Hours later, only telemetry: the probe republished nothing (a quiet node).
     later = [relocate(tel(k * S, dev(g, 40.0)), node, base + 3 * 3_600_000) for k in range(0, 30)]
-    await publish(broker, node, old + later)
+    await publish(any_broker, node, old + later)
     settings = ReplaySettings(replay_lookback=600)
     at = base + 3 * 3_600_000 + 20 * S
-    doc, stats = await owners_with_stats(broker, at, node=node, settings=settings)
+    doc, stats = await owners_with_stats(any_broker, at, node=node, settings=settings)
     assert [(i["gpu_uuid"], i["pod_uid"]) for i in doc["items"]] == [(g, uid(1))]
     assert stats.extended > 0
 
 
-async def test_replay_never_creates_a_consumer_group(broker: str, unique: str) -> None:
+async def test_replay_never_creates_a_consumer_group(any_broker: Kafka, unique: str) -> None:
     node = f"replay-nogroup-{unique}"
-    await publish(broker, node, reuse_scenario(node, BASE + 40_000 * S)[:10])
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await publish(any_broker, node, reuse_scenario(node, BASE + 40_000 * S)[:10])
+    admin = any_broker.admin("test-admin")
     await admin.start()
     try:
         before = set(await admin.list_consumer_groups())
-        await owners_at(broker, BASE + 40_030 * S, node=node)
-        await read_inputs(broker, ReadPlan(anchor_ms=BASE + 40_000 * S, to_ms=BASE + 40_100 * S))
+        await owners_at(any_broker, BASE + 40_030 * S, node=node)
+        await read_inputs(any_broker, ReadPlan(anchor_ms=BASE + 40_000 * S, to_ms=BASE + 40_100 * S))
         assert set(await admin.list_consumer_groups()) == before
     finally:
         await admin.close()

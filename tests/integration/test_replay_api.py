@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from periscope.bus.clients import Kafka
 from periscope.cli.main import main
 from periscope.replay.render import rfc3339
 from services.api.server import ApiServer
 from services.api.settings import ApiSettings
 from tests.integration.test_replay import BASE, publish
+from tests.kafka_tier import settings_of
 from tests.unit.core_builders import gpu, uid
 from tests.unit.test_replay_owners import reuse_scenario
 
@@ -23,8 +25,8 @@ START = BASE + 50_000 * S
 
 
 @pytest.fixture
-async def api(broker: str, unique: str) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ApiSettings(api_port=0, kafka_bootstrap=broker, api_group_prefix=f"test-owners-{unique}-",
+async def api(broker: Kafka, unique: str) -> AsyncIterator[httpx.AsyncClient]:
+    settings = ApiSettings(api_port=0, **settings_of(broker), api_group_prefix=f"test-owners-{unique}-",
                            log_level="warning")
     server = ApiServer(settings, consume=False)
     url = await server.start()
@@ -35,7 +37,7 @@ async def api(broker: str, unique: str) -> AsyncIterator[httpx.AsyncClient]:
         await server.stop()
 
 
-async def test_owners_endpoint_answers_like_replay_at(api: httpx.AsyncClient, broker: str, unique: str,
+async def test_owners_endpoint_answers_like_replay_at(api: httpx.AsyncClient, broker: Kafka, unique: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     node = f"replay-api-{unique}"
     await publish(broker, node, reuse_scenario(node, START))
@@ -52,7 +54,7 @@ async def test_owners_endpoint_answers_like_replay_at(api: httpx.AsyncClient, br
 
     def cli() -> None:  # on its own thread: the command runs its own event loop
         with pytest.raises(SystemExit):
-            main(["replay", "--bootstrap", broker, "--at", rfc3339(START + 90 * S), "--node", node,
+            main(["replay", "--bootstrap", broker.bootstrap, "--at", rfc3339(START + 90 * S), "--node", node,
                   "--format", "json", "--quiet"])
 
     await asyncio.to_thread(cli)

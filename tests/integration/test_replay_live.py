@@ -25,21 +25,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
 from periscope.bus import codec
 from periscope.bus import topics as t
-from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker
+from periscope.bus.admin import ensure_topics, partition_counts
+from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.cli.main import main
 from periscope.core.model import NodeInput, NodeTelemetry, XidEvent
+from periscope.devkit.brokers import KINDS, LocalBroker
 from periscope.replay.cli import range_config, range_plan
 from periscope.replay.reader import read_inputs
 from periscope.replay.render import output_json, rfc3339
 from periscope.replay.runner import output_time, replay_events
 from periscope.replay.settings import ReplaySettings
 from tests.integration.test_replay import topic_of
+from tests.kafka_tier import kafka_missing
 from tests.unit.test_replay_owners import reuse_scenario
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,19 +51,30 @@ NODES = ("gpu-live-a", "gpu-live-b")
 WINDOW = (BASE + 20 * S, BASE + 100 * S)  # the scenario runs from BASE to BASE + 117 s
 
 
-@pytest.fixture
-async def bootstrap() -> AsyncIterator[str]:
-    with EmbeddedBroker() as b:
-        await ensure_topics(b.bootstrap)
-        yield b.bootstrap
+@pytest.fixture(params=KINDS)
+async def bootstrap(request: pytest.FixtureRequest, tmp_path: Path,
+                    monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Kafka]:
+    """A broker of its own, of each kind in turn (`periscope replay` here reads the profile from the
+    environment, as a user's does)."""
+    if request.param == "kafka" and kafka_missing():
+        pytest.skip(kafka_missing())
+    monkeypatch.setenv("PERISCOPE_KAFKA_PROFILE", request.param)
+    broker = LocalBroker(request.param, tmp_path / "broker")
+    await asyncio.to_thread(broker.start)
+    try:
+        await ensure_topics(broker.client())
+        yield broker.client()
+    finally:
+        await asyncio.to_thread(broker.stop)
 
 
 class Joiner:
     """`periscope join` in its own process group, output in a log file."""
 
-    def __init__(self, bootstrap: str, tmp: Path, app_id: str) -> None:
+    def __init__(self, kafka: Kafka, tmp: Path, app_id: str) -> None:
         self.log_path = tmp / "joiner.log"
-        env = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": bootstrap, "PERISCOPE_APP_ID": app_id,
+        env = {**os.environ, "PERISCOPE_KAFKA_BOOTSTRAP": kafka.bootstrap,
+               "PERISCOPE_KAFKA_PROFILE": kafka.profile.name, "PERISCOPE_APP_ID": app_id,
                "PERISCOPE_SESSION_TIMEOUT": "3s", "PERISCOPE_DATA_DIR": str(tmp / "joiner-data"),
                "PERISCOPE_WEB_PORT": "0", "PERISCOPE_LOG_LEVEL": "info"}
         with open(self.log_path, "ab") as log:
@@ -110,7 +123,7 @@ class Joiner:
                 self.proc.wait()
 
 
-async def publish_like_a_cluster(bootstrap: str, joiner: Joiner, events: list[NodeInput]) -> None:
+async def publish_like_a_cluster(bootstrap: Kafka, joiner: Joiner, events: list[NodeInput]) -> None:
     """State-based events first (the core indexes them by event time, so knowing them early changes
     nothing); then samples and XIDs in event-time order, each XID after the joiner has taken every
     sample before it, and the samples after it only once it has taken the XID (an XID's record must
@@ -133,13 +146,14 @@ async def publish_like_a_cluster(bootstrap: str, joiner: Joiner, events: list[No
                 await asyncio.sleep(0.05)
 
 
-async def live_outputs(bootstrap: str, want: set[Identity], timeout: float = 30) -> list[Any]:
+async def live_outputs(kafka: Kafka, want: set[Identity], timeout: float = 30) -> list[Any]:
     """Every output record the joiner published, once those named in `want` are there."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    parts = await partition_counts(kafka, (tp.name for tp in t.OUTPUTS))
+    consumer = kafka.consumer(client_id="test-live-outputs")
     await consumer.start()
     seen: list[Any] = []
     try:
-        consumer.assign([TopicPartition(tp.name, p) for tp in t.OUTPUTS for p in range(tp.partitions)])
+        consumer.assign([TopicPartition(name, p) for name, n in parts.items() for p in range(n)])
         for tp in consumer.assignment():
             consumer.seek(tp, 0)
         deadline = time.monotonic() + timeout
@@ -155,9 +169,10 @@ async def live_outputs(bootstrap: str, want: set[Identity], timeout: float = 30)
     return seen
 
 
-def replay_json(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def replay_json(bootstrap: Kafka, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     with pytest.raises(SystemExit) as exc:
-        main(["replay", "--bootstrap", bootstrap, "--from", rfc3339(WINDOW[0]), "--to", rfc3339(WINDOW[1]),
+        main(["replay", "--bootstrap", bootstrap.bootstrap, "--from", rfc3339(WINDOW[0]),
+              "--to", rfc3339(WINDOW[1]),
               "--window-lookback", "1h", "--format", "json", "--quiet"])
     assert exc.value.code == 0
     doc: dict[str, Any] = json.loads(capsys.readouterr().out)
@@ -177,7 +192,7 @@ def by_identity(items: list[dict[str, Any]]) -> dict[Identity, dict[str, Any]]:
     return out
 
 
-async def test_live_joiner_and_replay_emit_identical_records(bootstrap: str, tmp_path: Path, unique: str,
+async def test_live_joiner_and_replay_emit_identical_records(bootstrap: Kafka, tmp_path: Path, unique: str,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     events = sorted((ev for node in NODES for ev in reuse_scenario(node, BASE)),
                     key=lambda e: (e.meta.time_ms, e.meta.node))

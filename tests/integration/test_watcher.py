@@ -10,16 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
+from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core.model import NodeEvent, PodEvent, PolicyEvent
 from periscope.sim.apiserver import FakeApiServer
 from services.kube_watcher.service import KubeWatcher
 from services.kube_watcher.settings import WatcherSettings
+from tests.kafka_tier import settings_of
 
 Event = PodEvent | NodeEvent | PolicyEvent
 GPU_NODE = {
@@ -57,11 +58,9 @@ class PrivateTopics:
 class EventLog:
     """Everything published on the private topics, decoded, in arrival order per topic."""
 
-    def __init__(self, broker: str, copies: dict[str, Topic]) -> None:
+    def __init__(self, broker: Kafka, copies: dict[str, Topic]) -> None:
         self.by_name = {t.name: t for t in copies.values()}
-        self.consumer = AIOKafkaConsumer(
-            *self.by_name, bootstrap_servers=broker, auto_offset_reset="earliest"
-        )
+        self.consumer = broker.consumer(*self.by_name, client_id="test-event-log")
         self.records: list[tuple[str, Event]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -125,7 +124,7 @@ def apiserver(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
 
 @pytest.fixture
 async def harness(
-    apiserver: FakeApiServer, broker: str, unique: str, tmp_path: Path
+    apiserver: FakeApiServer, broker: Kafka, unique: str, tmp_path: Path
 ) -> AsyncIterator[Harness]:
     copies = {
         t.name: dataclasses.replace(t, name=f"{t.name}.{unique}")
@@ -134,7 +133,7 @@ async def harness(
     await ensure_topics(broker, copies.values())
     settings = WatcherSettings(
         kubeconfig=str(apiserver.write_kubeconfig(tmp_path / "kubeconfig")),
-        kafka_bootstrap=broker,
+        **settings_of(broker),
         watch_timeout=5,
         unavailable_retry=0.3,
     )

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
-from periscope.bus.broker import EmbeddedBroker, free_port
+from periscope.bus.clients import Kafka
 from periscope.cli.main import main
 from periscope.core.model import PodEvent, PolicyEvent
+from periscope.devkit.embedded import EmbeddedBroker
+from periscope.devkit.launch import free_port
 from periscope.sim.apiserver import FakeApiServer
+from tests.kafka_tier import embedded
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,16 +72,17 @@ def test_help_names_the_settings(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.fixture
-def own_broker() -> Iterator[str]:
+def own_broker() -> Iterator[Kafka]:
     """A broker of its own: the command publishes to the registry topics, which tests share."""
     with EmbeddedBroker() as b:
-        asyncio.run(ensure_topics(b.bootstrap, (topics.PODS, topics.NODES, topics.POLICY)))
-        yield b.bootstrap
+        kafka = embedded(b.bootstrap)
+        asyncio.run(ensure_topics(kafka, (topics.PODS, topics.NODES, topics.POLICY)))
+        yield kafka
 
 
-async def read_until(bootstrap: str, want: set[type], timeout: float = 30.0) -> list[object]:
+async def read_until(kafka: Kafka, want: set[type], timeout: float = 30.0) -> list[object]:
     by_name = {t.name: t for t in (topics.PODS, topics.NODES, topics.POLICY)}
-    consumer = AIOKafkaConsumer(*by_name, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    consumer = kafka.consumer(*by_name, client_id="test-read")
     await consumer.start()
     got: list[object] = []
     try:
@@ -93,7 +96,7 @@ async def read_until(bootstrap: str, want: set[type], timeout: float = 30.0) -> 
         await consumer.stop()
 
 
-async def test_watch_command_end_to_end(own_broker: str, tmp_path: Path) -> None:
+async def test_watch_command_end_to_end(own_broker: Kafka, tmp_path: Path) -> None:
     port = free_port()
     with FakeApiServer(crd_installed=False) as server:
         server.upsert("nodes", {"metadata": {"name": "gpu-a", "labels": {"nvidia.com/gpu.present": "true"}}})
@@ -104,7 +107,8 @@ async def test_watch_command_end_to_end(own_broker: str, tmp_path: Path) -> None
                 "spec": {"nodeName": "gpu-a", "containers": [{"name": "c"}]},
             },
         )
-        env = {**os.environ, "PYTHONPATH": str(REPO), "PERISCOPE_LOG_LEVEL": "warning"}
+        env = {**os.environ, "PYTHONPATH": str(REPO), "PERISCOPE_LOG_LEVEL": "warning",
+               "PERISCOPE_KAFKA_PROFILE": "embedded"}
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -114,7 +118,7 @@ async def test_watch_command_end_to_end(own_broker: str, tmp_path: Path) -> None
                 "--kubeconfig",
                 str(server.write_kubeconfig(tmp_path / "kubeconfig")),
                 "--bootstrap",
-                own_broker,
+                own_broker.bootstrap,
                 "--health-port",
                 str(port),
             ],

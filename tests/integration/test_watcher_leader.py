@@ -13,6 +13,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from periscope.bus.admin import ensure_topics
+from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import NODES, PODS, POLICY, Topic
 from periscope.sim.apiserver import FakeApiServer
@@ -64,7 +65,7 @@ def test_lease_compare_and_swap(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("leader_exit", ["clean-stop", "crash"])
 async def test_two_replicas_one_publisher_and_failover(
-    tmp_path: Path, broker: str, unique: str, leader_exit: str
+    tmp_path: Path, broker: Kafka, unique: str, leader_exit: str
 ) -> None:
     await ensure_topics(broker, [dataclasses.replace(t, name=f"{t.name}.{unique}") for t in WATCHER_TOPICS])
     async with Publisher(broker, "replica-a") as pub_a, Publisher(broker, "replica-b") as pub_b:

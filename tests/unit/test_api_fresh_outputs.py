@@ -9,6 +9,7 @@ from aiokafka import ConsumerRecord
 
 from periscope.bus import codec
 from periscope.bus import topics as t
+from periscope.bus.clients import Kafka
 from periscope.core.model import Finding, NodeEvent
 from services.api.consumer import ViewConsumer
 from services.api.view import View
@@ -21,7 +22,7 @@ def _record(topic: t.Topic, obj: object, offset: int = 0) -> ConsumerRecord[Any,
 
 
 async def _freshened(topic: t.Topic, obj: object) -> bool:
-    c = ViewConsumer(View(), "127.0.0.1:1", dead_letters=False)
+    c = ViewConsumer(View(), Kafka("127.0.0.1:1"), dead_letters=False)
     await c._handle(_record(topic, obj))
     return c.status.newest_at is not None
 
@@ -34,7 +35,7 @@ async def test_each_kind_of_joiner_output_counts_as_fresh() -> None:
 
 
 async def test_a_repeat_is_not_news() -> None:
-    c = ViewConsumer(View(), "127.0.0.1:1", dead_letters=False)
+    c = ViewConsumer(View(), Kafka("127.0.0.1:1"), dead_letters=False)
     await c._handle(_record(t.GPUS, gpu(GPU_A0)))
     c.status.newest_at = None
     await c._handle(_record(t.GPUS, gpu(GPU_A0), 1))  # the same state delivered again

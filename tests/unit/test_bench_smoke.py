@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import api, common, freshness, hotspots, probe, replay, replay_hour, report, run
 from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
-from periscope.bus.broker import BrokerError, resolve_binary
 from periscope.core import engine
 from periscope.core.model import GpuState, NodeTelemetry, PodAttribution
+from periscope.devkit.embedded import BrokerError, resolve_binary
 from periscope.replay.synthetic import ClusterSpec
 from services.api.view import View
 

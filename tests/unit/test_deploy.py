@@ -308,9 +308,10 @@ def _settings_env_names() -> tuple[set[str], list[str]]:
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, ServiceSettings):
                 names |= {"PERISCOPE_" + f.upper() for f in cls.model_fields}
+    from periscope.bus.admin import TopicSettings  # the topics job's
     from periscope.cli.top import TopSettings  # the one client command with a setting of its own
 
-    names |= {"PERISCOPE_" + f.upper() for f in TopSettings.model_fields}
+    names |= {"PERISCOPE_" + f.upper() for f in (*TopSettings.model_fields, *TopicSettings.model_fields)}
     return names, missing
 
 

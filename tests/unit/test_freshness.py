@@ -4,12 +4,13 @@ reachability, /healthz does not; the shared Freshness clock; the settings; `up`'
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from periscope.devkit.brokers import lost_line
 from periscope.freshness import Freshness
-from periscope.sim.up.stack import broker_lost
 from services.api.settings import ApiSettings
 from services.api.status import ConsumerStatus
 from services.api.view import View
@@ -88,11 +89,17 @@ class Exited:
 
 
 def test_a_lost_broker_is_one_line_that_says_history_was_lost() -> None:
-    assert broker_lost(None) is None
-    assert broker_lost(Exited(None)) is None  # type: ignore[arg-type]
-    line = broker_lost(Exited(-9))  # type: ignore[arg-type]
+    assert lost_line("embedded", None) is None
+    assert lost_line("embedded", Exited(None)) is None  # type: ignore[arg-type]
+    line = lost_line("embedded", Exited(-9))  # type: ignore[arg-type]
     assert line is not None and "\n" not in line
     assert line.startswith("the embedded broker was killed by signal 9; every topic and its history "
                            "were lost")
     assert "stopping every service" in line
-    assert (broker_lost(Exited(1)) or "").startswith("the embedded broker exited (1);")  # type: ignore[arg-type]
+    assert (lost_line("embedded", Exited(1)) or "").startswith("the embedded broker exited (1);")  # type: ignore[arg-type]
+
+
+def test_a_lost_apache_kafka_names_its_log_and_keeps_no_claim_of_lost_history() -> None:
+    line = lost_line("kafka", Exited(-9), Path("/var/tmp/kafka/server.log"))  # type: ignore[arg-type]
+    assert line == ("Apache Kafka was killed by signal 9 (its log: /var/tmp/kafka/server.log): stopping "
+                    "every service")

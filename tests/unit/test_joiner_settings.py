@@ -29,20 +29,29 @@ def test_defaults_are_the_documented_ones_and_make_the_default_engine() -> None:
     s = JoinerSettings()
     assert (s.app_id, s.web_host, s.web_port, s.data_dir) == ("periscope-joiner", "127.0.0.1", 9403, "")
     assert (s.window, s.window_keep, s.idle_window, s.idle_threshold) == (60.0, 3600.0, 600.0, 5.0)
-    assert (s.lateness, s.state_persist_interval, s.fetch_max_wait) == (1.0, 5.0, 0.1)
+    assert (s.lateness, s.state_persist_interval, s.kafka_profile) == (1.0, 5.0, "kafka")
     assert s.heartbeat == 5.0
     assert s.engine_config() == EngineConfig()
 
 
-async def test_the_worker_consumer_waits_at_most_fetch_max_wait() -> None:
-    # Faust itself would build its consumer with a 1.5 s fetch wait, which the embedded broker sits out.
-    app = create_app(JoinerSettings(fetch_max_wait="40ms", kafka_bootstrap="127.0.0.1:1"),
-                     announce=lambda _line: None)
+@pytest.mark.parametrize(("profile", "wait_ms", "idempotent", "compression"), [
+    ("kafka", 500, True, "lz4"), ("embedded", 100, False, None)])
+async def test_the_worker_clients_follow_the_broker_profile(profile: str, wait_ms: int, idempotent: bool,
+                                                            compression: str | None) -> None:
+    # Faust itself would build its consumer with a 1.5 s fetch wait (which a broker that does not answer
+    # a waiting fetch early sits out) and its producer idempotent only in transactions.
+    app = create_app(JoinerSettings(kafka_profile=profile, kafka_bootstrap="127.0.0.1:1"),
+                     announce=lambda _line: None, partitions=12)
     consumer = app.consumer._thread._create_worker_consumer(app.transport)
+    producer = app.producer._new_producer()
     try:
-        assert consumer._fetch_max_wait_ms == 40
+        assert consumer._fetch_max_wait_ms == wait_ms
+        assert (producer._txn_manager is not None) == idempotent
+        assert producer._compression_type == compression
+        assert app.conf.topic_partitions == 12
     finally:
         await consumer.stop()
+        await producer.stop()
 
 
 def test_environment_durations_become_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +73,7 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
 @pytest.mark.parametrize(("field", "value"), [
     ("window", "0s"), ("window", "soon"), ("idle_threshold", 101), ("web_port", 70000),
     ("lateness", -1), ("state_persist_interval", "0"), ("session_timeout", "100ms"), ("app_id", "a b"),
-    ("window_keep", "10s"), ("fetch_max_wait", "0"), ("fetch_max_wait", "1m"), ("heartbeat", "-1s"),
+    ("window_keep", "10s"), ("kafka_profile", "tansu"), ("heartbeat", "-1s"),
     ("heartbeat", "often"),
 ])
 def test_invalid_values_are_refused(field: str, value: Any) -> None:

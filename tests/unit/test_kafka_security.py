@@ -13,9 +13,9 @@ from aiokafka import AIOKafkaConsumer
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from periscope.bus.secure_broker import make_certificates
 from periscope.bus.security import KafkaSecurity, KafkaSecurityError, read_password_file
 from periscope.config import ServiceSettings
+from periscope.devkit.secure_broker import make_certificates
 from services.joiner.settings import JoinerSettings
 
 SECRET = "pw-unit-7f3a9c"
