@@ -101,7 +101,8 @@ def entry_to_pb(x: m.AllocationEntry) -> npb.AllocationEntry:
     return npb.AllocationEntry(
         source=_SOURCE_TO_PB[x.source], pod_uid=x.pod_uid, namespace=x.namespace, pod=x.pod,
         container=x.container, resource=x.resource, device_ids=x.device_ids, claim_name=x.claim_name,
-        claim_namespace=x.claim_namespace, driver=x.driver, pool=x.pool, device=x.device)
+        claim_namespace=x.claim_namespace, driver=x.driver, pool=x.pool, device=x.device,
+        visible_devices=x.visible_devices)
 
 
 def entry_from_pb(p: npb.AllocationEntry) -> m.AllocationEntry:
@@ -111,7 +112,8 @@ def entry_from_pb(p: npb.AllocationEntry) -> m.AllocationEntry:
     return m.AllocationEntry(
         source=source, container=p.container, resource=p.resource, device_ids=tuple(p.device_ids),
         pod_uid=p.pod_uid, namespace=p.namespace, pod=p.pod, claim_name=p.claim_name,
-        claim_namespace=p.claim_namespace, driver=p.driver, pool=p.pool, device=p.device)
+        claim_namespace=p.claim_namespace, driver=p.driver, pool=p.pool, device=p.device,
+        visible_devices=tuple(p.visible_devices))
 
 
 def allocation_snapshot_to_pb(x: m.AllocationSnapshot) -> npb.AllocationSnapshot:
@@ -189,16 +191,17 @@ def xid_event_from_pb(p: npb.XidEvent) -> m.XidEvent:
 
 def gpu_info_to_pb(x: m.GpuInfo) -> npb.GpuInfo:
     return npb.GpuInfo(
-        uuid=x.uuid, index=x.index, minor=x.minor, model=x.model, memory_mib=x.memory_mib,
-        mig_enabled=x.mig_enabled, lost=x.lost, pci_bus_id=x.pci_bus_id,
+        uuid=x.uuid, index=x.index, minor=x.minor or 0, minor_unknown=x.minor is None, model=x.model,
+        memory_mib=x.memory_mib, mig_enabled=x.mig_enabled, lost=x.lost, pci_bus_id=x.pci_bus_id,
         mig_devices=[npb.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
                                        memory_mib=d.memory_mib) for d in x.mig_devices])
 
 
 def gpu_info_from_pb(p: npb.GpuInfo) -> m.GpuInfo:
     return m.GpuInfo(
-        uuid=p.uuid, index=p.index, model=p.model, memory_mib=p.memory_mib, minor=p.minor,
-        mig_enabled=p.mig_enabled, lost=p.lost, pci_bus_id=p.pci_bus_id,
+        uuid=p.uuid, index=p.index, model=p.model, memory_mib=p.memory_mib,
+        minor=None if p.minor_unknown else p.minor, mig_enabled=p.mig_enabled, lost=p.lost,
+        pci_bus_id=p.pci_bus_id,
         mig_devices=tuple(m.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
                                           memory_mib=d.memory_mib) for d in p.mig_devices))
 
@@ -321,7 +324,7 @@ def row_to_pb(x: m.AttributionRow) -> apb.AttributionRow:
         power_w=x.power_w, active=x.active, idle=x.idle, first_seen_ms=x.first_seen_ms,
         last_seen_ms=x.last_seen_ms, sources=x.sources, idle_since_ms=x.idle_since_ms,
         avg_util_pct=x.avg_util_pct, wasted_gpu_hours=x.wasted_gpu_hours, gpu_fraction=x.gpu_fraction,
-        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms)
+        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms, unresolved=x.unresolved)
 
 
 def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
@@ -336,7 +339,8 @@ def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
         sources=tuple(p.sources), idle_since_ms=p.idle_since_ms,
         avg_util_pct=p.avg_util_pct if has("avg_util_pct") else None,
         wasted_gpu_hours=p.wasted_gpu_hours, gpu_fraction=p.gpu_fraction,
-        windows=tuple(window_from_pb(w) for w in p.windows), sample_ms=p.sample_ms)
+        windows=tuple(window_from_pb(w) for w in p.windows), sample_ms=p.sample_ms,
+        unresolved=p.unresolved)
 
 
 def pod_attribution_to_pb(x: m.PodAttribution) -> apb.PodAttribution:

@@ -9,7 +9,7 @@ from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.usage import Usage, single_usage, split_instance
+from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
@@ -62,22 +62,15 @@ def attribute_sample(
                                                  replicas)
             us = [usage[key] for key in keys]
         for h, key, u in zip(hs, keys, us, strict=True):
-            row = rows.get(key)
-            if row is None:
-                row = RowState(
-                    h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id, h.device.gpu_uuid,
-                    h.device.mig, first_seen_ms=t,
-                )
-                rows[key] = row
-            if h.namespace:
-                row.namespace = h.namespace
-            if h.pod:
-                row.pod = h.pod
+            row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+    for h in ix.unresolved:  # held, but no known GPU: a row that says so, with no usage
+        u = Usage(None, None, None, sharing_of((h,), strategy), "none", 1.0, False)
+        _row(rows, h, h.key, t).observe(t, u, h.sources, cfg)
     mig_parents: set[str] | None = None
     for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
@@ -95,6 +88,27 @@ def attribute_sample(
             if key not in current and row.deactivate():
                 touched.add(key[0])
     return touched, findings
+
+
+RowKey = tuple[str, str, str]
+
+
+def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowState:
+    """The row of holding `h`, created at its first sample; it follows the holding's device resolution
+    (an ID unresolved before the node's inventory arrived resolves later, under the same key)."""
+    row = rows.get(key)
+    d = h.device
+    if row is None:
+        row = RowState(h.pod_uid, h.namespace, h.pod, h.container, d.device_id, d.gpu_uuid, d.mig,
+                       first_seen_ms=t, unresolved=d.unresolved)
+        rows[key] = row
+    elif row.gpu_uuid != d.gpu_uuid or row.unresolved != d.unresolved:
+        row.gpu_uuid, row.mig, row.unresolved = d.gpu_uuid, d.mig, d.unresolved
+    if h.namespace:
+        row.namespace = h.namespace
+    if h.pod:
+        row.pod = h.pod
+    return row
 
 
 _SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
-from periscope.core.allocation import Holding, reconcile
+from periscope.core.allocation import Holding, reconcile, unresolved_health
 from periscope.core.attribution import attribute_sample
 from periscope.core.changes import ChangeConfig
 from periscope.core.devices import DeviceMap
@@ -296,7 +296,9 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
     snap = snapshot_at(state, t_ms)
-    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
+    devices = unresolved_health(holdings_at(state, t_ms))
+    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ()),
+            *((devices,) if devices else ())]
 
 
 def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:

@@ -59,6 +59,9 @@ class AllocationEntry:
     driver: str = ""
     pool: str = ""
     device: str = ""
+    # checkpoint only: NVIDIA_VISIBLE_DEVICES of the entry's AllocResp, split at commas (what the
+    # container was given; for HAMi it can differ from the card its device IDs name)
+    visible_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,7 @@ class GpuInfo:
     index: int
     model: str = ""
     memory_mib: float = 0.0
-    minor: int = 0
+    minor: int | None = 0  # N in /dev/nvidiaN; None when NVML could not tell it (never guessed)
     mig_enabled: bool = False
     mig_devices: tuple[MigDeviceInfo, ...] = ()
     lost: bool = False
@@ -291,6 +294,7 @@ class AttributionRow:
     gpu_fraction: float = 1.0
     windows: tuple[WindowStat, ...] = ()
     sample_ms: int = 0
+    unresolved: str = ""  # why the device ID names no known GPU ("" when it does; gpu_uuid is then "")
 
 
 @dataclass(frozen=True, slots=True)

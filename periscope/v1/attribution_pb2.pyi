@@ -87,6 +87,7 @@ class AttributionRow(_message.Message):
     GPU_FRACTION_FIELD_NUMBER: _builtins.int
     WINDOWS_FIELD_NUMBER: _builtins.int
     SAMPLE_MS_FIELD_NUMBER: _builtins.int
+    UNRESOLVED_FIELD_NUMBER: _builtins.int
     container: _builtins.str
     device_id: _builtins.str
     """kubelet device ID"""
@@ -113,6 +114,10 @@ class AttributionRow(_message.Message):
     """share of a physical GPU this row holds"""
     sample_ms: _builtins.int
     """event time of the sample behind the usage numbers"""
+    unresolved: _builtins.str
+    """Why the device ID could not be resolved to a GPU ("" when it was): gpu_uuid is then "", the usage
+    numbers are null, and the node's `device-ids` source health says the same.
+    """
     @_builtins.property
     def mig(self) -> _common_pb2.MigRef: ...
     @_builtins.property
@@ -150,10 +155,11 @@ class AttributionRow(_message.Message):
         gpu_fraction: _builtins.float = ...,
         windows: _abc.Iterable[Global___WindowStat] | None = ...,
         sample_ms: _builtins.int = ...,
+        unresolved: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "avg_util_pct", b"avg_util_pct", "fb_used_mib", b"fb_used_mib", "mig", b"mig", "power_w", b"power_w", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sources", b"sources", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sources", b"sources", "unresolved", b"unresolved", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__avg_util_pct: _TypeAlias = _typing.Literal["avg_util_pct"]  # noqa: Y015
     _WhichOneofArgType__avg_util_pct: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct"]  # noqa: Y015

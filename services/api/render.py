@@ -56,6 +56,7 @@ def pod_row(pod: PodAttribution, row: AttributionRow) -> Json:
         "sources": list(row.sources),
         "gpu_fraction": num(row.gpu_fraction),
         "sample_at": rfc3339(row.sample_ms),
+        "unresolved": row.unresolved or None,
     }
 
 

@@ -43,6 +43,9 @@ class PodRow(BaseModel):
     sources: list[str]
     gpu_fraction: float | None
     sample_at: str | None
+    unresolved: str | None = Field(
+        None, description="why the device ID names no known GPU (gpu_uuid is then empty); null when it does"
+    )
 
 
 class IdleRow(PodRow):

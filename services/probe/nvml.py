@@ -49,7 +49,7 @@ class MigPlacement:
 
     uuid: str
     parent_uuid: str
-    parent_minor: int
+    parent_minor: int | None
     profile: str
     profile_id: int | None
     start: int | None
@@ -163,7 +163,10 @@ class NvmlBackend:
     def _describe(self, index: int, handle: Any, placements: list[MigPlacement]) -> _Gpu:
         nv = self.nvml
         uuid = _text(nv.nvmlDeviceGetUUID(handle))
-        minor = self._opt("nvmlDeviceGetMinorNumber", handle)
+        try:  # GKE IDs and NVIDIA DRA names use the minor: unknown stays unknown, never the index
+            minor = self._opt("nvmlDeviceGetMinorNumber", handle)
+        except nv.NVMLError:
+            minor = None
         pci = self._opt("nvmlDeviceGetPciInfo", handle)
         mode = self._opt("nvmlDeviceGetMigMode", handle)
         mig_enabled = bool(mode and int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE)
@@ -180,7 +183,7 @@ class NvmlBackend:
                 index=index,
                 model=_text(nv.nvmlDeviceGetName(handle)),
                 memory_mib=(mem.total / _MIB) if mem else 0.0,
-                minor=int(minor) if minor is not None else index,
+                minor=int(minor) if minor is not None else None,
                 mig_enabled=mig_enabled,
                 pci_bus_id=_text(pci.busId) if pci is not None else "",
                 lost=lost,
