@@ -242,7 +242,8 @@ def pod_info_to_pb(x: m.PodInfo) -> cpb.PodInfo:
                         for s in x.claim_statuses],
         mirror_of=x.mirror_of,
         claim_devices=[cpb.ClaimDevice(claim_name=d.claim_name, request=d.request, driver=d.driver,
-                                       pool=d.pool, device=d.device, share_id=d.share_id)
+                                       pool=d.pool, device=d.device, share_id=d.share_id,
+                                       admin_access=d.admin_access)
                        for d in x.claim_devices],
         started_ms=x.started_ms)
 
@@ -257,7 +258,8 @@ def pod_info_from_pb(p: cpb.PodInfo) -> m.PodInfo:
                              for s in p.claim_statuses),
         mirror_of=p.mirror_of,
         claim_devices=tuple(m.ClaimDevice(claim_name=d.claim_name, request=d.request, driver=d.driver,
-                                          pool=d.pool, device=d.device, share_id=d.share_id)
+                                          pool=d.pool, device=d.device, share_id=d.share_id,
+                                          admin_access=d.admin_access)
                             for d in p.claim_devices),
         started_ms=p.started_ms)
 
@@ -360,7 +362,7 @@ def pod_attribution_from_pb(p: apb.PodAttribution) -> m.PodAttribution:
 def mig_state_to_pb(x: m.MigState) -> apb.MigState:
     return apb.MigState(uuid=x.uuid, profile=x.profile, gi=x.gi, ci=x.ci, fb_used_mib=x.fb_used_mib,
                         fb_total_mib=x.fb_total_mib, owners=[owner_to_pb(o) for o in x.owners],
-                        util_pct=x.util_pct)
+                        util_pct=x.util_pct, monitors=[owner_to_pb(o) for o in x.monitors])
 
 
 def mig_state_from_pb(p: apb.MigState) -> m.MigState:
@@ -370,7 +372,8 @@ def mig_state_from_pb(p: apb.MigState) -> m.MigState:
         fb_used_mib=p.fb_used_mib if has("fb_used_mib") else None,
         fb_total_mib=p.fb_total_mib if has("fb_total_mib") else None,
         owners=tuple(owner_from_pb(o) for o in p.owners),
-        util_pct=p.util_pct if has("util_pct") else None)
+        util_pct=p.util_pct if has("util_pct") else None,
+        monitors=tuple(owner_from_pb(o) for o in p.monitors))
 
 
 def gpu_state_to_pb(x: m.GpuState) -> apb.GpuState:
@@ -380,7 +383,7 @@ def gpu_state_to_pb(x: m.GpuState) -> apb.GpuState:
         mig_devices=[mig_state_to_pb(d) for d in x.mig_devices], sharing=x.sharing, util_pct=x.util_pct,
         fb_used_mib=x.fb_used_mib, fb_total_mib=x.fb_total_mib, power_w=x.power_w, temp_c=x.temp_c,
         owners=[owner_to_pb(o) for o in x.owners], last_xid=xid, sample_ms=x.sample_ms, lost=x.lost,
-        as_of_ms=x.as_of_ms)
+        as_of_ms=x.as_of_ms, monitors=[owner_to_pb(o) for o in x.monitors])
 
 
 def gpu_state_from_pb(p: apb.GpuState) -> m.GpuState:
@@ -395,7 +398,7 @@ def gpu_state_from_pb(p: apb.GpuState) -> m.GpuState:
         power_w=p.power_w if has("power_w") else None,
         temp_c=p.temp_c if has("temp_c") else None,
         owners=tuple(owner_from_pb(o) for o in p.owners), last_xid=xid, sample_ms=p.sample_ms,
-        lost=p.lost, as_of_ms=p.as_of_ms)
+        lost=p.lost, as_of_ms=p.as_of_ms, monitors=tuple(owner_from_pb(o) for o in p.monitors))
 
 
 def finding_to_pb(x: m.Finding) -> apb.Finding:

@@ -9,6 +9,10 @@ Which card a device ID stands for is the device map's answer (periscope.core.dev
 exception: a HAMi ID (`GPU-<uuid>-<n>`) names a slot the kubelet picked, while HAMi's scheduler picked
 the card, and the container got what its AllocResp's NVIDIA_VISIBLE_DEVICES says; where the checkpoint
 has it, that card wins. A device nobody can resolve is still a holding, with gpu_uuid "" and the reason.
+
+A DRA device a pod's claim got with adminAccess (monitoring: DCGM, its exporter, the operator's DRA
+validator) is not a holding at all: admin access "ignores all ordinary claims to the device", so it
+neither makes a holder nor takes a share. Such devices are returned apart, as monitors.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from dataclasses import dataclass
 from periscope.core.deviceid import parse_device_id
 from periscope.core.devices import DeviceMap, Resolved
 from periscope.core.model import AllocationEntry, AllocationSnapshot, AllocSource, SourceHealth
-from periscope.core.pods import PodRegistry
+from periscope.core.pods import PodRecord, PodRegistry
 
 NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 
@@ -104,12 +108,30 @@ def unresolved_health(holdings: list[Holding]) -> SourceHealth | None:
     return SourceHealth("device-ids", "error", f"{len(bad)} held device IDs unresolved: {listed}{more}")
 
 
+def _admin_access(rec: PodRecord | None, e: AllocationEntry) -> bool:
+    """Whether the pod's claim got this DRA device for administrative access (the watcher's word)."""
+    if rec is None:
+        return False
+    key = (e.claim_name, e.driver, e.pool, e.device)
+    return any(
+        d.admin_access and (d.claim_name, d.driver, d.pool, d.device) == key for d in rec.info.claim_devices
+    )
+
+
 def reconcile(
     snapshot: AllocationSnapshot | None, pods: PodRegistry, devices: DeviceMap, t_ms: int
 ) -> list[Holding]:
     """All holdings at time t, sorted deterministically."""
+    return reconcile_all(snapshot, pods, devices, t_ms)[0]
+
+
+def reconcile_all(
+    snapshot: AllocationSnapshot | None, pods: PodRegistry, devices: DeviceMap, t_ms: int
+) -> tuple[list[Holding], list[Holding]]:
+    """(holdings, monitors) at time t, each sorted deterministically: monitors are the DRA devices pods
+    got with admin access, in the same shape, and are never holders."""
     if snapshot is None:
-        return []
+        return [], []
     ck_by_dev: dict[tuple[str, str], set[str]] = {}
     ck_entries = [e for e in snapshot.entries if e.source is AllocSource.CHECKPOINT]
     for e in ck_entries:
@@ -117,6 +139,7 @@ def reconcile(
             ck_by_dev.setdefault((e.container, dev), set()).add(e.pod_uid)
 
     rows: dict[tuple[str, str, str], tuple[str, str, str, set[str]]] = {}
+    monitors: dict[tuple[str, str, str], tuple[str, str, str]] = {}
     ambiguous: dict[tuple[str, str, str, str], tuple[str, ...]] = {}
     dra_unresolved: dict[str, str] = {}  # DRA device name -> why no NVML device stands for it
 
@@ -158,6 +181,9 @@ def reconcile(
             if uid is None:
                 ambiguous[(e.namespace, e.pod, e.container, dev)] = tuple(sorted(set(cands) | ck_uids))
                 continue
+            if e.source is AllocSource.DRA and _admin_access(pods.get(uid), e):
+                monitors[(uid, e.container, dev)] = (e.namespace, e.pod, e.resource)
+                continue
             add(uid, e.namespace, e.pod, e.container, e.resource, dev, e.source.value)
             if uid in ck_uids:
                 add(uid, e.namespace, e.pod, e.container, e.resource, dev, AllocSource.CHECKPOINT.value)
@@ -194,5 +220,9 @@ def reconcile(
         Holding("", ns, name, container, "", resolve("", container, dev), ("podresources",), cands)
         for (ns, name, container, dev), cands in ambiguous.items()
     ]
-    out.sort(key=lambda h: (h.device.device_id, h.pod_uid, h.container, h.namespace, h.pod))
-    return out
+    watching = [
+        Holding(uid, ns, name, container, resource, resolve(uid, container, dev), ("dra",))
+        for (uid, container, dev), (ns, name, resource) in monitors.items()
+    ]
+    order = lambda h: (h.device.device_id, h.pod_uid, h.container, h.namespace, h.pod)  # noqa: E731
+    return sorted(out, key=order), sorted(watching, key=order)

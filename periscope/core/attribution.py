@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
@@ -34,11 +35,16 @@ def sharing_config(state: NodeState) -> tuple[str, int]:
 
 
 def attribute_sample(
-    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig
+    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig,
+    monitors: Sequence[Holding] = (),
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
-    findings that hold at this instant."""
+    findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
+    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage."""
     t = tel.meta.time_ms
+    watchers: dict[str, set[str]] = {}
+    for m in monitors:
+        watchers.setdefault(m.device.gpu_uuid, set()).add(m.pod_uid)
     strategy, replicas = sharing_config(state)
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
@@ -67,7 +73,7 @@ def attribute_sample(
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
-            findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+            findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed, watchers))
     for h in ix.unresolved:  # held, but no known GPU: a row that says so, with no usage
         u = Usage(None, None, None, sharing_of((h,), strategy), "none", 1.0, False)
         _row(rows, h, h.key, t).observe(t, u, h.sources, cfg)
@@ -79,7 +85,7 @@ def attribute_sample(
                 mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
             if d.uuid in mig_parents:
                 continue
-            findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
+            findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes), watchers))
     # Every held row was observed above: their pods changed, and rows no longer held deactivate.
     touched = set(ix.held_pods)
     if ix.held_rows < len(rows):
@@ -148,10 +154,14 @@ def _ambiguous(node: str, t: int, h: Holding) -> Finding:
 
 
 def _unattributed(
-    state: NodeState, t: int, gpu_uuid: str, instance: str, procs: list[ProcessSample]
+    state: NodeState, t: int, gpu_uuid: str, instance: str, procs: list[ProcessSample],
+    watchers: dict[str, set[str]],
 ) -> list[Finding]:
     by_pod: dict[str, list[int]] = {}
+    watching = watchers.get(gpu_uuid, ()) if watchers else ()
     for p in procs:
+        if p.pod_uid and p.pod_uid in watching:
+            continue
         by_pod.setdefault(p.pod_uid, []).append(p.pid)
     out = []
     for uid in sorted(by_pod):

@@ -176,6 +176,7 @@ class ClaimDevice:
     pool: str
     device: str
     share_id: str = ""
+    admin_access: bool = False  # allocated for administrative access (monitoring): never a holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +323,7 @@ class MigState:
     fb_total_mib: float | None = None
     owners: tuple[Owner, ...] = ()
     util_pct: float | None = None
+    monitors: tuple[Owner, ...] = ()  # pods with admin (monitoring) access: not owners
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,6 +350,7 @@ class GpuState:
     sample_ms: int = 0
     lost: bool = False
     as_of_ms: int = 0
+    monitors: tuple[Owner, ...] = ()  # pods with admin (monitoring) access to the GPU: not owners
 
 
 FINDING_KINDS = ("idle", "xid-owner", "unattributed-usage", "ambiguous-join", "source-health")

@@ -243,6 +243,7 @@ class MigState(_message.Message):
     FB_TOTAL_MIB_FIELD_NUMBER: _builtins.int
     OWNERS_FIELD_NUMBER: _builtins.int
     UTIL_PCT_FIELD_NUMBER: _builtins.int
+    MONITORS_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     profile: _builtins.str
     gi: _builtins.int
@@ -252,6 +253,10 @@ class MigState(_message.Message):
     util_pct: _builtins.float
     @_builtins.property
     def owners(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]: ...
+    @_builtins.property
+    def monitors(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]:
+        """admin-access (monitoring) DRA claims on the instance: not owners"""
+
     def __init__(
         self,
         *,
@@ -263,10 +268,11 @@ class MigState(_message.Message):
         fb_total_mib: _builtins.float | None = ...,
         owners: _abc.Iterable[_common_pb2.Owner] | None = ...,
         util_pct: _builtins.float | None = ...,
+        monitors: _abc.Iterable[_common_pb2.Owner] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "ci", b"ci", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gi", b"gi", "owners", b"owners", "profile", b"profile", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "ci", b"ci", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gi", b"gi", "monitors", b"monitors", "owners", b"owners", "profile", b"profile", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fb_total_mib: _TypeAlias = _typing.Literal["fb_total_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_total_mib: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib"]  # noqa: Y015
@@ -325,6 +331,7 @@ class GpuState(_message.Message):
     SAMPLE_MS_FIELD_NUMBER: _builtins.int
     LOST_FIELD_NUMBER: _builtins.int
     AS_OF_MS_FIELD_NUMBER: _builtins.int
+    MONITORS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_uuid: _builtins.str
     model: _builtins.str
@@ -346,6 +353,12 @@ class GpuState(_message.Message):
     def owners(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]: ...
     @_builtins.property
     def last_xid(self) -> Global___XidRef: ...
+    @_builtins.property
+    def monitors(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]:
+        """Pods whose DRA claim got the GPU with adminAccess (DCGM, dcgm-exporter, the operator's validator):
+        monitoring access, which neither owns the GPU nor takes a share of its usage.
+        """
+
     def __init__(
         self,
         *,
@@ -365,10 +378,11 @@ class GpuState(_message.Message):
         sample_ms: _builtins.int = ...,
         lost: _builtins.bool = ...,
         as_of_ms: _builtins.int = ...,
+        monitors: _abc.Iterable[_common_pb2.Owner] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "last_xid", b"last_xid", "power_w", b"power_w", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "as_of_ms", b"as_of_ms", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gpu_uuid", b"gpu_uuid", "index", b"index", "last_xid", b"last_xid", "lost", b"lost", "mig_devices", b"mig_devices", "model", b"model", "node", b"node", "owners", b"owners", "power_w", b"power_w", "sample_ms", b"sample_ms", "sharing", b"sharing", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "as_of_ms", b"as_of_ms", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gpu_uuid", b"gpu_uuid", "index", b"index", "last_xid", b"last_xid", "lost", b"lost", "mig_devices", b"mig_devices", "model", b"model", "monitors", b"monitors", "node", b"node", "owners", b"owners", "power_w", b"power_w", "sample_ms", b"sample_ms", "sharing", b"sharing", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fb_total_mib: _TypeAlias = _typing.Literal["fb_total_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_total_mib: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib"]  # noqa: Y015

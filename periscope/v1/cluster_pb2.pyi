@@ -138,12 +138,17 @@ class ClaimDevice(_message.Message):
     POOL_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     SHARE_ID_FIELD_NUMBER: _builtins.int
+    ADMIN_ACCESS_FIELD_NUMBER: _builtins.int
     claim_name: _builtins.str
     request: _builtins.str
     driver: _builtins.str
     pool: _builtins.str
     device: _builtins.str
     share_id: _builtins.str
+    admin_access: _builtins.bool
+    """adminAccess of the allocation result (or, where an older apiserver left it out, of the request):
+    monitoring access to the device, which "ignores all ordinary claims to the device". Never a holder.
+    """
     def __init__(
         self,
         *,
@@ -153,10 +158,11 @@ class ClaimDevice(_message.Message):
         pool: _builtins.str = ...,
         device: _builtins.str = ...,
         share_id: _builtins.str = ...,
+        admin_access: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_name", b"claim_name", "device", b"device", "driver", b"driver", "pool", b"pool", "request", b"request", "share_id", b"share_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin_access", b"admin_access", "claim_name", b"claim_name", "device", b"device", "driver", b"driver", "pool", b"pool", "request", b"request", "share_id", b"share_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

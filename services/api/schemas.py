@@ -94,6 +94,9 @@ class PodDetail(BaseModel):
 
 class MigDevice(Mig):
     owners: list[Owner]
+    monitors: list[Owner] = Field(
+        default_factory=list, description="pods with admin-access (monitoring) claims: not owners"
+    )
     util_pct: float | None
     fb_used_mib: float | None
     fb_total_mib: float | None
@@ -118,6 +121,11 @@ class GpuRow(BaseModel):
     temp_c: float | None
     owners: list[Owner]
     hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
+    monitors: list[Owner] = Field(
+        default_factory=list,
+        description="pods whose DRA claim has admin (monitoring) access to the GPU: they own nothing and "
+        "take no share of its usage",
+    )
     last_xid: LastXid | None
     sample_at: str | None
     lost: bool

@@ -195,10 +195,23 @@ def pod_claim_names(pod: Obj) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
+def _admin_requests(claim: Obj) -> set[str]:
+    """Names of the requests asking for admin access: `exactly.adminAccess` in v1/v1beta2, the request's
+    own `adminAccess` in v1beta1 (firstAvailable subrequests have none)."""
+    requests = _list(_dict(_dict(claim.get("spec")).get("devices")).get("requests"))
+    return {
+        _str(r.get("name"))
+        for r in (_dict(x) for x in requests)
+        if r.get("adminAccess") is True or _dict(r.get("exactly")).get("adminAccess") is True
+    }
+
+
 def claim_devices(claim: Obj) -> tuple[ClaimDevice, ...]:
-    """The devices allocated to a ResourceClaim (status.allocation.devices.results)."""
+    """The devices allocated to a ResourceClaim (status.allocation.devices.results), each with its
+    adminAccess: the result's echo, else (an apiserver that does not echo it) the request's."""
     name = _str(_dict(claim.get("metadata")).get("name"))
     results = _dict(_dict(_dict(claim.get("status")).get("allocation")).get("devices")).get("results")
+    admin = _admin_requests(claim)
     return tuple(
         ClaimDevice(
             claim_name=name,
@@ -207,6 +220,10 @@ def claim_devices(claim: Obj) -> tuple[ClaimDevice, ...]:
             pool=_str(r.get("pool")),
             device=_str(r.get("device")),
             share_id=_str(r.get("shareID")),
+            admin_access=(
+                r["adminAccess"] if isinstance(r.get("adminAccess"), bool)
+                else _str(r.get("request")).split("/", 1)[0] in admin
+            ),
         )
         for r in (_dict(x) for x in _list(results))
     )
