@@ -1,7 +1,11 @@
 """Operator intent versus reconciled state: the `GET /v1/policy` view of the GPU Operator.
 
-A ClusterPolicy says, per component, enabled / disabled / unset (then the Helm default applies); each
-component is reconciled as an operand DaemonSet in the operator namespace, scheduled on the nodes
+A ClusterPolicy says, per component, enabled / disabled / unset; unset means what the operator itself
+makes of it, each component's `IsEnabled()` in its API types (api/nvidia/v1/clusterpolicy_types.go: nil
+is true for the driver, toolkit, device plugin, GFD, DCGM exporter, DCGM and MIG manager, false for the
+node status exporter), not the Helm chart's values (which set dcgm.enabled: false explicitly). The
+validator has no switch: the operator always runs it (isStateEnabled "state-operator-validation").
+Each component is reconciled as an operand DaemonSet in the operator namespace, scheduled on the nodes
 whose `nvidia.com/gpu.deploy.<operand>` label is "true". Absence is only a problem when it was not
 intended: a component disabled in the policy, or labelled off on every GPU node, is
 "disabled-as-intended", not "missing".
@@ -25,7 +29,14 @@ class Operand:
     component: str  # ClusterPolicy spec key
     daemonset: str  # DaemonSet name in the operator namespace (also its `app` label)
     deploy_label: str  # suffix of nvidia.com/gpu.deploy.<...>, the DaemonSet's nodeSelector
-    default_enabled: bool  # Helm default (deployments/gpu-operator/values.yaml)
+    default_enabled: bool  # what the operator makes of an unset `enabled` (its IsEnabled() on nil)
+    switch: bool = True  # the spec has an `enabled` field for it; without one it always runs
+
+    def wanted(self, enabled: bool | None) -> bool:
+        """Whether the operator deploys it, given the spec's `enabled` (None: unset)."""
+        if not self.switch or enabled is None:
+            return self.default_enabled
+        return enabled
 
 
 OPERANDS: tuple[Operand, ...] = (
@@ -34,8 +45,9 @@ OPERANDS: tuple[Operand, ...] = (
     Operand("devicePlugin", "nvidia-device-plugin-daemonset", "device-plugin", True),
     Operand("gfd", "gpu-feature-discovery", "gpu-feature-discovery", True),
     Operand("dcgmExporter", "nvidia-dcgm-exporter", "dcgm-exporter", True),
-    Operand("dcgm", "nvidia-dcgm", "dcgm", False),  # off: the exporter embeds its own hostengine
-    Operand("validator", "nvidia-operator-validator", "operator-validator", True),
+    # nil means enabled: only the Helm chart turns it off (the exporter then embeds a hostengine)
+    Operand("dcgm", "nvidia-dcgm", "dcgm", True),
+    Operand("validator", "nvidia-operator-validator", "operator-validator", True, switch=False),
     Operand("migManager", "nvidia-mig-manager", "mig-manager", True),
     Operand("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter", False),
 )
@@ -118,7 +130,7 @@ def component_status(
     present = ds is not None and ds.present
     desired = ds.desired if ds is not None else 0
     ready = ds.ready if ds is not None else 0
-    wanted = operand.default_enabled if enabled is None else enabled
+    wanted = operand.wanted(enabled)
     off_everywhere = nodes_off > 0 and nodes_on == 0
     if not wanted or off_everywhere:
         return "unexpected" if present and (desired > 0 or ready > 0) else "disabled-as-intended"
@@ -129,8 +141,10 @@ def component_status(
     return "ok"
 
 
-def _intended(enabled: bool | None) -> str:
-    return "default" if enabled is None else ("enabled" if enabled else "disabled")
+def _intended(operand: Operand, enabled: bool | None) -> str:
+    if enabled is None or not operand.switch:
+        return "default"
+    return "enabled" if enabled else "disabled"
 
 
 def policy_view(policy: PolicyEvent | None, nodes: Iterable[NodeEvent] = ()) -> PolicyView:
@@ -155,7 +169,7 @@ def policy_view(policy: PolicyEvent | None, nodes: Iterable[NodeEvent] = ()) -> 
         components.append(
             ComponentStatus(
                 name=operand.component,
-                intended=_intended(enabled),
+                intended=_intended(operand, enabled),
                 desired=ds.desired if ds else 0,
                 ready=ds.ready if ds else 0,
                 status=status,

@@ -403,7 +403,8 @@ def policy_event(
     detail: str = "",
 ) -> PolicyEvent:
     """One full PolicyEvent: the ClusterPolicy in force (if any), its component switches
-    (None = unset, Helm default) and the status of the operand DaemonSets."""
+    (None = unset: the operator's own default, periscope.core.policy) and the status of the operand
+    DaemonSets."""
     all_policies = list(policies)
     chosen = pick_policy(all_policies) if crd == "installed" else None
     if chosen is None:

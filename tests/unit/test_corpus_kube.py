@@ -93,6 +93,21 @@ def test_driver_from_nvidiadriver_crs_is_summed_over_node_pools() -> None:
     assert view["driver"] == "degraded" and view["toolkit"] == "missing"
 
 
+def test_a_cluster_policy_that_leaves_enabled_unset_means_the_operators_defaults() -> None:
+    cp, *daemonsets = items("clusterpolicy-unset.yaml")
+    ev = mappers.policy_event(META, crd="installed", policies=[cp], daemonsets=daemonsets,
+                              namespace="gpu-operator", dra_available=False)  # fmt: skip
+    assert all(enabled is None for _, enabled in ev.components)
+    view = {c.name: (c.intended, c.status) for c in policy_view(ev).components}
+    assert view == {
+        "driver": ("default", "ok"), "toolkit": ("default", "ok"), "devicePlugin": ("default", "ok"),
+        "gfd": ("default", "ok"), "dcgmExporter": ("default", "ok"),
+        "dcgm": ("default", "ok"),  # IsEnabled(): nil is enabled; not "unexpected"
+        "validator": ("default", "ok"), "migManager": ("default", "ok"),
+        "nodeStatusExporter": ("default", "disabled-as-intended"),
+    }  # fmt: skip
+
+
 CLAIMS = {
     (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in items("dra-claims.yaml")
 }  # fmt: skip
