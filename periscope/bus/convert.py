@@ -293,7 +293,7 @@ def policy_event_to_pb(x: m.PolicyEvent) -> cpb.PolicyEvent:
         operands=[cpb.OperandStatus(name=o.name, component=o.component, present=o.present,
                                     desired=o.desired, ready=o.ready, available=o.available)
                   for o in x.operands],
-        detail=x.detail, dra_available=x.dra_available)
+        detail=x.detail, dra_available=x.dra_available, kind=x.kind, gpu_cluster_crd=x.gpu_cluster_crd)
 
 
 def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
@@ -303,7 +303,7 @@ def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
         operands=tuple(m.OperandStatus(name=o.name, component=o.component, present=o.present,
                                        desired=o.desired, ready=o.ready, available=o.available)
                        for o in p.operands),
-        detail=p.detail, dra_available=p.dra_available)
+        detail=p.detail, dra_available=p.dra_available, kind=p.kind, gpu_cluster_crd=p.gpu_cluster_crd)
 
 
 # ---------------------------------------------------------------- outputs

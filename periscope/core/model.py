@@ -247,6 +247,8 @@ class PolicyEvent:
     operands: tuple[OperandStatus, ...] = ()
     detail: str = ""
     dra_available: bool = False
+    kind: str = ""  # the CR in force: ClusterPolicy | GPUCluster | "" (none)
+    gpu_cluster_crd: str = ""  # gpuclusters.nvidia.com: installed | not-installed | error | "" (not asked)
 
 
 NodeInput = AllocationSnapshot | NodeTelemetry | XidEvent | DeviceInventory | PodEvent | NodeEvent

@@ -481,6 +481,8 @@ class PolicyEvent(_message.Message):
     OPERANDS_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     DRA_AVAILABLE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    GPU_CLUSTER_CRD_FIELD_NUMBER: _builtins.int
     crd: _builtins.str
     """installed | not-installed | error"""
     name: _builtins.str
@@ -492,6 +494,12 @@ class PolicyEvent(_message.Message):
     detail: _builtins.str
     dra_available: _builtins.bool
     """resource.k8s.io/v1 served"""
+    kind: _builtins.str
+    """The CR in force: ClusterPolicy | GPUCluster (GPU Operator v26.7's DRA stack,
+    gpuclusters.nvidia.com/v1alpha1) | "" (none). name/state/namespace/components are that CR's.
+    """
+    gpu_cluster_crd: _builtins.str
+    """installed | not-installed | error | "" (not asked)"""
     @_builtins.property
     def meta(self) -> _common_pb2.EventMeta:
         """meta.node = "cluster" """
@@ -512,10 +520,12 @@ class PolicyEvent(_message.Message):
         operands: _abc.Iterable[Global___OperandStatus] | None = ...,
         detail: _builtins.str = ...,
         dra_available: _builtins.bool = ...,
+        kind: _builtins.str = ...,
+        gpu_cluster_crd: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["components", b"components", "crd", b"crd", "detail", b"detail", "dra_available", b"dra_available", "meta", b"meta", "name", b"name", "namespace", b"namespace", "operands", b"operands", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["components", b"components", "crd", b"crd", "detail", b"detail", "dra_available", b"dra_available", "gpu_cluster_crd", b"gpu_cluster_crd", "kind", b"kind", "meta", b"meta", "name", b"name", "namespace", b"namespace", "operands", b"operands", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

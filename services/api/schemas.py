@@ -213,9 +213,15 @@ class Component(BaseModel):
 
 class Policy(BaseModel):
     cluster_policy: ClusterPolicy | None
+    gpu_cluster: ClusterPolicy | None = Field(
+        None, description="the GPUCluster in force (GPU Operator v26.7's DRA stack), not a ClusterPolicy"
+    )
     components: list[Component]
     crd: str | None = Field(None, description="ClusterPolicy CRD: installed | not-installed | error; "
                                               "null before the watcher reported")
+    gpu_cluster_crd: str | None = Field(
+        None, description="GPUCluster CRD: installed | not-installed | error; null before any report"
+    )
     namespace: str = Field("", description="namespace of the GPU Operator's operands")
     dra_available: bool = Field(False, description="the cluster serves DRA ResourceClaims")
     detail: str = Field("", description="why the policy could not be read, when it could not")

@@ -23,7 +23,15 @@ from periscope.core.model import (
     PodInfo,
     PolicyEvent,
 )
-from periscope.core.policy import DAEMONSET_COMPONENT, GPU_PRESENT_LABEL, OPERANDS
+from periscope.core.policy import (
+    CLUSTER_POLICY,
+    DAEMONSET_COMPONENT,
+    GPU_PRESENT_LABEL,
+    GPUCLUSTER,
+    OPERANDS,
+    Operand,
+    operands_of,
+)
 
 Obj = Mapping[str, Any]
 ClaimIndex = Mapping[tuple[str, str], Obj]  # (namespace, name) -> ResourceClaim
@@ -357,15 +365,17 @@ def operand_name(ds: Obj) -> str:
     return name
 
 
-def operand_statuses(daemonsets: Iterable[Obj]) -> tuple[OperandStatus, ...]:
-    """Every known operand (present or not), then any other DaemonSet in the operator namespace.
+def operand_statuses(
+    daemonsets: Iterable[Obj], table: tuple[Operand, ...] = OPERANDS
+) -> tuple[OperandStatus, ...]:
+    """Every operand of `table` (present or not), then any other DaemonSet in the operator namespace.
     An operand run as several DaemonSets (the driver, one per node pool) is reported as their sum."""
     by_name: dict[str, list[Obj]] = {}
     for d in daemonsets:
         by_name.setdefault(operand_name(d), []).append(d)
     names = [
-        *(o.daemonset for o in OPERANDS),
-        *sorted(n for n in by_name if n not in {o.daemonset for o in OPERANDS}),
+        *(o.daemonset for o in table),
+        *sorted(n for n in by_name if n not in {o.daemonset for o in table}),
     ]
     out: list[OperandStatus] = []
     for name in names:
@@ -392,6 +402,12 @@ def _error_condition(status: Obj) -> str:
     return ""
 
 
+def pick_gpucluster(crs: Iterable[Obj]) -> Obj | None:
+    """The GPUCluster in force: a singleton, which the CRD's validation names gpu-cluster."""
+    return min(crs, key=lambda c: (_str(_dict(c.get("metadata")).get("name")) != "gpu-cluster",
+                                   _str(_dict(c.get("metadata")).get("name"))), default=None)  # fmt: skip
+
+
 def policy_event(
     meta: Meta,
     *,
@@ -401,12 +417,22 @@ def policy_event(
     namespace: str,
     dra_available: bool,
     detail: str = "",
+    gpuclusters: Iterable[Obj] = (),
+    gpucluster_crd: str = "",
 ) -> PolicyEvent:
-    """One full PolicyEvent: the ClusterPolicy in force (if any), its component switches
+    """One full PolicyEvent: the ClusterPolicy or GPUCluster in force (if any), its component switches
     (None = unset: the operator's own default, periscope.core.policy) and the status of the operand
-    DaemonSets."""
-    all_policies = list(policies)
+    DaemonSets. A cluster runs one or the other; the GPUCluster controller refuses to reconcile while a
+    ClusterPolicy exists, so with both the ClusterPolicy is in force."""
+    all_policies, all_clusters = list(policies), list(gpuclusters)
     chosen = pick_policy(all_policies) if crd == "installed" else None
+    kind = CLUSTER_POLICY
+    if chosen is None and gpucluster_crd == "installed":
+        chosen, kind = pick_gpucluster(all_clusters), GPUCLUSTER
+    elif chosen is not None and all_clusters and gpucluster_crd == "installed" and not detail:
+        other = _str(_dict(_dict(pick_gpucluster(all_clusters)).get("metadata")).get("name"))
+        detail = (f"GPUCluster {other} exists beside the ClusterPolicy; "
+                  "the operator reconciles only the latter")
     if chosen is None:
         return PolicyEvent(
             meta=meta,
@@ -415,6 +441,7 @@ def policy_event(
             operands=operand_statuses(daemonsets),
             detail=detail,
             dra_available=dra_available,
+            gpu_cluster_crd=gpucluster_crd,
         )
     md, spec, status = _dict(chosen.get("metadata")), _dict(chosen.get("spec")), _dict(chosen.get("status"))
     components = tuple(
@@ -424,7 +451,7 @@ def policy_event(
             if isinstance(v, Mapping)
         )
     )
-    if len(all_policies) > 1 and not detail:
+    if kind == CLUSTER_POLICY and len(all_policies) > 1 and not detail:
         detail = f"{len(all_policies)} ClusterPolicies; {md.get('name')} is in force"
     if not detail:
         detail = _error_condition(status)
@@ -435,7 +462,9 @@ def policy_event(
         state=_str(status.get("state")),
         namespace=_str(status.get("namespace")) or namespace,
         components=components,
-        operands=operand_statuses(daemonsets),
+        operands=operand_statuses(daemonsets, operands_of(kind)),
         detail=detail,
         dra_available=dra_available,
+        kind=kind,
+        gpu_cluster_crd=gpucluster_crd,
     )

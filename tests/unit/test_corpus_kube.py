@@ -108,6 +108,53 @@ def test_a_cluster_policy_that_leaves_enabled_unset_means_the_operators_defaults
     }  # fmt: skip
 
 
+def gpucluster(cr: dict[str, Any] | None = None, policies: list[dict[str, Any]] | None = None) -> Any:
+    found, *daemonsets = items("gpucluster-dra-stack.yaml")
+    return mappers.policy_event(
+        META, crd="installed", policies=policies or [], daemonsets=daemonsets, namespace="gpu-operator",
+        dra_available=True, gpuclusters=[cr or found], gpucluster_crd="installed",
+    )  # fmt: skip
+
+
+def test_a_gpucluster_is_the_intent_when_no_cluster_policy_exists() -> None:
+    ev = gpucluster()
+    assert (ev.kind, ev.name, ev.state) == ("GPUCluster", "gpu-cluster", "notReady")
+    assert ev.namespace == "gpu-operator"
+    assert ev.detail == "OperandNotReady: Waiting for operand pods to be ready"
+    view = policy_view(ev)
+    assert view.cluster_policy is None and view.gpu_cluster == ("gpu-cluster", "notReady")
+    got = {c.name: (c.daemonset, c.intended, c.desired, c.ready, c.status) for c in view.components}
+    assert got == {
+        "draDriver": ("nvidia-dra-driver-kubelet-plugin", "default", 3, 3, "ok"),  # no switch: always
+        "dcgm": ("nvidia-dcgm-dra", "disabled", 0, 0, "disabled-as-intended"),
+        "dcgmExporter": ("nvidia-dcgm-exporter-dra", "enabled", 3, 2, "degraded"),
+        "validator": ("nvidia-dra-validator", "default", 3, 3, "ok"),
+    }  # fmt: skip
+    doc = view.to_json()
+    assert doc["gpu_cluster"] == {"name": "gpu-cluster", "state": "notReady"}
+    assert doc["cluster_policy"] is None
+    assert doc["gpu_cluster_crd"] == "installed"
+
+
+def test_gpucluster_defaults_are_its_controllers_not_the_cluster_policys() -> None:
+    cr, *_ = items("gpucluster-dra-stack.yaml")
+    spec = {k: v for k, v in cr["spec"].items() if k not in ("dcgm", "dcgmExporter")}
+    view = {c.name: c.status for c in policy_view(gpucluster({**cr, "spec": spec})).components}
+    # dcgmExporter absent: off (its pods run anyway: unexpected); dcgm absent: off, unlike ClusterPolicy's.
+    assert (view["dcgmExporter"], view["dcgm"]) == ("unexpected", "disabled-as-intended")
+    unset = {**spec, "dcgm": {"version": "4.5.2-1-ubuntu22.04"}, "dcgmExporter": {"version": "4.5.1"}}
+    view = {c.name: c.status for c in policy_view(gpucluster({**cr, "spec": unset})).components}
+    assert (view["dcgmExporter"], view["dcgm"]) == ("degraded", "disabled-as-intended")
+
+
+def test_with_both_crs_the_cluster_policy_is_in_force_and_the_detail_says_so() -> None:
+    ev = gpucluster(policies=[load("clusterpolicy-ready.yaml")])
+    assert (ev.kind, ev.name) == ("ClusterPolicy", "cluster-policy")
+    assert ev.detail == (
+        "GPUCluster gpu-cluster exists beside the ClusterPolicy; the operator reconciles only the latter"
+    )
+
+
 CLAIMS = {
     (c["metadata"]["namespace"], c["metadata"]["name"]): c for c in items("dra-claims.yaml")
 }  # fmt: skip

@@ -399,7 +399,7 @@ def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
         ("", "pods"), ("", "nodes"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
-        ("resource.k8s.io", "resourceclaims"),
+        ("nvidia.com", "gpuclusters"), ("resource.k8s.io", "resourceclaims"),
     }
     assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
     roles = [d for d in docs if d["kind"] == "Role"]
