@@ -29,7 +29,7 @@ class Meta:
 
 @dataclass(frozen=True, slots=True)
 class SourceHealth:
-    source: str  # podresources | checkpoint | nvml | procfs | dra
+    source: str  # podresources | checkpoint | nvml | mig | procfs | dra | device-ids (the joiner's)
     state: str  # ok | absent | corrupt | unavailable | error | disabled
     detail: str = ""
 
