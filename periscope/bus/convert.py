@@ -224,12 +224,12 @@ def device_inventory_from_pb(p: npb.DeviceInventory) -> m.DeviceInventory:
 
 def container_to_pb(x: m.ContainerInfo) -> cpb.ContainerInfo:
     return cpb.ContainerInfo(name=x.name, container_id=x.container_id, requests=dict(x.requests),
-                             limits=dict(x.limits), claims=x.claims, init=x.init)
+                             limits=dict(x.limits), claims=x.claims, init=x.init, runtime=x.runtime)
 
 
 def container_from_pb(p: cpb.ContainerInfo) -> m.ContainerInfo:
     return m.ContainerInfo(name=p.name, container_id=p.container_id, requests=_pairs(p.requests),
-                           limits=_pairs(p.limits), claims=tuple(p.claims), init=p.init)
+                           limits=_pairs(p.limits), claims=tuple(p.claims), init=p.init, runtime=p.runtime)
 
 
 def pod_info_to_pb(x: m.PodInfo) -> cpb.PodInfo:

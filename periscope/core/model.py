@@ -160,6 +160,7 @@ class ContainerInfo:
     limits: tuple[tuple[str, str], ...] = ()
     claims: tuple[str, ...] = ()
     init: bool = False
+    runtime: str = ""  # from the containerID scheme: containerd | crio | docker | other scheme | ""
 
 
 @dataclass(frozen=True, slots=True)

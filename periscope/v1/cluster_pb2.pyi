@@ -69,11 +69,17 @@ class ContainerInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     CLAIMS_FIELD_NUMBER: _builtins.int
     INIT_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     container_id: _builtins.str
     """CRI ID without the runtime:// prefix; "" until started"""
     init: _builtins.bool
     """a restartable init (sidecar) container"""
+    runtime: _builtins.str
+    """The runtime, from the status containerID scheme: containerd | crio (cri-o://) | docker
+    (docker://, cri-dockerd) | any other scheme as written | "" until started. A cgroupfs path cannot
+    tell containerd from cri-dockerd; this can.
+    """
     @_builtins.property
     def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """only extended resources (nvidia.com/*) and DRA"""
@@ -93,10 +99,11 @@ class ContainerInfo(_message.Message):
         limits: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         claims: _abc.Iterable[_builtins.str] | None = ...,
         init: _builtins.bool = ...,
+        runtime: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "container_id", b"container_id", "init", b"init", "limits", b"limits", "name", b"name", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "container_id", b"container_id", "init", b"init", "limits", b"limits", "name", b"name", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

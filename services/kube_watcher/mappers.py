@@ -101,6 +101,20 @@ def strip_container_id(raw: Any) -> str:
     return text.split("://", 1)[1] if "://" in text else text
 
 
+# containerID schemes (ContainerStatus.containerID "<type>://<container_id>", the CRI runtime's name).
+_RUNTIMES = {"containerd": "containerd", "cri-o": "crio", "docker": "docker"}
+
+
+def container_runtime(raw: Any) -> str:
+    """The runtime a containerID names: containerd, crio, docker (cri-dockerd), another scheme as is,
+    or "" before the container started."""
+    text = _str(raw)
+    if "://" not in text:
+        return ""
+    scheme = text.split("://", 1)[0]
+    return _RUNTIMES.get(scheme, scheme)
+
+
 def _resources(container: Obj, field: str) -> dict[str, str]:
     return {str(k): _str(v) for k, v in _dict(_dict(container.get("resources")).get(field)).items()}
 
@@ -160,9 +174,11 @@ def _extended(resources: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 def _container(c: Obj, statuses: Mapping[str, Obj], init: bool) -> ContainerInfo:
     name = _str(c.get("name"))
     claims = tuple(_str(_dict(x).get("name")) for x in _list(_dict(c.get("resources")).get("claims")))
+    raw_id = _dict(statuses.get(name)).get("containerID")
     return ContainerInfo(
         name=name,
-        container_id=strip_container_id(_dict(statuses.get(name)).get("containerID")),
+        container_id=strip_container_id(raw_id),
+        runtime=container_runtime(raw_id),
         requests=_extended(_resources(c, "requests")),
         limits=_extended(_resources(c, "limits")),
         claims=claims,

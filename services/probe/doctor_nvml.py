@@ -325,6 +325,10 @@ def _parse(text: str) -> CgroupInfo | None:
         return None
 
 
+def _runtime_text(runtime: str | None) -> str:
+    return runtime if runtime and runtime != "unknown" else "runtime unknown"
+
+
 def _cgroup_check(root: Path, gpu_pids: set[int]) -> Check:
     if gpu_pids:
         infos = [i for p in sorted(gpu_pids) if (i := _cgroup(root / str(p))) is not None]
@@ -341,7 +345,8 @@ def _cgroup_check(root: Path, gpu_pids: set[int]) -> Check:
         )
     mapped = [i for i in infos if i.pod_uid]
     versions = sorted({f"v{i.version}" for i in infos})
-    layouts = sorted({f"{i.runtime or 'unknown runtime'} ({i.driver or 'unknown'} driver)" for i in mapped})
+    # cgroupfs leaves containerd and cri-dockerd the same path: "runtime unknown" there, not a guess
+    layouts = sorted({f"{_runtime_text(i.runtime)} ({i.driver or 'unknown'} driver)" for i in mapped})
     detail = f"cgroup {'/'.join(versions)}; {len(mapped)}/{len(infos)} {what} map to pods"
     if layouts:
         detail += "; " + ", ".join(layouts)

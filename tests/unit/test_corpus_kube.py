@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from periscope.core.attribution import REPLICAS_LABEL, SHARING_LABEL
+from periscope.core.cgroup import parse_cgroup
 from periscope.core.model import ClaimDevice, Meta, OperandStatus
 from periscope.core.policy import policy_view
 from services.kube_watcher import mappers
@@ -153,6 +154,26 @@ def test_with_both_crs_the_cluster_policy_is_in_force_and_the_detail_says_so() -
     assert ev.detail == (
         "GPUCluster gpu-cluster exists beside the ClusterPolicy; the operator reconciles only the latter"
     )
+
+
+@pytest.mark.parametrize(("pod", "runtime"), [
+    ("train-c", "containerd"), ("train-o", "crio"), ("train-d", "docker"), ("train-p", ""),
+])  # fmt: skip
+def test_the_runtime_comes_from_the_container_id_scheme(pod: str, runtime: str) -> None:
+    obj = next(p for p in items("pods-container-ids.yaml") if p["metadata"]["name"] == pod)
+    [c] = mappers.pod_info(obj).containers
+    assert c.runtime == runtime
+    assert c.container_id == (obj["status"]["containerStatuses"][0].get("containerID", "").split("://")[-1])
+
+
+def test_a_cgroupfs_path_alone_cannot_tell_containerd_from_cri_dockerd() -> None:
+    cid = "2b4d747eae5ed34775c069d913c81833b67a0148e731a36535c9f3b97ebfb87f"
+    path = parse_cgroup(f"0::/kubepods/besteffort/pod1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d/{cid}\n")
+    assert (path.container_id, path.runtime, path.driver) == (cid, "unknown", "cgroupfs")
+    # Two pods with that very path shape, on containerd and on cri-dockerd: the watcher knows which.
+    runtimes = {p["metadata"]["name"]: mappers.pod_info(p).containers[0].runtime
+                for p in items("pods-container-ids.yaml")}  # fmt: skip
+    assert (runtimes["train-c"], runtimes["train-d"]) == ("containerd", "docker")
 
 
 CLAIMS = {

@@ -239,6 +239,7 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
                 ContainerInfo(
                     name="cuda",
                     container_id="a1b2c3",
+                    runtime="containerd",
                     requests=(("nvidia.com/gpu", "1"),),
                     limits=(("nvidia.com/gpu", "1"),),
                 ),
@@ -265,6 +266,7 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
                 ContainerInfo(
                     name="cuda",
                     container_id="d4e5f6",
+                    runtime="crio",
                     requests=(("nvidia.com/gpu", "1"),),
                     limits=(("nvidia.com/gpu", "1"),),
                 ),
@@ -310,7 +312,8 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
             deletion_ms=ms(630),
             containers=(
                 ContainerInfo(
-                    name="proxy", container_id="p1", limits=(("nvidia.com/gpu.shared", "1"),), init=True
+                    name="proxy", container_id="p1", limits=(("nvidia.com/gpu.shared", "1"),), init=True,
+                    runtime="docker",
                 ),
                 ContainerInfo(name="main"),
             ),
