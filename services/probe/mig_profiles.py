@@ -48,7 +48,8 @@ class MigProfiles:
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         self._gi: dict[tuple[str, int], tuple[str, int]] = {}
-        self._ci: dict[tuple[str, int, int], tuple[str, int]] = {}
+        # keyed by the GPU instance's profile too: a GI ID can come back with another profile
+        self._ci: dict[tuple[str, int, int, int], tuple[str, int]] = {}
 
     def _is(self, e: BaseException, *names: str) -> bool:
         return any(isinstance(e, getattr(self.nvml, f"NVMLError_{n}", ())) for n in names)
@@ -67,7 +68,7 @@ class MigProfiles:
         profile_id = int(info.profileId)
         gi_name, gi_slices = self._gi_profile(gpu_uuid, handle, profile_id)
         name = gi_name
-        ci_name, ci_slices = self._ci_profile(gpu_uuid, gi, gi_handle, ci)
+        ci_name, ci_slices = self._ci_profile(gpu_uuid, gi, profile_id, gi_handle, ci)
         if ci_name and 0 < ci_slices < gi_slices:  # a split GPU instance: the CI is the device
             name = ci_name
         return Placement(name, profile_id, int(info.placement.start), int(info.placement.size))
@@ -97,7 +98,9 @@ class MigProfiles:
                 return profile_name(p.name), int(p.sliceCount)
         return "", 0
 
-    def _ci_profile(self, gpu_uuid: str, gi: int, gi_handle: Any, ci: int) -> tuple[str, int]:
+    def _ci_profile(
+        self, gpu_uuid: str, gi: int, gi_profile: int, gi_handle: Any, ci: int
+    ) -> tuple[str, int]:
         nv = self.nvml
         try:
             ci_info = nv.nvmlComputeInstanceGetInfo(nv.nvmlGpuInstanceGetComputeInstanceById(gi_handle, ci))
@@ -106,7 +109,7 @@ class MigProfiles:
                 raise
             return "", 0
         profile_id = int(ci_info.profileId)
-        key = (gpu_uuid, gi, profile_id)
+        key = (gpu_uuid, gi, gi_profile, profile_id)
         if key in self._ci:
             return self._ci[key]
         found = "", 0
