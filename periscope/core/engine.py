@@ -14,7 +14,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 
-from periscope.core.allocation import Holding, reconcile
+from periscope.core.allocation import Holding, reconcile_all, unresolved_health
 from periscope.core.attribution import attribute_sample
 from periscope.core.changes import ChangeConfig
 from periscope.core.devices import DeviceMap
@@ -95,6 +95,7 @@ class NodeState:
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
+    _monitors: list[Holding] = field(default_factory=list)  # admin-access DRA devices, same span
     # Caches: the groupings of `_holdings` (one entry), and node_event's sharing labels.
     _index: list[HoldingIndex] = field(default_factory=list, compare=False, repr=False)
     _sharing: tuple[NodeEvent | None, str, int] = field(default=(None, "time-slicing", 0), compare=False,
@@ -233,13 +234,19 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
     lo, hi = state._hold_span
     if key == state._hold_key and lo <= t_ms < hi:
         return state._holdings
-    state._holdings = reconcile(snap, state.pods, state.devmap, t_ms)
+    state._holdings, state._monitors = reconcile_all(snap, state.pods, state.devmap, t_ms)
     # Pod lifetimes change the answer only at start/deletion times: cache until the next boundary.
     bounds = sorted({b for r in state.pods.pods.values() for b in (r.start_ms, r.deleted_ms) if b})
     lo = max((b for b in bounds if b <= t_ms), default=-(2**62))
     hi = min((b for b in bounds if b > t_ms), default=2**62)
     state._hold_key, state._hold_span = key, (lo, hi)
     return state._holdings
+
+
+def monitors_at(state: NodeState, t_ms: int) -> list[Holding]:
+    """The pods with admin (monitoring) access to the node's devices at t: never holders."""
+    holdings_at(state, t_ms)
+    return state._monitors
 
 
 def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
@@ -278,7 +285,8 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.last_telemetry = tel
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
-    touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
+    holdings, monitors = holdings_at(state, t), monitors_at(state, t)
+    touched, findings = attribute_sample(state, tel, holdings, config.rows, monitors)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
     by_pod = rows_by_pod(state)
@@ -286,7 +294,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
         att = pod_attribution(state, uid, t, by_pod.get(uid, []))
         if att is not None:
             outs.append(att)
-    outs.extend(gpu_states(state, tel, holdings_at(state, t)))
+    outs.extend(gpu_states(state, tel, holdings_at(state, t), monitors))
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
@@ -296,7 +304,9 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
     snap = snapshot_at(state, t_ms)
-    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
+    devices = unresolved_health(holdings_at(state, t_ms))
+    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ()),
+            *((devices,) if devices else ())]
 
 
 def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
@@ -326,6 +336,6 @@ def current_view(state: NodeState) -> list[Output]:
         if att is not None:
             outs.append(att)
     if state.last_telemetry is not None:
-        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t)))
+        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t), monitors_at(state, t)))
     outs.extend(state.findings.active())
     return outs

@@ -50,6 +50,7 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
         "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
         "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
+        **({"unres": r.unresolved} if r.unresolved else {}),
     }
 
 
@@ -77,6 +78,7 @@ def _row_from(d: dict[str, Any]) -> RowState:
         usage=from_jsonable(Usage | None, d["usage"]), windows=windows, published_ms=published,
         idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
+        unresolved=d.get("unres", ""),
     )
 
 

@@ -92,13 +92,19 @@ class KubeWatcher:
             notify,
             **opts,
         )
+        gpuclusters = ResourceWatch(  # GPU Operator v26.7's DRA stack: one or the other is in use
+            "gpuclusters",
+            partial(custom.list_cluster_custom_object, "nvidia.com", "v1alpha1", "gpuclusters"),
+            notify,
+            **opts,
+        )
         daemonsets = ResourceWatch(
             "daemonsets",
             partial(apps.list_namespaced_daemon_set, self.settings.operator_namespace),
             notify,
             **opts,
         )
-        return [nodes, claims, pods, policies, daemonsets]
+        return [nodes, claims, pods, policies, gpuclusters, daemonsets]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch and publish until `stop` is set."""

@@ -129,7 +129,8 @@ class Probe:
         self.outbox.put(Outgoing(kind, topic, self.node, value))
 
     def health(self) -> tuple[SourceHealth, ...]:
-        return (*self.allocations.health(), self.nvml_health, self.procs.health())
+        mig = self.nvml.mig_health()
+        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health())
 
     def _publish_inventory(self, force: bool = False) -> None:
         inv, health = self.nvml.inventory, self.health()

@@ -322,6 +322,7 @@ async def test_allocations_from_both_sources_resolve_to_inventory(
         "checkpoint": "ok",
         "dra": "ok",
         "nvml": "ok",
+        "mig": "ok",  # a MIG node: GPU-instance placement was readable
         "procfs": "ok",
     }
     assert inv.driver_version == "550.54.15"

@@ -167,6 +167,10 @@ _RENDERERS: dict[str, Callable[[], list[Doc]]] = {
     "components/kafka-security": lambda: _with_component("kafka-security"),
     "components/leader-election": lambda: _with_component("leader-election"),
     "components/no-runtime-class": lambda: _with_component("no-runtime-class"),
+    "components/gke": lambda: _with_component("gke"),
+    "components/eks": lambda: _with_component("eks"),
+    "components/aks": lambda: _with_component("aks"),
+    "components/mig-monitor": lambda: _with_component("mig-monitor"),
     "monitoring": lambda: _apply_component(DEPLOY / "monitoring", _render(DEPLOY / "base")),
 }
 COMPONENT_FLAVOURS = {f for f in _RENDERERS if f.startswith("components/")} | {"monitoring"}
@@ -348,23 +352,77 @@ def test_every_pod_except_the_probe_meets_the_restricted_profile(flavour: str) -
             assert sc.get("privileged", False) is False and sc.get("runAsUser", 1) != 0, where
 
 
+def _gpu_nodes(*terms: Doc) -> Doc:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [t]} for t in terms]}}}  # fmt: skip
+
+
+# What each managed-cloud component changes on the probe, exactly (the sources are in each component):
+# the GPU-node selection, the RuntimeClass, extra env, host mounts, tolerations and privileges.
+GPU_PRESENT = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+PLATFORM: dict[str, Doc] = {
+    "components/gke": {
+        "affinity": _gpu_nodes({"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}),
+        "runtime_class": None, "env": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"},
+        "host": {"nvidia-install-dir": ({"path": "/home/kubernetes/bin/nvidia", "type": "Directory"},
+                                        "/usr/local/nvidia")},
+        "privileged": True,
+    },
+    "components/eks": {
+        "affinity": _gpu_nodes(
+            {"key": "eks.amazonaws.com/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+            {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+            GPU_PRESENT,
+        ),
+        "runtime_class": None,
+    },
+    "components/aks": {
+        "affinity": _gpu_nodes(
+            {"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]}, GPU_PRESENT
+        ),
+        "runtime_class": None,
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    },
+    "components/no-runtime-class": {"runtime_class": None},
+    "components/mig-monitor": {"env": {"NVIDIA_MIG_MONITOR_DEVICES": "all"},
+                               "add_capabilities": ["SYS_ADMIN"]},
+}  # fmt: skip
+
+
+def test_every_component_is_rendered_and_documented() -> None:
+    components = {p.parent.name for p in (DEPLOY / "components").glob("*/kustomization.yaml")}
+    assert {f"components/{c}" for c in components} - {"components/microk8s"} <= set(_RENDERERS)
+    text = DOCS.read_text()
+    assert all(f"components/{c}" in text for c in components)
+
+
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_the_probe_gets_only_what_it_needs(flavour: str) -> None:
     docs = _flavour(flavour)
     ds = _find(docs, *PROBE)
     assert ds["metadata"]["namespace"] == "periscope-node"
     pod = ds["spec"]["template"]["spec"]
+    platform = PLATFORM.get(flavour, {})
     assert pod["hostPID"] is True and not pod.get("hostNetwork") and not pod.get("hostIPC")
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    if "affinity" in platform:  # nodes without GPU Feature Discovery's label: the platform's own
+        assert "nodeSelector" not in pod and pod["affinity"] == platform["affinity"]
+    else:
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and "affinity" not in pod
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"},
+                                  *platform.get("tolerations", [])]  # fmt: skip
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod.get("runtimeClassName") == (None if flavour.endswith("no-runtime-class") else "nvidia")
+    assert pod.get("runtimeClassName") == platform.get("runtime_class", "nvidia")
     (c,) = pod["containers"]
     sc = c["securityContext"]
-    # uid 0 only for connect() on the root-owned socket; docs/deploy.md says so and why.
-    assert sc["runAsUser"] == 0 and sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
-    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+    # uid 0 only for connect() on the root-owned socket; docs/deploy.md says so and why. Privileged only
+    # where the platform injects no GPU device into a pod that requests none (GKE: docs/deploy.md).
+    privileged = platform.get("privileged", False)
+    assert sc["runAsUser"] == 0 and sc["privileged"] is privileged
+    assert sc["allowPrivilegeEscalation"] is privileged  # the apiserver rejects privileged without it
+    capabilities = {"drop": ["ALL"], **({"add": platform["add_capabilities"]} if "add_capabilities" in
+                                        platform else {})}  # fmt: skip
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == capabilities
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert not any("gpu" in r for r in {**c["resources"]["limits"], **c["resources"]["requests"]})
     env = _env(c)
@@ -372,13 +430,20 @@ def test_the_probe_gets_only_what_it_needs(flavour: str) -> None:
     assert env["PERISCOPE_PROC_ROOT"]["value"] == "/proc"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    for name, value in platform.get("env", {}).items():
+        assert env[name] == {"name": name, "value": value}
     root = {"overlays/microk8s": MICROK8S_ROOT, "components/k0s": K0S_ROOT}.get(flavour, "/var/lib/kubelet")
     assert env["PERISCOPE_KUBELET_ROOT"]["value"] == root
     host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    extra = platform.get("host", {})
     assert host == {
         "pod-resources": {"path": f"{root}/pod-resources", "type": "Directory"},
         "device-plugins": {"path": f"{root}/device-plugins", "type": "Directory"},
+        **{name: hp for name, (hp, _) in extra.items()},
     }
+    for name, (_, inside) in extra.items():  # the platform's driver directory, read-only
+        assert {"name": name, "mountPath": inside, "readOnly": True} in c["volumeMounts"]
+        host.pop(name)
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     for name, hp in host.items():  # mounted read-only where the probe looks for them
         assert mounts[name] == {"name": name, "mountPath": hp["path"], "readOnly": True}
@@ -400,7 +465,7 @@ def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
         ("", "pods"), ("", "nodes"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
-        ("resource.k8s.io", "resourceclaims"),
+        ("nvidia.com", "gpuclusters"), ("resource.k8s.io", "resourceclaims"),
     }
     assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
     roles = [d for d in docs if d["kind"] == "Role"]
