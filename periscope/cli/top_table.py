@@ -114,12 +114,20 @@ def _num(v: float | None, digits: int) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _hours(v: float | None) -> str:
+    """GPU-hours to two decimals; a small positive amount (minutes of waste) in two significant digits,
+    so an idle row never reads 0.00 as if it had wasted nothing."""
+    if v is not None and 0 < v < 0.005:
+        return f"{v:.2g}"
+    return _num(v, 2)
+
+
 def summary(snap: Snapshot) -> str:
     pods = len({p["pod_uid"] for p in snap.pods})
     wasted = sum(float(r.get("wasted_gpu_hours") or 0.0) for r in snap.idle)
     return (
         f"as of {snap.as_of or '-'}   GPUs {len(snap.gpus)}   pods holding GPUs {pods}   "
-        f"idle {len(snap.idle)} ({wasted:.2f} GPU-h wasted)"
+        f"idle {len(snap.idle)} ({_hours(wasted)} GPU-h wasted)"
     )
 
 
@@ -132,7 +140,7 @@ def table(snap: Snapshot, sort: str | None = None) -> Table:
         idle_style = "yellow" if r.wasted is not None else None
         t.add_row(
             r.node, f"{r.gpu_index} {r.gpu}" if r.gpu_index >= 0 else r.gpu, r.device, r.namespace, r.pod,
-            r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _num(r.wasted, 2),
+            r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _hours(r.wasted),
             style=idle_style,
         )
     return t
