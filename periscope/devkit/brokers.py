@@ -119,11 +119,12 @@ class LocalBroker:
         return self._sasl.credentials(directory) if self._sasl is not None else None
 
     def describe(self) -> str:
+        """What the banner says after the broker's address ("" for the plain embedded default)."""
         if self._sasl is not None:
             return "Apache Kafka, TLS + SASL/SCRAM-SHA-512, a principal per service with ACLs"
         if self.kind == "kafka":
             return "Apache Kafka"
-        return "embedded broker" + (", mutual TLS" if self._mtls is not None else "")
+        return "mutual TLS" if self._mtls is not None else ""
 
     def lost(self) -> str | None:
         """The line to print when the broker process has exited, else None."""

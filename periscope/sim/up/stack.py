@@ -235,7 +235,7 @@ def banner(stack: Stack) -> list[str]:
         f"web: {api}/",
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
-        f"broker: {stack.bootstrap} ({stack.broker.describe()})",
+        f"broker: {stack.bootstrap}" + (f" ({how})" if (how := stack.broker.describe()) else ""),
         "try:",
         f"  {curl} {api}/v1/pods",
         f"  {curl} {api}/v1/gpus",
