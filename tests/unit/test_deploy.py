@@ -37,8 +37,8 @@ CORE_KINDS = {
     "Job", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Secret",
 }
 # prometheus-operator kinds of deploy/monitoring: no schema is bundled, tests/unit/test_monitoring.py
-# checks them structurally.
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor"}
+# checks them structurally; Strimzi's KafkaUsers of components/kafka-acls: tests/unit/test_bus_edge.py.
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "KafkaUser"}
 WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 PROBE = ("DaemonSet", "periscope-probe")
 MICROK8S_ROOT = "/var/snap/microk8s/common/var/lib/kubelet"
@@ -165,6 +165,7 @@ _RENDERERS: dict[str, Callable[[], list[Doc]]] = {
     "overlays/microk8s": lambda: _render(DEPLOY / "overlays" / "microk8s"),
     "components/k0s": lambda: _with_component("k0s"),
     "components/kafka-security": lambda: _with_component("kafka-security"),
+    "components/kafka-acls": lambda: _with_component("kafka-acls"),
     "components/leader-election": lambda: _with_component("leader-election"),
     "components/no-runtime-class": lambda: _with_component("no-runtime-class"),
     "components/gke": lambda: _with_component("gke"),
