@@ -266,6 +266,26 @@ def test_the_schema_rejects_unknown_keys_and_bad_values() -> None:
         assert "values don't meet the specifications of the schema" in out.stderr, out.stderr
 
 
+def _schema_objects(node: Any, path: str = "$") -> list[tuple[str, Doc]]:
+    if isinstance(node, dict):
+        here = [(path, node)] if "properties" in node else []
+        return here + [x for k, v in node.items() for x in _schema_objects(v, f"{path}.{k}")]
+    if isinstance(node, list):
+        return [x for i, v in enumerate(node) for x in _schema_objects(v, f"{path}[{i}]")]
+    return []
+
+
+def test_every_object_of_the_schema_forbids_unknown_keys_and_lists_every_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    objects = _schema_objects(schema)
+    assert len(objects) >= 15  # the top, every group of values, and the shared definitions
+    for path, node in objects:
+        assert node.get("additionalProperties") is False, path
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(schema["properties"]) - {"global"} == set(values)  # global: only a parent chart's
+    assert set(schema["required"]) == set(values)
+
+
 def test_combinations_the_schema_cannot_see_fail_with_a_reason() -> None:
     cases = [
         ({"kafka": {"securityProtocol": "SSL", "tls": {"certKey": "tls.crt"}}}, "go together"),
