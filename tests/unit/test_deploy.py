@@ -37,8 +37,8 @@ CORE_KINDS = {
     "Job", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Secret",
 }
 # prometheus-operator kinds of deploy/monitoring: no schema is bundled, tests/unit/test_monitoring.py
-# checks them structurally.
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor"}
+# checks them structurally; Strimzi's KafkaUsers of components/kafka-acls: tests/unit/test_bus_edge.py.
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "KafkaUser"}
 WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 PROBE = ("DaemonSet", "periscope-probe")
 MICROK8S_ROOT = "/var/snap/microk8s/common/var/lib/kubelet"
@@ -165,6 +165,7 @@ _RENDERERS: dict[str, Callable[[], list[Doc]]] = {
     "overlays/microk8s": lambda: _render(DEPLOY / "overlays" / "microk8s"),
     "components/k0s": lambda: _with_component("k0s"),
     "components/kafka-security": lambda: _with_component("kafka-security"),
+    "components/kafka-acls": lambda: _with_component("kafka-acls"),
     "components/leader-election": lambda: _with_component("leader-election"),
     "components/no-runtime-class": lambda: _with_component("no-runtime-class"),
     "components/gke": lambda: _with_component("gke"),
@@ -231,7 +232,10 @@ def test_every_kustomization_references_existing_parseable_files() -> None:
     listed = {
         (kdir / e).resolve() for kdir in kdirs for e in _kustomization(kdir).get("resources", [])
     }
+    chart = DEPLOY / "helm"  # the Helm chart (tests/unit/test_helm.py) is no kustomize input
     for manifest in DEPLOY.rglob("*.yaml"):  # nothing lies around unreferenced
+        if manifest.is_relative_to(chart):
+            continue
         assert manifest.name == "kustomization.yaml" or manifest.resolve() in listed, manifest
 
 
