@@ -1,0 +1,295 @@
+"""One running test control plane: the built program as a child that dies with its owner.
+
+`ControlPlane(users).start()` writes the static token file (an administrator in `system:masters`
+plus `users`), starts the program on loopback, reads the one line it announces (server URL, CA file,
+etcd client URL), then waits for the apiserver's own /readyz, which includes the bootstrap RBAC roles.
+It hands out kubeconfigs and HTTP clients for any of its tokens, and can force an etcd compaction
+through etcd's JSON gateway. The static token file is read once at start: every user must be known
+before. `stop()` (or the owner dying: PR_SET_PDEATHSIG) ends it; its state directory goes with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from periscope.bus.broker import with_parent_death
+from periscope.sim.controlplane.build import ControlPlaneUnavailable, ensure_built
+
+ADMIN = "periscope-admin"
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUser:
+    """One line of the static token file: `token,user,uid,"group,..."`."""
+
+    token: str
+    name: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        for text in (self.token, self.name, self.uid, *self.groups):
+            if any(c in text for c in ',"\n'):
+                raise ValueError(f"static token file fields cannot hold commas, quotes or newlines: {text!r}")
+        groups = ",".join(self.groups)
+        return f'{self.token},{self.name},{self.uid or self.name},"{groups}"'
+
+
+def service_account_user(namespace: str, name: str, token: str | None = None) -> TokenUser:
+    """A token for the identity a ServiceAccount's own token would have (same username and groups), so
+    RBAC bound to the ServiceAccount applies to whoever presents it."""
+    return TokenUser(
+        token or secrets.token_hex(16),
+        f"system:serviceaccount:{namespace}:{name}",
+        groups=("system:serviceaccounts", f"system:serviceaccounts:{namespace}"),
+    )
+
+
+@dataclass
+class ControlPlane:
+    users: Sequence[TokenUser] = ()
+    runtime_config: str = ""  # e.g. "resource.k8s.io/v1=false,resource.k8s.io/v1beta1=true"
+    extra_args: Sequence[str] = ()  # more kube-apiserver flags; they win over ours
+    ready_timeout_s: float = 120.0
+    say: Callable[[str], None] | None = None
+    admin: TokenUser = field(
+        default_factory=lambda: TokenUser(secrets.token_hex(16), ADMIN, groups=("system:masters",))
+    )
+    server: str = ""
+    ca_file: str = ""
+    etcd: str = ""
+    workdir: Path | None = None
+    _proc: subprocess.Popen[bytes] | None = None
+    _log: Path | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> ControlPlane:
+        binary = ensure_built(say=self.say)
+        self.workdir = Path(tempfile.mkdtemp(prefix="periscope-controlplane-"))
+        tokens = self.workdir / "tokens.csv"
+        tokens.write_text("".join(u.line() + "\n" for u in (self.admin, *self.users)))
+        tokens.chmod(0o600)
+        argv = [str(binary), "--dir", str(self.workdir / "state"), "--token-file", str(tokens)]
+        if self.runtime_config:
+            argv += ["--runtime-config", self.runtime_config]
+        if self.extra_args:
+            argv += ["--", *self.extra_args]
+        self._log = self.workdir / "controlplane.log"
+        with open(self._log, "wb") as log:
+            self._proc = subprocess.Popen(
+                with_parent_death(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
+        try:
+            self._announced()
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _announced(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        line: list[bytes] = []
+        reader = threading.Thread(
+            target=lambda: line.append(self._proc.stdout.readline()),  # type: ignore[union-attr]
+            daemon=True,
+        )
+        reader.start()
+        reader.join(60)
+        if not line or not line[0].strip():
+            raise ControlPlaneUnavailable(f"the control plane did not start: {self.log_tail()}")
+        info = json.loads(line[0])
+        self.server, self.ca_file, self.etcd = info["server"], info["ca"], info["etcd"]
+        # Nothing more is printed on stdout; drain it anyway so a stray line can never block the child.
+        threading.Thread(target=self._proc.stdout.read, daemon=True).start()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        last = ""
+        with self.http() as client:
+            while time.monotonic() < deadline:
+                if self._proc is not None and self._proc.poll() is not None:
+                    raise ControlPlaneUnavailable(
+                        f"the control plane exited ({self._proc.returncode}): {self.log_tail()}"
+                    )
+                try:
+                    r = client.get("/readyz")
+                    if r.status_code == 200:
+                        return
+                    last = f"/readyz {r.status_code}"
+                except httpx.HTTPError as e:
+                    last = type(e).__name__
+                time.sleep(0.2)
+        raise ControlPlaneUnavailable(
+            f"the control plane was not ready in {self.ready_timeout_s:g}s ({last})"
+        )
+
+    def log_tail(self, lines: int = 5) -> str:
+        if self._log is None or not self._log.exists():
+            return "(no log)"
+        text = self._log.read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:]) or "(empty log)"
+
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        if proc is not None and proc.stdout is not None:
+            proc.stdout.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ clients
+
+    def http(self, token: str | None = None, timeout_s: float = 30.0) -> httpx.Client:
+        """An HTTP client for the apiserver as the holder of `token` (default: the administrator)."""
+        auth = {"Authorization": f"Bearer {token or self.admin.token}"}
+        return httpx.Client(base_url=self.server, verify=self.ca_file, headers=auth, timeout=timeout_s)
+
+    def impersonating(self, user: str, groups: Sequence[str] = ()) -> httpx.Client:
+        """The administrator acting as `user` (`kubectl --as`): the apiserver authorizes every request
+        as that user. For a ServiceAccount's username it adds the ServiceAccount groups itself."""
+        headers = httpx.Headers(
+            [
+                ("Authorization", f"Bearer {self.admin.token}"),
+                ("Impersonate-User", user),
+                *(("Impersonate-Group", g) for g in groups),
+            ]
+        )
+        return httpx.Client(base_url=self.server, verify=self.ca_file, headers=headers, timeout=30.0)
+
+    def write_kubeconfig(self, path: str | Path, token: str | None = None) -> Path:
+        return write_kubeconfig(path, self.server, self.ca_file, token or self.admin.token)
+
+    # ------------------------------------------------------------------ etcd
+
+    def revision(self) -> int:
+        """etcd's current revision: the newest resourceVersion any object can have."""
+        key = base64.b64encode(b"/registry/").decode()
+        r = httpx.post(f"{self.etcd}/v3/kv/range", json={"key": key, "count_only": True}, timeout=10)
+        r.raise_for_status()
+        return int(r.json()["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact etcd up to its current revision (as the apiserver's own compactor does every few
+        minutes): every older resourceVersion is gone, and a watch from one that reaches etcd gets 410."""
+        rev = self.revision()
+        r = httpx.post(
+            f"{self.etcd}/v3/kv/compaction", json={"revision": str(rev), "physical": True}, timeout=30
+        )
+        if r.status_code != 200 and "required revision has been compacted" not in r.text:
+            r.raise_for_status()
+        return rev
+
+
+def write_kubeconfig(
+    path: str | Path, server: str, ca_file: str, token: str, context: str = "periscope-kube"
+) -> Path:
+    """A kubeconfig for `server` as the holder of `token` (readable by its owner only)."""
+    cfg: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": context,
+        "preferences": {},
+        "clusters": [{"name": context, "cluster": {"server": server, "certificate-authority": ca_file}}],
+        "users": [{"name": context, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+    }
+    out = Path(path)
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    out.chmod(0o600)
+    return out
+
+
+def apply_documents(
+    client: httpx.Client,
+    documents: Sequence[dict[str, Any]],
+    *,
+    dry_run: bool = False,
+    manager: str = "periscope",
+) -> list[httpx.Response]:
+    """Server-side apply each document (as `kubectl apply --server-side`), optionally as a dry run."""
+    mapper = ResourceMapper(client)
+    out = []
+    for doc in documents:
+        path = mapper.path(doc)
+        params = {"fieldManager": manager, "force": "true", **({"dryRun": "All"} if dry_run else {})}
+        body = json.dumps(doc)
+        out.append(
+            client.patch(
+                path, content=body, params=params, headers={"Content-Type": "application/apply-patch+yaml"}
+            )
+        )
+    return out
+
+
+class ResourceMapper:
+    """apiVersion + kind -> REST path, from the apiserver's discovery (what `kubectl` calls a RESTMapper)."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+        self._lists: dict[str, dict[str, tuple[str, bool]]] = {}
+
+    def resource(self, api_version: str, kind: str) -> tuple[str, bool]:
+        """(plural, namespaced) of a kind."""
+        if api_version not in self._lists:
+            prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+            r = self.client.get(prefix)
+            found = {}
+            if r.status_code == 200:
+                found = {
+                    x["kind"]: (x["name"], bool(x["namespaced"]))
+                    for x in r.json()["resources"]
+                    if "/" not in x["name"]
+                }
+            self._lists[api_version] = found
+        try:
+            return self._lists[api_version][kind]
+        except KeyError:
+            raise LookupError(f"{api_version} {kind} is not served") from None
+
+    def forget(self, api_version: str) -> None:
+        self._lists.pop(api_version, None)
+
+    def path(self, doc: dict[str, Any], name: str | None = None) -> str:
+        api_version, kind, meta = doc["apiVersion"], doc["kind"], doc.get("metadata") or {}
+        plural, namespaced = self.resource(api_version, kind)
+        prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+        if namespaced:
+            prefix += f"/namespaces/{meta.get('namespace') or 'default'}"
+        object_name = meta.get("name") if name is None else name
+        return f"{prefix}/{plural}" + (f"/{object_name}" if object_name else "")
