@@ -4,7 +4,8 @@
 // It exists so that Periscope's watcher, its API access control and the RBAC in deploy/ meet
 // Kubernetes itself in tests and in `periscope up --apiserver kube`. It is development kit only.
 //
-//	periscope-kube-apiserver --dir DIR --token-file FILE [--runtime-config S] [-- kube-apiserver flags...]
+//	periscope-kube-apiserver --dir DIR --token-file FILE [--runtime-config S] [--authorization-mode M]
+//	                         [-- kube-apiserver flags...]
 //
 // When etcd is up and the apiserver's port is chosen it prints one JSON line on stdout (server URL,
 // CA file, etcd client URL), then runs the apiserver until SIGTERM/SIGINT. Readiness is the
@@ -46,6 +47,9 @@ func run() int {
 	tokenFile := fs.String("token-file", "", "static token file (token,user,uid,\"group,...\")")
 	runtimeConfig := fs.String("runtime-config", "", "passed to kube-apiserver --runtime-config")
 	port := fs.Int("port", 0, "secure port on 127.0.0.1 (0: a free one)")
+	// Node authorization runs informers of its own (DRA ResourceSlices in resource.k8s.io/v1): a
+	// control plane with v1 switched off, as a 1.32 or 1.33 cluster serves DRA, must leave it out.
+	authz := fs.String("authorization-mode", "Node,RBAC", "passed to kube-apiserver --authorization-mode")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
 	}
@@ -76,7 +80,7 @@ func run() int {
 			return 1
 		}
 	}
-	args := apiserverArgs(pki, etcd.clientURL, *tokenFile, *runtimeConfig, securePort)
+	args := apiserverArgs(pki, etcd.clientURL, *tokenFile, *runtimeConfig, *authz, securePort)
 	args = append(args, fs.Args()...) // after "--": the caller's own kube-apiserver flags win
 	line, _ := json.Marshal(announcement{
 		Server: "https://127.0.0.1:" + strconv.Itoa(securePort),
@@ -93,7 +97,7 @@ func run() int {
 
 // apiserverArgs are the flags of a small single-node control plane: loopback only, static tokens for
 // test users, RBAC and Node authorization as on a real cluster.
-func apiserverArgs(p pkiFiles, etcdURL, tokenFile, runtimeConfig string, port int) []string {
+func apiserverArgs(p pkiFiles, etcdURL, tokenFile, runtimeConfig, authz string, port int) []string {
 	args := []string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -103,7 +107,7 @@ func apiserverArgs(p pkiFiles, etcdURL, tokenFile, runtimeConfig string, port in
 		"--tls-private-key-file=" + p.servingKey,
 		"--client-ca-file=" + p.caCert,
 		"--token-auth-file=" + tokenFile,
-		"--authorization-mode=Node,RBAC",
+		"--authorization-mode=" + authz,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.saPublic,
 		"--service-account-signing-key-file=" + p.saPrivate,

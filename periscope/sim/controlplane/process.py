@@ -63,6 +63,7 @@ def service_account_user(namespace: str, name: str, token: str | None = None) ->
 class ControlPlane:
     users: Sequence[TokenUser] = ()
     runtime_config: str = ""  # e.g. "resource.k8s.io/v1=false,resource.k8s.io/v1beta1=true"
+    authorization_mode: str = "Node,RBAC"  # RBAC alone where Node's own informers cannot run
     extra_args: Sequence[str] = ()  # more kube-apiserver flags; they win over ours
     ready_timeout_s: float = 120.0
     say: Callable[[str], None] | None = None
@@ -87,6 +88,7 @@ class ControlPlane:
         argv = [str(binary), "--dir", str(self.workdir / "state"), "--token-file", str(tokens)]
         if self.runtime_config:
             argv += ["--runtime-config", self.runtime_config]
+        argv += ["--authorization-mode", self.authorization_mode]
         if self.extra_args:
             argv += ["--", *self.extra_args]
         self._log = self.workdir / "controlplane.log"
@@ -132,10 +134,13 @@ class ControlPlane:
                         f"the control plane exited ({self._proc.returncode}): {self.log_tail()}"
                     )
                 try:
-                    r = client.get("/readyz")
+                    r = client.get("/readyz", params={"verbose": "true"})
                     if r.status_code == 200:
                         return
-                    last = f"/readyz {r.status_code}"
+                    failing = [
+                        line[3:].split(" ")[0] for line in r.text.splitlines() if line.startswith("[-]")
+                    ]
+                    last = f"/readyz {r.status_code}: failing {', '.join(failing) or '?'}"
                 except httpx.HTTPError as e:
                     last = type(e).__name__
                 time.sleep(0.2)
@@ -147,7 +152,9 @@ class ControlPlane:
         if self._log is None or not self._log.exists():
             return "(no log)"
         text = self._log.read_text(errors="replace").strip().splitlines()
-        return " | ".join(text[-lines:]) or "(empty log)"
+        # The apiserver's own lines say why; etcd's JSON lines as it shuts down after it say little.
+        own = [line for line in text if not line.startswith("{")]
+        return " | ".join((own or text)[-lines:]) or "(empty log)"
 
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None

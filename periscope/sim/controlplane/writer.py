@@ -120,7 +120,7 @@ class KubeObjects:
         meta = obj.get("metadata") or {}
         ns, name = (meta.get("namespace") or "default") if res.namespaced else None, meta["name"]
         if res.namespaced:
-            self._namespace(str(ns))
+            self.ensure_namespace(str(ns))
         if kind == "clusterpolicies":
             self.set_crd_installed(True)
         if kind == "pods" and meta.get("deletionTimestamp"):
@@ -176,7 +176,7 @@ class KubeObjects:
 
     # ------------------------------------------------------------------ helpers
 
-    def _namespace(self, ns: str) -> None:
+    def ensure_namespace(self, ns: str) -> None:
         if ns in self._namespaces:
             return
         r = self.http.post(
