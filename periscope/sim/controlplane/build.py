@@ -61,8 +61,8 @@ def kubernetes_version(source: Path = SOURCE) -> str:
 
 
 def go_binary() -> str:
-    """The `go` on PATH (or in Go's standard install location), if it is GO_REQUIRED or newer."""
-    go = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
+    """The `go` on PATH, if it is GO_REQUIRED or newer."""
+    go = shutil.which("go")
     if go is None:
         raise GoMissing(
             f"the test control plane needs the Go toolchain ({GO_REQUIRED} or newer) to build "
