@@ -1,7 +1,8 @@
 """`python -m periscope.sim.controlplane [--kubeconfig PATH] [--runtime-config S] [--build-only]`.
 
 Builds the test control plane if this checkout's build is not cached yet, starts it, writes an
-administrator's kubeconfig and waits for Ctrl-C. Without Go: one line, exit 2.
+administrator's kubeconfig and waits for Ctrl-C. Without Go (1.26+): one line, exit 2; a build or
+start that fails: one line, exit 1.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
-from periscope.sim.controlplane.build import ControlPlaneUnavailable, ensure_built
+from periscope.sim.controlplane.build import ControlPlaneUnavailable, GoMissing, ensure_built
 from periscope.sim.controlplane.process import ControlPlane
 
 
@@ -45,9 +46,12 @@ def main(argv: list[str] | None = None) -> int:
             print(ensure_built(say=say))
             return 0
         plane = ControlPlane(runtime_config=args.runtime_config, say=say).start()
-    except ControlPlaneUnavailable as e:
+    except GoMissing as e:  # the one thing a user must supply: exit 2, as for bad input
         print(f"periscope: controlplane: {e}", file=sys.stderr)
         return 2
+    except ControlPlaneUnavailable as e:
+        print(f"periscope: controlplane: {e}", file=sys.stderr)
+        return 1
     try:
         path = plane.write_kubeconfig(args.kubeconfig)
         print(

@@ -122,7 +122,18 @@ def ensure_built(source: Path = SOURCE, say: Callable[[str], None] | None = None
             )
         started = time.monotonic()
         partial = target.with_suffix(".partial")
-        cmd = [go, "build", "-trimpath", "-ldflags", _ldflags(source), "-o", str(partial), "."]
+        # No VCS stamp: the source sits in the checkout, and the binary must not depend on its git state.
+        cmd = [
+            go,
+            "build",
+            "-trimpath",
+            "-buildvcs=false",
+            "-ldflags",
+            _ldflags(source),
+            "-o",
+            str(partial),
+            ".",
+        ]
         env = {**os.environ, "CGO_ENABLED": "0"}
         done = subprocess.run(cmd, cwd=source, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
