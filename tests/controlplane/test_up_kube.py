@@ -23,7 +23,7 @@ from tests.e2e.support import marked_env, marked_pids
 SCENARIO = """
 name: kube-churn
 seed: 5
-duration: 16s
+duration: 12s
 tick: 1s
 nodes:
   - name: kube-a
@@ -31,11 +31,11 @@ nodes:
       - {model: NVIDIA A10, memory_mib: 23028}
       - {model: NVIDIA A10, memory_mib: 23028}
 pods:
-  - {namespace: batch, name: worker-0, node: kube-a, owner: {kind: StatefulSet, name: worker}, stop: 7s,
+  - {namespace: batch, name: worker-0, node: kube-a, owner: {kind: StatefulSet, name: worker}, stop: 5s,
      containers: [{name: main, util_pct: 80, memory_mib: 12000}]}
-  - {namespace: batch, name: worker-0, node: kube-a, owner: {kind: StatefulSet, name: worker}, start: 7s,
+  - {namespace: batch, name: worker-0, node: kube-a, owner: {kind: StatefulSet, name: worker}, start: 5s,
      containers: [{name: main, util_pct: 20, memory_mib: 3000}]}
-  - {namespace: etl, name: etl-1-x7k2p, node: kube-a, owner: {kind: Job, name: etl-1}, start: 3s, stop: 12s,
+  - {namespace: etl, name: etl-1-x7k2p, node: kube-a, owner: {kind: Job, name: etl-1}, start: 2s, stop: 9s,
      containers: [{name: job, util_pct: 95, memory_mib: 20000}]}
 policy:
   state: ready

@@ -159,7 +159,7 @@ class ControlPlane:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def stop(self, grace_s: float = 10.0) -> None:
+    def stop(self, grace_s: float = 3.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
