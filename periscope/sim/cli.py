@@ -116,7 +116,8 @@ def _kafka_toolchain() -> None:
     "--api-auth",
     is_flag=True,
     help="Access control on the API: bearer tokens of the scenario's users, checked with TokenReview and "
-    "SubjectAccessReview against the simulated apiserver (try --scenario tenants).",
+    "SubjectAccessReview against the simulated apiserver, or the real one with --apiserver kube "
+    "(try --scenario tenants).",
 )
 @click.option(
     "--apiserver",
