@@ -18,8 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from periscope.sim.controlplane.apply import apply_documents
 from periscope.sim.controlplane.cluster import apply_all
-from periscope.sim.controlplane.process import ControlPlane, apply_documents
+from periscope.sim.controlplane.process import ControlPlane
 from periscope.sim.controlplane.writer import KubeObjects
 from tests.controlplane.conftest import Identities
 from tests.controlplane.test_watcher_real import running, until

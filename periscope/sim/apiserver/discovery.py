@@ -38,6 +38,14 @@ def as_version(api_version: str, obj: Obj) -> Obj:
     return obj if obj.get("apiVersion") == api_version else {**obj, "apiVersion": api_version}
 
 
+def list_item(kind: Kind, obj: Obj) -> Obj:
+    """A list item: built-in kinds come without kind/apiVersion (the list names them once); custom
+    resources, served as unstructured objects, keep both."""
+    if kind.group == "nvidia.com":
+        return obj
+    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+
+
 class Discovery:
     def __init__(self, served: Callable[[Kind], bool], dra_versions: tuple[str, ...]) -> None:
         self.served, self.dra_versions = served, dra_versions

@@ -1,14 +1,13 @@
 """The fake apiserver's HTTP server: discovery, list, watch streams and object verbs over the store.
 
-`FakeApiServer` is the `ObjectStore` seen through the apiserver's REST paths: `/version`, `/api`,
-`/apis` and each group version's resource list for discovery (only served kinds appear), then list,
-watch, create, get, replace and delete on `/api/v1/...` and `/apis/<group>/<version>/...`,
-cluster-wide or under `namespaces/<ns>`, plus the reviews of `reviews`. A list reports the store's
-revision; a watch replays the current state or the history since a resourceVersion, then streams
-newline-delimited events with periodic BOOKMARKs, and an expired version ends it with an ERROR 410
-event (or a plain HTTP 410 with `gone_as_http`). Errors are `Status` bodies with the real apiserver's
-reasons (NotFound, AlreadyExists, Conflict, ...). The server runs on its own event loop in a
-background thread (start, stop, restart on the same port), so every public method is thread-safe.
+`FakeApiServer` is the `ObjectStore` seen through the apiserver's REST paths: discovery (`discovery`:
+only served kinds appear), then list, watch, create, get, replace and delete on `/api/v1/...` and
+`/apis/<group>/<version>/...`, cluster-wide or under `namespaces/<ns>`, plus the reviews of `reviews`.
+A list reports the store's revision, in pages with `limit` (`paging`: one snapshot, 410 once
+compacted); a watch replays the current state or the history since a resourceVersion, then streams
+newline-delimited events with BOOKMARKs for changes it does not show; an expired version ends it with
+an ERROR 410 event (HTTP 410 with `gone_as_http`). Errors are `Status` bodies with the real reasons.
+It runs on its own event loop in a background thread (start, stop, restart on the same port).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from periscope.sim.apiserver.discovery import Discovery, as_version
+from periscope.sim.apiserver.discovery import Discovery, as_version, list_item
 from periscope.sim.apiserver.paging import BadContinue, ContinueExpired, Pages
 from periscope.sim.apiserver.reviews import REVIEW_PATHS, review
 from periscope.sim.apiserver.store import Kind, Obj, ObjectStore, status
@@ -36,14 +35,6 @@ def _error(code: int, reason: str, message: str) -> web.Response:
 
 
 _NO_RESOURCE = (404, "NotFound", "the server could not find the requested resource")
-
-def _item(kind: Kind, obj: Obj) -> Obj:
-    """A list item: built-in kinds come without kind/apiVersion (the list names them once); custom
-    resources, served as unstructured objects, keep both."""
-    if kind.group == "nvidia.com":
-        return obj
-    return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
-
 
 class FakeApiServer(ObjectStore):
     """In-memory apiserver: `start() -> url`, mutate with `upsert`/`delete`, `stop()`; restartable.
@@ -188,7 +179,7 @@ class FakeApiServer(ObjectStore):
             self.stats["list", kind.plural] += 1
             try:
                 page = (self.pages.next(scope, token, int(limit_text), self._floor) if token else
-                        self.pages.first(scope, [_item(kind, o) for o in self._select(kind, namespace)],
+                        self.pages.first(scope, [list_item(kind, o) for o in self._select(kind, namespace)],
                                          self._rv, int(limit_text)))
             except ContinueExpired as e:
                 return _error(410, "Expired", str(e))

@@ -19,8 +19,9 @@ from typing import Any
 import yaml
 
 from periscope.sim.apiserver.reviews import user_uid
+from periscope.sim.controlplane.apply import apply_documents
 from periscope.sim.controlplane.build import SOURCE, ControlPlaneUnavailable
-from periscope.sim.controlplane.process import ControlPlane, TokenUser, apply_documents, service_account_user
+from periscope.sim.controlplane.process import ControlPlane, TokenUser, service_account_user
 from periscope.sim.scenario.document import UserSpec
 
 Obj = dict[str, Any]
