@@ -7,9 +7,9 @@
 //	periscope-kube-apiserver --dir DIR --token-file FILE [--runtime-config S] [--authorization-mode M]
 //	                         [-- kube-apiserver flags...]
 //
-// When etcd is up and the apiserver's port is chosen it prints one JSON line on stdout (server URL,
-// CA file, etcd client URL), then runs the apiserver until SIGTERM/SIGINT. Readiness is the
-// apiserver's own /readyz; the caller polls it.
+// When etcd is up and the apiserver's port is chosen it writes DIR/controlplane.json (server URL, CA
+// file, etcd client URL), then runs the apiserver until SIGTERM/SIGINT. Readiness is the apiserver's
+// own /readyz; the caller polls it.
 package main
 
 import (
@@ -29,7 +29,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-apiserver/app"
 )
 
-// announcement is the one line the caller reads from stdout.
+// announcement is what the caller reads from DIR/controlplane.json.
 type announcement struct {
 	Server string `json:"server"`
 	CA     string `json:"ca"`
@@ -88,7 +88,16 @@ func run() int {
 		Etcd:   etcd.clientURL,
 		PID:    os.Getpid(),
 	})
-	fmt.Println(string(line))
+	// Written whole, then renamed: the caller never reads half of it.
+	announced := filepath.Join(*dir, "controlplane.json")
+	if err := os.WriteFile(announced+".tmp", line, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "periscope-kube-apiserver:", err)
+		return 1
+	}
+	if err := os.Rename(announced+".tmp", announced); err != nil {
+		fmt.Fprintln(os.Stderr, "periscope-kube-apiserver:", err)
+		return 1
+	}
 
 	command := app.NewAPIServerCommand()
 	command.SetArgs(args)

@@ -41,6 +41,7 @@ WATCHER_CALLS: list[tuple[str, str, dict[str, str], Obj | None]] = [
             "/api/v1/nodes",
             "/apis/apps/v1/namespaces/gpu-operator/daemonsets",
             "/apis/nvidia.com/v1/clusterpolicies",
+            "/apis/nvidia.com/v1alpha1/gpuclusters",
             "/apis/resource.k8s.io/v1/resourceclaims",
         )
         for m, q in (("GET", LIST), ("GET", WATCH))
@@ -127,47 +128,42 @@ def allowed(r: httpx.Response) -> bool:
     return r.status_code not in (401, 403)
 
 
+def _open_crd(group: str, version: str, kind: str, plural: str, scope: str) -> Obj:
+    """A stand-in CRD: group, version, kind and scope as upstream's; the schema open."""
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    names = {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": names,
+            "versions": [{"name": version, "served": True, "storage": True, "schema": schema}],
+        },
+    }
+
+
+STAND_INS = [
+    _open_crd("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors", "Namespaced"),
+    _open_crd("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", "Namespaced"),
+    _open_crd("nvidia.com", "v1alpha1", "GPUCluster", "gpuclusters", "Cluster"),  # GPU Operator v26.7
+]
+
+
 @pytest.fixture(scope="module")
 def monitoring_crds(kube: ControlPlane) -> None:
-    """Stand-ins for prometheus-operator's CRDs (group, kinds and scope as upstream; schema open)."""
-    docs = [
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-            "spec": {
-                "group": "monitoring.coreos.com",
-                "scope": "Namespaced",
-                "names": {
-                    "kind": kind,
-                    "plural": plural,
-                    "singular": kind.lower(),
-                    "listKind": f"{kind}List",
-                },
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {
-                            "openAPIV3Schema": {
-                                "type": "object",
-                                "x-kubernetes-preserve-unknown-fields": True,
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-        for kind, plural in (("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules"))
-    ]
-    apply_all(kube, docs)
+    """prometheus-operator's kinds for deploy/monitoring, and every kind the watcher reads: the
+    ClusterPolicy CRD Periscope defines for its tests, a stand-in for the GPUCluster one."""
+    apply_all(kube, STAND_INS)
     KubeObjects(kube.server, kube.ca_file, kube.admin.token).set_crd_installed(True)  # the ClusterPolicy CRD
     with kube.http() as http:
         deadline = time.monotonic() + 30
-        while http.get("/apis/monitoring.coreos.com/v1").status_code != 200:
-            assert time.monotonic() < deadline, "the stand-in CRDs were not served in time"
-            time.sleep(0.1)
+        for path in ("/apis/monitoring.coreos.com/v1", "/apis/nvidia.com/v1alpha1"):
+            while http.get(path).status_code != 200:
+                assert time.monotonic() < deadline, "the stand-in CRDs were not served in time"
+                time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -307,3 +303,4 @@ async def test_the_watcher_runs_as_its_service_account_without_a_refusal(
         assert {w.kind: w.stats.errors for w in watcher.watches} == {w.kind: 0 for w in watcher.watches}
         body = watcher.ready()[1]
         assert body["crd"] == "installed" and body["dra_available"] is True
+        assert watcher.state.gpucluster_crd == "installed"

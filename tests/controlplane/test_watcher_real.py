@@ -290,7 +290,7 @@ async def test_policy_and_operand_status_through_the_crd(
         exporter = next(o for o in event.operands if o.name == "nvidia-dcgm-exporter")
         assert (exporter.present, exporter.desired, exporter.ready) == (True, 3, 2)
 
-        await until(lambda: len(watcher.watches) == 5)
+        await until(lambda: bool(watcher.watches))
         # 410 after a compaction: the DaemonSets (served from etcd in this control plane) are relisted
         # when their 2 s watch resumes from a version compacted away.
         daemonsets = next(w for w in watcher.watches if w.kind == "daemonsets")
@@ -339,7 +339,7 @@ async def test_watches_resume_and_bookmarks_carry_them_forward(
     node = unique("gpu-node")
     objects.upsert("nodes", gpu_node(node))
     async with running(kube, identities.watcher.token, tmp_path, watch_timeout=4) as (watcher, sink):
-        await until(lambda: len(watcher.watches) == 5)
+        await until(lambda: bool(watcher.watches))
         pods = next(w for w in watcher.watches if w.kind == "pods")
         await until(lambda: pods.synced.is_set())
         # Changes the watcher does not publish (unscheduled pods without GPUs) still move its version.

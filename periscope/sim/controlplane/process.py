@@ -1,11 +1,12 @@
 """One running test control plane: the built program as a child that dies with its owner.
 
 `ControlPlane(users).start()` writes the static token file (an administrator in `system:masters`
-plus `users`), starts the program on loopback, reads the one line it announces (server URL, CA file,
-etcd client URL), then waits for the apiserver's own /readyz, which includes the bootstrap RBAC roles.
-It hands out kubeconfigs and HTTP clients for any of its tokens, and can force an etcd compaction
-through etcd's JSON gateway. The static token file is read once at start: every user must be known
-before. `stop()` (or the owner dying: PR_SET_PDEATHSIG) ends it; its state directory goes with it.
+plus `users`), starts the program on loopback (through the development kit's launcher), reads what
+it announces in its state directory (server URL, CA file, etcd client URL), then waits for the
+apiserver's own /readyz, which includes the bootstrap RBAC roles. It hands out kubeconfigs and HTTP
+clients for any of its tokens, and can force an etcd compaction through etcd's JSON gateway. The
+static token file is read once at start: every user must be known before. `stop()` (or the owner
+dying: PR_SET_PDEATHSIG) ends it; its state directory goes with it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import yaml
 
-from periscope.bus.broker import with_parent_death
+from periscope.devkit.launch import spawn, stop_group
 from periscope.sim.controlplane.build import ControlPlaneUnavailable, ensure_built
 
 ADMIN = "periscope-admin"
@@ -93,13 +93,7 @@ class ControlPlane:
             argv += ["--", *self.extra_args]
         self._log = self.workdir / "controlplane.log"
         with open(self._log, "wb") as log:
-            self._proc = subprocess.Popen(
-                with_parent_death(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-            )
+            self._proc = spawn(argv, log.fileno())
         try:
             self._announced()
             self._wait_ready()
@@ -108,21 +102,16 @@ class ControlPlane:
             raise
         return self
 
-    def _announced(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        line: list[bytes] = []
-        reader = threading.Thread(
-            target=lambda: line.append(self._proc.stdout.readline()),  # type: ignore[union-attr]
-            daemon=True,
-        )
-        reader.start()
-        reader.join(60)
-        if not line or not line[0].strip():
-            raise ControlPlaneUnavailable(f"the control plane did not start: {self.log_tail()}")
-        info = json.loads(line[0])
+    def _announced(self, timeout_s: float = 60.0) -> None:
+        assert self.workdir is not None
+        announced = self.workdir / "state" / "controlplane.json"
+        deadline = time.monotonic() + timeout_s
+        while not announced.exists():
+            if self._proc is None or self._proc.poll() is not None or time.monotonic() > deadline:
+                raise ControlPlaneUnavailable(f"the control plane did not start: {self.log_tail()}")
+            time.sleep(0.05)
+        info = json.loads(announced.read_text())
         self.server, self.ca_file, self.etcd = info["server"], info["ca"], info["etcd"]
-        # Nothing more is printed on stdout; drain it anyway so a stray line can never block the child.
-        threading.Thread(target=self._proc.stdout.read, daemon=True).start()
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
@@ -161,15 +150,8 @@ class ControlPlane:
 
     def stop(self, grace_s: float = 3.0) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        if proc is not None and proc.stdout is not None:
-            proc.stdout.close()
+        if proc is not None:
+            stop_group(proc, grace_s)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
