@@ -4,8 +4,9 @@ judge it; then, impersonating each ServiceAccount, every API call its service ma
 sample of others (secrets, writes, other namespaces, other Leases) is denied, by the RBAC as written.
 
 The renderings come from the same small kustomize the unit tier uses (tests/unit/test_deploy.py).
-The prometheus-operator kinds of deploy/monitoring get stand-in CRDs with open schemas: the dry run
-proves they are well-formed objects of a served kind, not that prometheus-operator accepts them.
+The prometheus-operator kinds of deploy/monitoring and Strimzi's KafkaUser get stand-in CRDs with open
+schemas: the dry run proves they are well-formed objects of a served kind, not that their operators
+accept them. The Helm chart is held equal to these renderings by its own tier.
 """
 
 from __future__ import annotations
@@ -149,18 +150,26 @@ STAND_INS = [
     _open_crd("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors", "Namespaced"),
     _open_crd("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", "Namespaced"),
     _open_crd("nvidia.com", "v1alpha1", "GPUCluster", "gpuclusters", "Cluster"),  # GPU Operator v26.7
+    _open_crd(
+        "kafka.strimzi.io", "v1beta2", "KafkaUser", "kafkausers", "Namespaced"
+    ),  # components/kafka-acls
 ]
 
 
 @pytest.fixture(scope="module")
 def monitoring_crds(kube: ControlPlane) -> None:
-    """prometheus-operator's kinds for deploy/monitoring, and every kind the watcher reads: the
-    ClusterPolicy CRD Periscope defines for its tests, a stand-in for the GPUCluster one."""
+    """prometheus-operator's kinds for deploy/monitoring, Strimzi's KafkaUser for
+    components/kafka-acls, and every kind the watcher reads: the ClusterPolicy CRD Periscope defines
+    for its tests, a stand-in for the GPUCluster one."""
     apply_all(kube, STAND_INS)
     KubeObjects(kube.server, kube.ca_file, kube.admin.token).set_crd_installed(True)  # the ClusterPolicy CRD
     with kube.http() as http:
         deadline = time.monotonic() + 30
-        for path in ("/apis/monitoring.coreos.com/v1", "/apis/nvidia.com/v1alpha1"):
+        for path in (
+            "/apis/monitoring.coreos.com/v1",
+            "/apis/nvidia.com/v1alpha1",
+            "/apis/kafka.strimzi.io/v1beta2",
+        ):
             while http.get(path).status_code != 200:
                 assert time.monotonic() < deadline, "the stand-in CRDs were not served in time"
                 time.sleep(0.1)
@@ -178,6 +187,12 @@ def test_every_manifest_is_accepted_by_the_apiserver(
 ) -> None:
     docs = _flavour(flavour)
     namespaces = [d for d in docs if d["kind"] == "Namespace"]
+    # Namespaces the manifests use but do not make are the cluster's (Strimzi's `kafka`): made here.
+    ours = {d["metadata"]["name"] for d in namespaces}
+    theirs = {d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")} - ours
+    namespaces += [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in sorted(theirs)
+    ]
     assert all(r.status_code < 300 for r in apply_documents(admin, namespaces))  # namespaced docs need them
     problems, warnings = [], []
     for doc, r in zip(docs, apply_documents(admin, docs, dry_run=True), strict=True):
