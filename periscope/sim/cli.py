@@ -16,6 +16,7 @@ from click.decorators import FC
 from periscope.cli.errors import InputError
 from periscope.core.duration import parse_duration_ms
 from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.controlplane.build import ControlPlaneUnavailable, check_buildable
 from periscope.sim.report.score import ReportOptions, Row, Truth, build_report
 from periscope.sim.report.text import format_report, live_snapshots, read_jsonl
 from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
@@ -115,7 +116,15 @@ def _kafka_toolchain() -> None:
     "--api-auth",
     is_flag=True,
     help="Access control on the API: bearer tokens of the scenario's users, checked with TokenReview and "
-    "SubjectAccessReview against the simulated apiserver (try --scenario tenants).",
+    "SubjectAccessReview against the simulated apiserver, or the real one with --apiserver kube "
+    "(try --scenario tenants).",
+)
+@click.option(
+    "--apiserver",
+    type=click.Choice(("sim", "kube")),
+    default="sim",
+    help="sim: the simulated apiserver. kube: a real kube-apiserver with etcd, built from source with Go "
+    "(cached after the first build), holds the simulated cluster; the watcher and --api-auth use it.",
 )
 @click.option(
     "--log-level",
@@ -140,8 +149,14 @@ def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> No
         raise InputError(str(e)) from None
     if opts.api_auth and not any(u.cluster for u in model.scenario.users):
         raise InputError(f"--api-auth: scenario {model.scenario.name} has no user with cluster: true")
-    if opts.api_auth and opts.truth is not None:
-        raise InputError("--api-auth: --truth samples the API without a token; use one or the other")
+    if opts.apiserver == "kube" and opts.speed != 1:
+        raise InputError(f"--apiserver kube: --speed {opts.speed:g}: a real apiserver stamps objects "
+                         "with real time, so the simulated clock must run at speed 1")
+    if opts.apiserver == "kube":
+        try:
+            check_buildable()
+        except ControlPlaneUnavailable as e:
+            raise InputError(f"--apiserver kube: {e}") from None
     window_ms = _duration("--idle-window", idle_window)
     _port_free("--api-port", opts.api_port)
     _port_free("--broker-port", opts.broker_port)

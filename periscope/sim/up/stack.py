@@ -33,6 +33,8 @@ from periscope.core.duration import format_duration_ms
 from periscope.devkit.brokers import BrokerKind, LocalBroker
 from periscope.devkit.launch import free_port
 from periscope.sim.cluster.model import ClusterModel
+from periscope.sim.controlplane.build import ControlPlaneUnavailable
+from periscope.sim.controlplane.cluster import KubeCluster, start_for_scenario
 from periscope.sim.scenario import describe
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.sampler import Sampler, snapshots_path
@@ -62,6 +64,7 @@ class UpOptions:
     secure: bool = False  # the broker only over TLS (see periscope.devkit.brokers)
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
     broker: BrokerKind = "embedded"
+    apiserver: str = "sim"  # "kube": the cluster is written into a real kube-apiserver built from source
 
 
 class UpError(RuntimeError):
@@ -84,6 +87,7 @@ class Stack:
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
+        self.kube: KubeCluster | None = None
 
     # ------------------------------------------------------------------ children
 
@@ -108,6 +112,11 @@ class Stack:
         self.bootstrap = self.broker.start()
         self.credentials = self.broker.credentials(self.workdir / "kafka-credentials")
         asyncio.run(ensure_topics(self.broker.client("admin"), plan=TopicPlan()))
+        if opts.apiserver == "kube":
+            try:
+                self.kube = start_for_scenario(self.scenario.users, say=self._say)
+            except ControlPlaneUnavailable as e:
+                raise UpError(f"--apiserver kube: {e}") from None
         tune, sim = self._tuning(), self.workdir / "sim"
         config = {
             "scenario": self.scenario.source,
@@ -117,6 +126,7 @@ class Stack:
             "idle_window_ms": opts.idle_window_ms,
             "idle_threshold": opts.idle_threshold,
             "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
+            "kube": self.kube.sim_config() if self.kube is not None else None,
         }
         sim.mkdir()
         (sim / "config.json").write_text(json.dumps(config))
@@ -126,6 +136,9 @@ class Stack:
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
             self._add(name, argv, settings)
+
+    def _say(self, line: str) -> None:
+        self.emit(f"[up] {line}")
 
     def _tuning(self) -> Tuning:
         return Tuning.derive(self.workdir / "run", self.scenario.tick_ms, self.opts)
@@ -165,11 +178,18 @@ class Stack:
         return {"Authorization": f"Bearer {ops.token}"} if self.opts.api_auth and ops else {}
 
     def begin(self) -> None:
-        self.start_ms = start = self.clock.now_ms()
+        start = self.clock.now_ms()
+        if self.kube is not None:
+            # A real apiserver stamps whole seconds (creation, deletion): the scenario starts on one, so
+            # that its pods come and go at the instants those stamps name.
+            start = -(-start // 1000) * 1000
+            time.sleep(max(0, start - self.clock.now_ms()) / 1000 / self.clock.speed)
+        self.start_ms = start
         self.children["sim"].send(f"start {start}")
         if self.opts.truth is not None:
             path = snapshots_path(self.opts.truth)
-            self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start)
+            self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start,
+                                   headers=self.api_headers())
             self.sampler.start()
 
     # ------------------------------------------------------------------ supervision
@@ -220,6 +240,8 @@ class Stack:
             child.finish(deadline)
         if "sim" in self.children:
             self.children["sim"].stop(SIM_GRACE_S)
+        if self.kube is not None:
+            self.kube.stop()
         if self.broker is not None:
             self.broker.stop(BROKER_GRACE_S if self.opts.broker == "embedded" else KAFKA_GRACE_S)
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -236,6 +258,8 @@ def banner(stack: Stack) -> list[str]:
         f"periscope up: {describe(stack.scenario)}, speed {stack.opts.speed:g}",
         f"api: {api}",
         f"broker: {stack.bootstrap}" + (f" ({how})" if (how := stack.broker.describe()) else ""),
+        *([f"apiserver: {stack.kube.plane.server} (kube-apiserver with etcd, built from source)"]
+          if stack.kube is not None else []),
         "try:",
         f"  {curl} {api}/v1/pods",
         f"  {curl} {api}/v1/gpus",
