@@ -4,6 +4,9 @@ State-based inputs (allocation snapshots, pods, inventory, node labels) update t
 they arrive. Telemetry and XIDs are buffered and processed in event-time order once the node's
 watermark (the newest probe event time seen) has passed them by `lateness_ms`, so small reorderings
 between topics do not change the result, and the live joiner and replay compute the same outputs.
+With `EngineConfig.align`, they also wait until the node's other input streams have been read through
+their time or are at their end (periscope.core.watermark), so a consumer that is behind and reads the
+topics at different speeds joins them as event-time order would.
 Each sample is joined against the allocation snapshot and pod registry *as of the sample's time*.
 An output is published when it changed beyond its thresholds since the last one published under its
 key, or when a heartbeat of event time passed (periscope.core.changes); windows when they close.
@@ -12,6 +15,7 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from periscope.core.allocation import Holding, reconcile
@@ -39,6 +43,7 @@ from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.sharing import Pool, collect, share
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
+from periscope.core.watermark import OPEN, Inputs, Stream, gate, holding
 
 PRUNE_EVERY_MS = 60_000
 
@@ -50,6 +55,9 @@ class EngineConfig:
     history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
     retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
     changes: ChangeConfig = field(default_factory=ChangeConfig)  # what is worth publishing again
+    # Streams a sample or an XID waits for (periscope.core.watermark); none: the watermark alone.
+    align: frozenset[Stream] = frozenset()
+    max_hold_ms: int = 600_000  # an aligned stream silent this long (event time) stops holding the others
 
 
 DEFAULT_CONFIG = EngineConfig()
@@ -64,6 +72,8 @@ class Counters:
     device_samples: int = 0
     unattributed_samples: int = 0
     ambiguous_joins: int = 0
+    input_stalls: int = 0  # times an aligned stream fell silent past max_hold_ms and stopped holding
+    unaligned: int = 0  # samples and XIDs joined before an aligned stream was read through their time
 
 
 Pending = NodeTelemetry | XidEvent
@@ -91,6 +101,7 @@ class NodeState:
     emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
     devmap: DeviceMap = field(default_factory=DeviceMap)
+    inputs: Inputs = field(default_factory=Inputs)  # how far each input stream was read (alignment)
     # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
@@ -114,6 +125,7 @@ def step(
 ) -> tuple[NodeState, list[Output]]:
     """Apply one input event; return the state and the outputs it caused (possibly none)."""
     state.counters.events += 1
+    state.inputs.read(event)
     out: list[Output] = []
     if isinstance(event, PodEvent):
         if state.pods.apply(event):
@@ -147,14 +159,38 @@ def step(
         else:
             state.pending.append(event)
         _advance_watermark(state, t)
-    out.extend(_drain(state, state.watermark_ms - config.lateness_ms, config))
+    out.extend(_release(state, config))
     return state, out
 
 
 def advance(state: NodeState, t_ms: int, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
     """Move the watermark to t (e.g. when a node has gone quiet) and process what that releases."""
     _advance_watermark(state, t_ms)
-    return _drain(state, state.watermark_ms - config.lateness_ms, config)
+    return _release(state, config)
+
+
+def mark_inputs(state: NodeState, config: EngineConfig = DEFAULT_CONFIG, *,
+                at_end: Mapping[Stream, bool] | None = None,
+                through_ms: Mapping[Stream, int] | None = None) -> list[Output]:
+    """The host's word on the node's input streams: a stream's partition is at its end (True) or has
+    records not yet stepped (False); a stream was read through an event time (never moves back). Say
+    everything known at once (e.g. every stream after a restart or a rebalance). Returns the outputs of
+    the samples and XIDs this releases (with alignment on)."""
+    marks = state.inputs.marks
+    for stream, end in (at_end or {}).items():
+        marks[stream].at_end = end
+    for stream, t in (through_ms or {}).items():
+        if t > marks[stream].through_ms:
+            marks[stream].through_ms = t
+    return _release(state, config)
+
+
+def waiting_for(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> tuple[Stream, ...]:
+    """The aligned streams the oldest buffered sample or XID waits for (for a host that wants to read
+    those first); empty when nothing waits for an input stream."""
+    if not state.pending or not config.align:
+        return ()
+    return holding(state.inputs, config.align, min(p.meta.time_ms for p in state.pending))
 
 
 def flush(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
@@ -164,7 +200,19 @@ def flush(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Outpu
 
 def _advance_watermark(state: NodeState, t_ms: int) -> None:
     if t_ms > state.watermark_ms:
+        if not state.watermark_ms:
+            state.inputs.opened_ms = t_ms
         state.watermark_ms = t_ms
+
+
+def _release(state: NodeState, config: EngineConfig) -> list[Output]:
+    """Process the buffered samples and XIDs the watermark and, with alignment, the inputs allow."""
+    upto = state.watermark_ms - config.lateness_ms
+    if not config.align:
+        return _drain(state, upto, config)
+    bound, aligned, stalls = gate(state.inputs, config.align, state.watermark_ms, config.max_hold_ms)
+    state.counters.input_stalls += stalls
+    return _drain(state, min(upto, bound), config, aligned)
 
 
 def _alloc_key(snap: AllocationSnapshot) -> AllocKey:
@@ -242,12 +290,14 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
     return state._holdings
 
 
-def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
+def _drain(state: NodeState, upto_ms: int, config: EngineConfig, aligned_ms: int = OPEN) -> list[Output]:
     pending = state.pending
     ready = [p for p in pending if p.meta.time_ms <= upto_ms] if pending else pending
     if not ready:
         return []
     state.pending = [p for p in pending if p.meta.time_ms > upto_ms] if len(ready) < len(pending) else []
+    if aligned_ms < upto_ms:  # a silent stream let these through
+        state.counters.unaligned += sum(1 for p in ready if p.meta.time_ms > aligned_ms)
     if len(ready) > 1:
         # XIDs before samples of the same instant; then by producer order.
         ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
