@@ -3,7 +3,10 @@
 The live joiner calls the same `step` per node as records arrive; replay has the whole range at hand,
 so it orders each node's events by event time first (state-based events before samples of the same
 instant), steps them, and flushes what the core still buffers. The same events in any arrival order
-give the same outputs. Also here: which input events a replay of a range needs (`ReadPlan`, `select`).
+give the same outputs. Fed in event-time order, every input stream of a node is read through the event
+being stepped: replay declares each stream at its end, so with the core's input alignment on
+(`EngineConfig.align`) a sample waits for the lateness only, exactly as without it.
+Also here: which input events a replay of a range needs (`ReadPlan`, `select`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ from dataclasses import dataclass, field
 
 from periscope.bus import codec
 from periscope.bus import topics as t
-from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, flush, new_state, output_key, step
+from periscope.core.engine import (
+    DEFAULT_CONFIG,
+    EngineConfig,
+    NodeState,
+    flush,
+    mark_inputs,
+    new_state,
+    output_key,
+    step,
+)
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -167,6 +179,8 @@ def replay_nodes(
         events = groups.pop(node)
         started = time.perf_counter()
         state = new_state(node)
+        if cfg.engine.align:  # event-time order: each stream is read through the event being fed
+            mark_inputs(state, cfg.engine, at_end=dict.fromkeys(cfg.engine.align, True))
         kept: list[Output] = []
         pending = 0
         for ev in events:
