@@ -14,7 +14,7 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -90,7 +90,7 @@ class NodeState:
     alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
     node_event: NodeEvent | None = None
-    pending: list[Pending] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)  # sorted by pending_key
     watermark_ms: int = 0
     processed_ms: int = 0
     pruned_ms: int = 0
@@ -118,6 +118,26 @@ def new_state(node: str) -> NodeState:
 
 def _meta_key(ev: NodeInput) -> tuple[str, int, int]:
     return (ev.meta.source, ev.meta.epoch, ev.meta.seq)
+
+
+def pending_key(p: Pending) -> tuple[int, int, str, int, int]:
+    """Processing order: event time, XIDs before samples of the same instant, then producer order."""
+    m = p.meta
+    return (m.time_ms, 0 if isinstance(p, XidEvent) else 1, m.source, m.epoch, m.seq)
+
+
+def _buffer(state: NodeState, ev: Pending) -> None:
+    """Insert in processing order; the same record again (same key) is a duplicate. Records nearly
+    always come in order (an append), and a node that is behind can hold many (no scan)."""
+    pending, key = state.pending, pending_key(ev)
+    if not pending or key > pending_key(pending[-1]):
+        pending.append(ev)
+        return
+    i = bisect_left(pending, key, key=pending_key)
+    if i < len(pending) and pending_key(pending[i]) == key:
+        state.counters.duplicates += 1
+    else:
+        pending.insert(i, ev)
 
 
 def step(
@@ -154,10 +174,8 @@ def step(
                 state.counters.late_dropped += 1
         elif isinstance(event, XidEvent) and t <= state.processed_ms:
             out.extend(_process_xid(state, event, config))  # never drop an XID
-        elif any(_meta_key(p) == _meta_key(event) for p in state.pending):
-            state.counters.duplicates += 1
         else:
-            state.pending.append(event)
+            _buffer(state, event)
         _advance_watermark(state, t)
     out.extend(_release(state, config))
     return state, out
@@ -190,12 +208,12 @@ def waiting_for(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> tupl
     those first); empty when nothing waits for an input stream."""
     if not state.pending or not config.align:
         return ()
-    return holding(state.inputs, config.align, min(p.meta.time_ms for p in state.pending))
+    return holding(state.inputs, config.align, state.pending[0].meta.time_ms)
 
 
 def flush(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
     """Process everything still buffered (end of a replay, shutdown)."""
-    return _drain(state, max([p.meta.time_ms for p in state.pending], default=0), config)
+    return _drain(state, state.pending[-1].meta.time_ms if state.pending else 0, config)
 
 
 def _advance_watermark(state: NodeState, t_ms: int) -> None:
@@ -292,15 +310,12 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
 
 def _drain(state: NodeState, upto_ms: int, config: EngineConfig, aligned_ms: int = OPEN) -> list[Output]:
     pending = state.pending
-    ready = [p for p in pending if p.meta.time_ms <= upto_ms] if pending else pending
-    if not ready:
+    if not pending or pending[0].meta.time_ms > upto_ms:
         return []
-    state.pending = [p for p in pending if p.meta.time_ms > upto_ms] if len(ready) < len(pending) else []
+    n = bisect_right(pending, upto_ms, key=_time_of)
+    ready, state.pending = (pending[:n], pending[n:]) if n < len(pending) else (pending, [])
     if aligned_ms < upto_ms:  # a silent stream let these through
-        state.counters.unaligned += sum(1 for p in ready if p.meta.time_ms > aligned_ms)
-    if len(ready) > 1:
-        # XIDs before samples of the same instant; then by producer order.
-        ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
+        state.counters.unaligned += n - bisect_right(ready, aligned_ms, key=_time_of)
     out: list[Output] = []
     for ev in ready:
         if isinstance(ev, XidEvent):
@@ -310,6 +325,10 @@ def _drain(state: NodeState, upto_ms: int, config: EngineConfig, aligned_ms: int
         else:
             state.counters.late_dropped += 1
     return out
+
+
+def _time_of(p: Pending) -> int:
+    return p.meta.time_ms
 
 
 def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[Output]:

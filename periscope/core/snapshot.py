@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from periscope.core.devices import DeviceMap
-from periscope.core.engine import Counters, NodeState
+from periscope.core.engine import Counters, NodeState, pending_key
 from periscope.core.findings import FindingBook
 from periscope.core.model import (
     AllocationSnapshot,
@@ -154,7 +154,7 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         alloc_repeats={_alloc_key(k): _repeats(v) for k, v in node.get("alloc_repeats", [])},
         inventory=inventory,
         node_event=from_jsonable(NodeEvent | None, node["node_event"]),
-        pending=[_pending_from(p) for p in node["pending"]],
+        pending=sorted((_pending_from(p) for p in node["pending"]), key=pending_key),
         watermark_ms=node["watermark"],
         processed_ms=node["processed"],
         pruned_ms=node["pruned"],
