@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
 from periscope.replay.owners import owners_with_stats
+from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
     ProgressBar,
@@ -35,7 +36,6 @@ from periscope.replay.render import (
 )
 from periscope.replay.runner import (
     PendingTelemetry,
-    ReadPlan,
     ReplayConfig,
     ReplayInput,
     ReplayResult,
