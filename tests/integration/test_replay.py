@@ -159,6 +159,26 @@ def test_range_replay_matches_the_offline_replay_and_skips_a_bad_record(
     assert code == 0 and uid(3) in out and uid(1) not in out  # table output
 
 
+def test_workers_print_the_document_one_process_prints(
+        broker: str, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several nodes in the range (no --node): replayed side by side, the same bytes as in one process."""
+    base = BASE + 20_000 * S
+    nodes = [f"replay-par-{unique}-{k}" for k in "cab"]
+    for node in nodes:
+        asyncio.run(publish(broker, node, reuse_scenario(node, base)))
+    lo, hi = base + 10 * S, base + 110 * S
+    outs: dict[str, str] = {}
+    for workers in ("1", "2", "3"):
+        code, out, err = cli(capsys, "--bootstrap", broker, "--from", rfc3339(lo), "--to", rfc3339(hi),
+                             "--format", "json", "--quiet", "--workers", workers)
+        assert code == 0, err
+        outs[workers] = out
+    assert outs["2"] == outs["1"] and outs["3"] == outs["1"]
+    items = json.loads(outs["1"])["items"]
+    assert {i["node"] for i in items} >= set(nodes)
+    assert [i["at"] for i in items] == sorted(i["at"] for i in items)
+
+
 async def test_start_offsets_are_found_by_event_time_not_the_time_index(broker: str, unique: str) -> None:
     node = f"replay-seek-{unique}"
     base = BASE + 20_000 * S
