@@ -227,10 +227,10 @@ def replay_nodes(
     """Replay node by node, yielding each node's result in node-name order; with more than one worker,
     nodes run side by side in forked processes (periscope.replay.parallel) and what they yield is the
     same. `finish` runs on each node's result where the node was replayed, before it is handed back
-    (e.g. to render its outputs in the worker). Each node's events are taken out of `groups` once it
-    is done, so they can be freed; counters and (with keep_states) the final states go to `result`,
-    and to its `seconds` the time spent replaying (node by node in the core; with workers, the wall
-    time until the last node came back, `finish` included)."""
+    (e.g. to render its outputs in the worker). Each node's events are taken out of `groups` once it is
+    done (with workers, once all are), so they can be freed; counters and (with keep_states) the final
+    states go to `result`, and to its `seconds` the time spent replaying (node by node in the core;
+    with workers, the wall time until the last node came back, `finish` included)."""
     started = time.perf_counter()
     parallel = workers > 1 and len(groups) > 1 and can_fork()
 
@@ -242,7 +242,9 @@ def replay_nodes(
         return finish(res) if finish is not None else res
 
     for node, res in map_nodes(one, groups, workers if parallel else 1):
-        events = groups.pop(node)
+        # While workers run, their parent leaves the events alone: freeing them would write to memory
+        # the workers share with it, and so copy it. They go once every worker is done.
+        events = groups[node] if parallel else groups.pop(node)
         result.failed += len(res.errors)
         if on_error is not None:
             for i, e in res.errors:
@@ -261,6 +263,7 @@ def replay_nodes(
         else:
             result.seconds += res.seconds
         yield res
+    groups.clear()
 
 
 def _keep(outs: list[Output], cfg: ReplayConfig, kept: list[Output]) -> None:
