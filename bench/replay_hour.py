@@ -344,11 +344,13 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
                     "(no pod churn), protobuf bytes in memory to the JSON document, no broker",
         }
     # With workers, the replaying phase (the core and rendering JSON, in the workers) is one share.
-    shares = {"reading (start, fetch, decode)": read,
-              "the core" if render else "replaying (the core and rendering JSON, in the workers)": core,
-              "rendering JSON": render, "writing JSON": write}
-    if not render:
-        del shares["rendering JSON"]
+    one = cli["argv"][-2:] == ["--workers", "1"]
+    shares = {"reading (start, fetch, decode)": read}
+    if one:
+        shares |= {"the core": core, "rendering JSON": render}
+    else:
+        shares["replaying (the core and rendering JSON, in the workers)"] = core + render
+    shares["writing JSON"] = write
     top = max(shares, key=lambda k: shares[k])
     items, size = scan["items"], cli["output_bytes"]
     limit = (f"CPU: the command and its workers used {cli['cpu_s'] / wall:.0%} of a core over {wall:.0f} s; "
