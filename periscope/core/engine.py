@@ -172,9 +172,9 @@ def step(
                 state.counters.duplicates += 1
             else:
                 state.counters.late_dropped += 1
-        elif isinstance(event, XidEvent) and t <= state.processed_ms:
+        elif isinstance(event, XidEvent) and t <= state.processed_ms and not config.align:
             out.extend(_process_xid(state, event, config))  # never drop an XID
-        else:
+        else:  # (aligned, a late XID too waits until the node's inputs were read through its time)
             _buffer(state, event)
         _advance_watermark(state, t)
     out.extend(_release(state, config))

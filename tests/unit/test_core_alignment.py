@@ -230,3 +230,23 @@ def test_a_state_persisted_before_alignment_reads_every_stream_as_unread_since_i
     restored = from_parts(node_part, pod_parts)
     assert restored.inputs.opened_ms == state.watermark_ms
     assert {m.through_ms for m in restored.inputs.marks.values()} == {NEVER}
+
+
+def test_a_late_xid_waits_for_the_allocations_too() -> None:
+    """An XID older than the samples already joined (its stream was reported at its end, then the probe
+    sent it late) is not joined against allocations not yet read through its time."""
+    g = gpu(0)
+    state = new_state(NODE)
+    mark_inputs(state, ALIGNED, at_end=dict.fromkeys(ALL_STREAMS, True))
+    for ev in (pod(1, "a", 0), pod(2, "b", 0), alloc(S, pr("ml", "a", (g,))),
+               *(tel(t * S, dev(g, 1.0)) for t in range(2, 8))):
+        step(state, ev, ALIGNED)
+    assert state.processed_ms == 6 * S
+    mark_inputs(state, ALIGNED, at_end={Stream.ALLOCATIONS: False})  # a backlog of allocations appeared
+    _, outs = step(state, xid(4 * S, g), ALIGNED)
+    assert outs == [] and [p.meta.time_ms for p in state.pending] == [4 * S, 7 * S]
+    _, outs = step(state, alloc(3 * S, pr("ml", "b", (g,))), ALIGNED)
+    assert outs == []  # read through 3 s only
+    _, outs = step(state, alloc(5 * S, pr("ml", "b", (g,))), ALIGNED)
+    [f] = [o for o in outs if isinstance(o, Finding)]
+    assert [o.pod_uid for o in f.owners] == [uid(2)]  # b held the GPU from 3 s on
