@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
+from periscope.core import history
 from periscope.core.allocation import Holding, reconcile
 from periscope.core.attribution import attribute_sample
 from periscope.core.changes import ChangeConfig
@@ -83,9 +84,8 @@ Pending = NodeTelemetry | XidEvent
 class NodeState:
     node: str
     pods: PodRegistry = field(default_factory=PodRegistry)
-    # Allocation history as runs of equal content: `allocs` holds each run's first snapshot, sorted by
-    # event time, and `alloc_repeats` the (time, epoch, seq) of the run's later snapshots. Keeping the
-    # repeats' times is what lets a late snapshot of other content split a run exactly where it should.
+    # Allocation history as runs of equal content (periscope.core.history): each run's first snapshot,
+    # and the (time, epoch, seq) of its later ones.
     allocs: list[AllocationSnapshot] = field(default_factory=list)
     alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
@@ -233,39 +233,9 @@ def _release(state: NodeState, config: EngineConfig) -> list[Output]:
     return _drain(state, min(upto, bound), config, aligned)
 
 
-def _alloc_key(snap: AllocationSnapshot) -> AllocKey:
-    return (snap.meta.time_ms, snap.meta.epoch, snap.meta.seq)
-
-
 def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
-    """Insert into the run-length history so that any arrival order gives the same runs."""
-    key = _alloc_key(snap)
-    keys = [_alloc_key(s) for s in state.allocs]
-    i = bisect_right(keys, key)  # state.allocs[:i] start at or before the new snapshot
-    run = state.alloc_repeats.get(keys[i - 1]) if i else None
-    if (i and keys[i - 1] == key) or (run is not None and key in run):
+    if not history.add(state.allocs, state.alloc_repeats, snap, lambda s: share(s, _pool(state))):
         state.counters.duplicates += 1
-        return
-    prev = state.allocs[i - 1] if i else None
-    if prev is not None and _same_content(prev, snap):
-        state.alloc_repeats.setdefault(keys[i - 1], Repeats()).add(key)
-        return
-    if prev is not None and run is not None:
-        # New content inside prev's run: the run's members after it resume prev's content after it.
-        after = run.split_after(key)
-        if after:
-            if not run:
-                del state.alloc_repeats[keys[i - 1]]
-            t, epoch, seq = after[0]
-            state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
-            if after[1:]:
-                state.alloc_repeats[after[0]] = Repeats(after[1:])
-    snap = share(snap, _pool(state))
-    state.allocs.insert(i, snap)
-    if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
-        # The next run has the new snapshot's content: it is now part of the new snapshot's run.
-        nxt = _alloc_key(state.allocs.pop(i + 1))
-        state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
 
 
 def _pool(state: NodeState) -> Pool:
@@ -279,18 +249,8 @@ def _pool(state: NodeState) -> Pool:
     return pool
 
 
-def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
-    return a.entries == b.entries and a.allocatable == b.allocatable and a.health == b.health
-
-
 def snapshot_at(state: NodeState, t_ms: int) -> AllocationSnapshot | None:
-    best: AllocationSnapshot | None = None
-    for s in state.allocs:
-        if s.meta.time_ms <= t_ms:
-            best = s
-        else:
-            break
-    return best
+    return history.at(state.allocs, t_ms)
 
 
 def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
@@ -375,14 +335,7 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
         del state.rows[key]
     for uid in gone:
         state.emitted.pop("pod/" + uid, None)
-    cutoff = t_ms - config.history_ms
-    keep_from = 0
-    for i, s in enumerate(state.allocs):
-        if s.meta.time_ms <= cutoff:
-            keep_from = i  # keep the last snapshot before the cutoff: it is "as of" the cutoff
-    for s in state.allocs[:keep_from]:
-        state.alloc_repeats.pop(_alloc_key(s), None)
-    del state.allocs[:keep_from]
+    history.prune(state.allocs, state.alloc_repeats, t_ms - config.history_ms)
 
 
 def current_view(state: NodeState) -> list[Output]:
