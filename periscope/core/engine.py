@@ -194,12 +194,10 @@ def mark_inputs(state: NodeState, config: EngineConfig = DEFAULT_CONFIG, *,
     records not yet stepped (False); a stream was read through an event time (never moves back). Say
     everything known at once (e.g. every stream after a restart or a rebalance). Returns the outputs of
     the samples and XIDs this releases (with alignment on)."""
-    marks = state.inputs.marks
     for stream, end in (at_end or {}).items():
-        marks[stream].at_end = end
+        state.inputs.mark(stream, at_end=end)
     for stream, t in (through_ms or {}).items():
-        if t > marks[stream].through_ms:
-            marks[stream].through_ms = t
+        state.inputs.mark(stream, through_ms=t)
     return _release(state, config)
 
 

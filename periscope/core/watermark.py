@@ -24,6 +24,7 @@ every stream is read through the record being stepped: it declares every stream 
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -57,35 +58,55 @@ class Stream(StrEnum):
 ALL_STREAMS: frozenset[Stream] = frozenset(Stream)
 OWNER_STREAMS: frozenset[Stream] = frozenset({Stream.ALLOCATIONS, Stream.PODS})
 
+_ORDER: tuple[Stream, ...] = tuple(Stream)
+_INDEX: dict[Stream, int] = {s: i for i, s in enumerate(_ORDER)}
 _STREAM_OF: dict[type, Stream] = {
     AllocationSnapshot: Stream.ALLOCATIONS, NodeTelemetry: Stream.TELEMETRY, XidEvent: Stream.XID,
     DeviceInventory: Stream.INVENTORY, PodEvent: Stream.PODS, NodeEvent: Stream.NODES,
 }
+_INDEX_OF: dict[type, int] = {t: _INDEX[s] for t, s in _STREAM_OF.items()}
 
 
 def stream_of(ev: NodeInput) -> Stream:
     return _STREAM_OF[type(ev)]
 
 
-@dataclass(slots=True)
-class Mark:
-    through_ms: int = NEVER  # newest event time read on the stream for this node (or the host's word)
-    at_end: bool = False  # the host: its partition holds nothing more for now (not persisted)
-    stalled: bool = False  # silent past max_hold_ms: not holding (counted once per stall)
+def _never() -> array[int]:
+    return array("q", [NEVER] * len(_ORDER))
 
 
 @dataclass(slots=True)
 class Inputs:
-    """Where each of a node's input streams stands."""
+    """Where each of a node's input streams stands. Packed (a worker holds one per node): the newest
+    event time read per stream, and a bit per stream for each flag."""
 
-    marks: dict[Stream, Mark] = field(default_factory=lambda: {s: Mark() for s in Stream})
+    through: array[int] = field(default_factory=_never)  # per stream, in Stream order: newest time read
+    at_end: int = 0  # bit per stream: the host says its partition holds nothing more (not persisted)
+    stalled: int = 0  # bit per stream: silent past max_hold_ms, not holding (counted once per stall)
     opened_ms: int = 0  # the node's first watermark: a stream never read is silent since then
 
     def read(self, ev: NodeInput) -> None:
         """A record of the stream was stepped."""
-        mark = self.marks[_STREAM_OF[type(ev)]]
-        if ev.meta.time_ms > mark.through_ms:
-            mark.through_ms = ev.meta.time_ms
+        i = _INDEX_OF[type(ev)]
+        if ev.meta.time_ms > self.through[i]:
+            self.through[i] = ev.meta.time_ms
+
+    def through_ms(self, stream: Stream) -> int:
+        return self.through[_INDEX[stream]]
+
+    def is_at_end(self, stream: Stream) -> bool:
+        return bool(self.at_end >> _INDEX[stream] & 1)
+
+    def is_stalled(self, stream: Stream) -> bool:
+        return bool(self.stalled >> _INDEX[stream] & 1)
+
+    def mark(self, stream: Stream, *, at_end: bool | None = None, through_ms: int | None = None) -> None:
+        """The host's word (periscope.core.engine.mark_inputs); a stream's time never moves back."""
+        bit = 1 << _INDEX[stream]
+        if at_end is not None:
+            self.at_end = self.at_end | bit if at_end else self.at_end & ~bit
+        if through_ms is not None and through_ms > self.through[_INDEX[stream]]:
+            self.through[_INDEX[stream]] = through_ms
 
 
 def gate(inputs: Inputs, align: frozenset[Stream], watermark_ms: int, max_hold_ms: int
@@ -96,19 +117,21 @@ def gate(inputs: Inputs, align: frozenset[Stream], watermark_ms: int, max_hold_m
     bound = aligned = OPEN
     stalls = 0
     for s in align:
-        mark = inputs.marks[s]
-        if mark.at_end:
-            mark.stalled = False
+        i = _INDEX[s]
+        bit = 1 << i
+        if inputs.at_end & bit:
+            inputs.stalled &= ~bit
             continue
-        # Records of the stream at exactly through_ms may still come: only older ones are covered.
-        through = mark.through_ms - 1
+        newest = inputs.through[i]
+        through = newest - 1  # records at exactly the newest time may still come: only older are covered
         if through < aligned:
             aligned = through
-        if watermark_ms - max(mark.through_ms, inputs.opened_ms) > max_hold_ms:
-            stalls += not mark.stalled
-            mark.stalled = True
+        if watermark_ms - max(newest, inputs.opened_ms) > max_hold_ms:
+            if not inputs.stalled & bit:
+                inputs.stalled |= bit
+                stalls += 1
             continue
-        mark.stalled = False
+        inputs.stalled &= ~bit
         if through < bound:
             bound = through
     return bound, aligned, stalls
@@ -116,15 +139,16 @@ def gate(inputs: Inputs, align: frozenset[Stream], watermark_ms: int, max_hold_m
 
 def holding(inputs: Inputs, align: frozenset[Stream], t_ms: int) -> tuple[Stream, ...]:
     """The streams that keep an event at t waiting (in Stream order), as of the last `gate`."""
-    return tuple(s for s in Stream if s in align and not inputs.marks[s].at_end
-                 and not inputs.marks[s].stalled and inputs.marks[s].through_ms <= t_ms)
+    free = inputs.at_end | inputs.stalled
+    return tuple(s for i, s in enumerate(_ORDER)
+                 if s in align and not free >> i & 1 and inputs.through[i] <= t_ms)
 
 
 def to_record(inputs: Inputs) -> dict[str, object]:
     """The persisted form: where each stream was read to, and stalls (so none is counted twice)."""
-    return {"opened": inputs.opened_ms,
-            "marks": {s.value: [m.through_ms, m.stalled] for s, m in inputs.marks.items()
-                      if m.through_ms != NEVER or m.stalled}}
+    marks = {s.value: [inputs.through[i], bool(inputs.stalled >> i & 1)] for i, s in enumerate(_ORDER)
+             if inputs.through[i] != NEVER or inputs.stalled >> i & 1}
+    return {"opened": inputs.opened_ms, "marks": marks}
 
 
 def from_record(rec: dict[str, object] | None, watermark_ms: int) -> Inputs:
@@ -138,5 +162,7 @@ def from_record(rec: dict[str, object] | None, watermark_ms: int) -> Inputs:
     inputs.opened_ms = opened if isinstance(opened, int) else watermark_ms
     marks = rec.get("marks", {})
     for name, (through, stalled) in (marks.items() if isinstance(marks, dict) else ()):
-        inputs.marks[Stream(name)] = Mark(int(through), False, bool(stalled))
+        i = _INDEX[Stream(name)]
+        inputs.through[i] = int(through)
+        inputs.stalled |= bool(stalled) << i
     return inputs

@@ -160,7 +160,7 @@ def test_a_silent_stream_stops_holding_after_the_limit_and_says_so() -> None:
     assert joined
     # It speaks again: the stall is over, and it holds again (the 45 s sample waits for it).
     step(state, alloc(40 * S, pr("ml", "a", (g,))), cfg)
-    assert not state.inputs.marks[Stream.ALLOCATIONS].stalled
+    assert not state.inputs.is_stalled(Stream.ALLOCATIONS)
     step(state, tel(45 * S, dev(g, 50.0)), cfg)
     assert state.processed_ms == 39 * S and state.counters.unaligned == 37
     assert [p.meta.time_ms for p in state.pending] == [45 * S]
@@ -210,14 +210,14 @@ def test_where_the_streams_were_read_to_survives_a_restart_but_the_hosts_word_do
         step(state, ev, cfg)
     for t in range(2, 20):
         step(state, tel(t * S, dev(g, 1.0)), cfg)
-    assert state.inputs.marks[Stream.XID].stalled and state.counters.input_stalls == 2  # xid, allocations
+    assert state.inputs.is_stalled(Stream.XID) and state.counters.input_stalls == 2  # xid, allocations
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     assert restored.inputs.opened_ms == state.inputs.opened_ms
     for s in Stream:
-        was, now = state.inputs.marks[s], restored.inputs.marks[s]
-        assert (now.through_ms, now.stalled) == (was.through_ms, was.stalled)
-        assert not now.at_end  # after a restart the host says again where its partitions stand
+        was, now = state.inputs, restored.inputs
+        assert (now.through_ms(s), now.is_stalled(s)) == (was.through_ms(s), was.is_stalled(s))
+        assert not now.is_at_end(s)  # after a restart the host says again where its partitions stand
     mark_inputs(restored, cfg, at_end=dict.fromkeys((Stream.PODS, Stream.INVENTORY, Stream.NODES), True))
     step(restored, tel(20 * S, dev(g, 1.0)), cfg)
     assert restored.counters.input_stalls == 2  # the stalls already counted are not counted again
@@ -229,7 +229,7 @@ def test_a_state_persisted_before_alignment_reads_every_stream_as_unread_since_i
     del node_part["inputs"]
     restored = from_parts(node_part, pod_parts)
     assert restored.inputs.opened_ms == state.watermark_ms
-    assert {m.through_ms for m in restored.inputs.marks.values()} == {NEVER}
+    assert {restored.inputs.through_ms(s) for s in Stream} == {NEVER}
 
 
 def test_a_late_xid_waits_for_the_allocations_too() -> None:
