@@ -13,7 +13,10 @@ ORDER = (
     "api_p50_ms", "api_p99_ms", "api_p99_ms_nodelay", "api_p50_ms_at_10k_rows", "api_p99_ms_at_10k_rows",
     "api_auth_p99_ratio", "api_auth_p99_ms", "api_auth_off_p99_ms",
     "replay_device_samples_per_s", "replay_core_only_device_samples_per_s",
-    "replay_steady_device_samples_per_s",
+    "replay_steady_device_samples_per_s", "replay_parallel_device_samples_per_s",
+    "replay_one_process_device_samples_per_s", "replay_parallel_vs_one_process_ratio",
+    "replay_hour_device_samples_per_s", "replay_hour_one_process_device_samples_per_s",
+    "replay_hour_parallel_vs_one_process_ratio",
     "probe_cpu_ms_per_tick", "probe_sample_cpu_ms_per_tick",
     "joiner_bytes_per_row", "joiner_rss_bytes_per_row", "api_bytes_per_row",
 )

@@ -104,6 +104,7 @@ class Bench:
 
         p = self.plan
         self.add(replay.run(p.replay_nodes, p.replay_ticks, p.repeats))
+        self.add(replay.parallel(p.replay_nodes, p.replay_ticks, p.repeats))
         self.add(list(replay.steady_state(p.steady_nodes, p.steady_min, p.steady_measure_min)))
 
     def replay_hour(self) -> None:
@@ -113,7 +114,8 @@ class Bench:
         p = self.plan
         spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000)
         figures, details = replay_hour.run(spec, self.tmp / "replay-hour",
-                                           baseline=self.figures.get("replay_device_samples_per_s"))
+                                           baseline=self.figures.get("replay_parallel_device_samples_per_s"),
+                                           repeats=p.repeats)
         self.add(figures)
         self.details["replay_hour"] = _round_tree(details)
 
