@@ -230,6 +230,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     watch = ProgressWatch(app, joiner, max(STALL_MIN_S, 4 * session), on_stall or crash,
                           ask_ends=kafka.profile.end_offsets_exact)
     joiner.on_first_offset = watch.first_offset
+    joiner.end_of, joiner.start_of = watch.end_of, watch.start_of
     ticks = 0
 
     async def tick() -> None:

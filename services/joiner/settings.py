@@ -6,7 +6,7 @@ attribution knobs (windows, idle detection, lateness, heartbeat) become the pure
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,6 +14,7 @@ from periscope.config import ServiceSettings, seconds
 from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
+from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
 
 
 def _ms(seconds: float) -> int:
@@ -27,6 +28,12 @@ class JoinerSettings(ServiceSettings):
     idle_window: float = 600.0  # a row is idle when its average utilization over this span ...
     idle_threshold: float = Field(default=5.0, ge=0.0, le=100.0)  # ... stays below this percentage
     lateness: float = 1.0  # how far behind a node's newest probe event a sample may arrive
+    # Event-time alignment across a node's input topics (periscope/core/watermark.py): a sample or an
+    # XID is joined only once the node's other inputs were read through its time or are at their end.
+    # `all` joins in event-time order whatever the delivery (live outputs equal replay's); `owners` waits
+    # for allocations and pods only; `off` joins on arrival (a lagging worker names wrong owners).
+    align: Literal["all", "owners", "off"] = "all"
+    max_hold: float = 600.0  # an input stream silent this long (event time) stops holding the others
     # An unchanged pod attribution or GPU state is published again after this much event time (changes
     # beyond the core's thresholds, ownership and closed windows are published at once).
     heartbeat: float = Field(default=5.0, ge=0.0)
@@ -44,13 +51,13 @@ class JoinerSettings(ServiceSettings):
 
     @field_validator(
         "window", "window_keep", "idle_window", "lateness", "heartbeat", "state_persist_interval",
-        "session_timeout", "stale_after", mode="before",
+        "session_timeout", "stale_after", "max_hold", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return seconds(value)
 
-    @field_validator("window", "window_keep", "idle_window", "state_persist_interval")
+    @field_validator("window", "window_keep", "idle_window", "state_persist_interval", "max_hold")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
@@ -97,4 +104,6 @@ class JoinerSettings(ServiceSettings):
             ),
             lateness_ms=_ms(self.lateness),
             changes=ChangeConfig(heartbeat_ms=_ms(self.heartbeat)),
+            align={"all": ALL_STREAMS, "owners": OWNER_STREAMS, "off": frozenset()}[self.align],
+            max_hold_ms=_ms(self.max_hold),
         )
