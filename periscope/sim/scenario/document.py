@@ -40,7 +40,8 @@ from periscope.sim.scenario.specs import (
 
 # ---------------------------------------------------------------- vocabularies
 
-Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
+Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart",
+                "joiner-stop"]
 Strategy = Literal["none", "time-slicing", "mps"]
 Checkpoint = Literal["v2", "v1", "none"]
 Qos = Literal["guaranteed", "burstable", "besteffort"]
@@ -52,7 +53,8 @@ Component = Literal[
     "cdi", "kataManager", "ccManager",
 ]
 NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
-FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
+# joiner-stop: the joiner is down for `duration` (its consumer group falls behind), then starts again.
+FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000, "joiner-stop": 60_000}
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 

@@ -197,8 +197,9 @@ class Stack:
     def supervise(self) -> None:
         """Until Ctrl-C (or the scenario's end with --exit-at-end): run faults, restart crashed children."""
         assert self.start_ms is not None
-        restarts = ("probe-restart", "joiner-restart", "watcher-restart")
+        restarts = ("probe-restart", "joiner-restart", "watcher-restart", "joiner-stop")
         pending = sorted((f for f in self.scenario.faults if f.fault in restarts), key=lambda f: f.at_ms)
+        down: dict[str, int] = {}  # a stopped child -> when (event time) it starts again
         end = self.start_ms + self.scenario.duration_ms
         while True:
             lost = self.broker.lost() if self.broker is not None else None
@@ -207,12 +208,21 @@ class Stack:
             now = self.clock.now_ms()
             while pending and self.start_ms + pending[0].at_ms <= now:
                 f = pending.pop(0)
-                name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
+                name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.split("-")[0]
                 child, old = self.children[name], self.children[name].pid
                 child.stop()
-                child.start()
                 at = format_duration_ms(f.at_ms)
+                if f.fault == "joiner-stop":
+                    down[name] = self.start_ms + f.at_ms + f.duration_ms
+                    self.emit(f"[up] fault at {at}: stopped {name} for {format_duration_ms(f.duration_ms)}")
+                    continue
+                child.start()
                 self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
+            for name, until in list(down.items()):
+                if now >= until:
+                    del down[name]
+                    self.children[name].start()
+                    self.emit(f"[up] {name} started again (pid {self.children[name].pid})")
             for name, child in self.children.items():
                 rc = child.exited()
                 if rc is not None and not child.expected_exit:
