@@ -17,9 +17,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.api import queries, schemas, webview
+from services.api import apidocs, queries, schemas, webview
 from services.api.auth import Gate, caller
 from services.api.findings_series import FindingsCollector
+from services.api.headers import SecurityHeaders
 from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
@@ -70,7 +71,13 @@ def create_app(
         version="1",
         lifespan=lifespan,
         dependencies=[Depends(caller)],  # closed by default: a new route is checked too
+        # FastAPI's pages load scripts from a CDN: /docs is served by services.api.apidocs instead,
+        # and there is no /redoc or OAuth2 redirect page (no OAuth2 flow here).
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
+    app.add_middleware(SecurityHeaders)
     app.state.view = view
     app.state.status = status
     app.state.gate = gate
@@ -82,7 +89,7 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status, exc.message)
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
@@ -90,6 +97,7 @@ def create_app(
 
     app.include_router(queries.router(view), responses=AUTH_RESPONSES)
     app.include_router(webview.router())
+    app.include_router(apidocs.router())
     for r in extra_routers:
         app.include_router(r, responses=AUTH_RESPONSES)
 

@@ -26,9 +26,7 @@ from services.api.access import EVERYTHING, Scope, decide
 from services.api.reviews import Identity, ReviewUnavailable, get_url, list_pods
 
 # "/" is the web view: a static page that asks for a token itself before it reads anything.
-OPEN_PATHS = frozenset(
-    {"/", "/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
-)
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/openapi.json", "/docs", "/docs/assets/{name}"})
 CLUSTER_PATHS = frozenset({"/v1/policy", "/metrics"})
 _PARALLEL = 8  # SubjectAccessReviews in flight per scope review
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label

@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI
 from services.api.app import create_app
 from services.api.auth import Gate
 from services.api.consumer import ViewConsumer
+from services.api.owners import OwnerQueries, kafka_lookup
 from services.api.owners import router as owners_router
 from services.api.reviews import KubeReviews, kube_configuration
 from services.api.settings import ApiSettings
@@ -71,11 +72,11 @@ class ApiServer:
         if settings.api_auth == "kubernetes":
             self.reviews = KubeReviews(kube_configuration(settings.kubeconfig))
             gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size)
+        self.owner_queries = OwnerQueries(kafka_lookup(settings.kafka()), settings.owners_limits())
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
-            extra_routers=[*extra_routers,
-                           owners_router(settings.kafka())],
+            extra_routers=[*extra_routers, owners_router(self.owner_queries)],
             lifespan=self._lifespan,
             gate=gate,
         )

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from periscope.config import ServiceSettings, seconds
 from periscope.core.duration import parse_duration_ms
+from services.api.owners import OwnersLimits
 
 
 class ApiSettings(ServiceSettings):
@@ -43,15 +44,29 @@ class ApiSettings(ServiceSettings):
     api_auth_cache_ttl: str = "30s"  # how long a review's answer is kept (a rejected token: at most 5s)
     api_auth_cache_size: int = Field(default=10_000, ge=1)
     kubeconfig: str = ""
+    # GET /v1/owners replays the input topics per query: this many run at once, this many more wait
+    # (beyond: 429 with Retry-After), none waits and runs longer than the timeout (503), and an
+    # identical query within the cache TTL gets the same answer without a replay.
+    api_owners_concurrency: int = Field(default=2, ge=1, le=64)
+    api_owners_queue: int = Field(default=8, ge=0, le=10_000)
+    api_owners_timeout: str = "30s"
+    api_owners_cache_ttl: str = "10s"
     # HTTPS when both are set (PEM files).
     api_tls_certfile: str = ""
     api_tls_keyfile: str = ""
 
-    @field_validator("api_retention", "api_window_retention", "api_auth_cache_ttl")
+    @field_validator("api_retention", "api_window_retention", "api_auth_cache_ttl", "api_owners_timeout")
     @classmethod
     def _duration(cls, v: str) -> str:
         if parse_duration_ms(v) <= 0:
             raise ValueError("must be longer than 0s")
+        return v
+
+    @field_validator("api_owners_cache_ttl")
+    @classmethod
+    def _zero_or_more(cls, v: str) -> str:
+        if v.strip() not in ("0", "0s") and parse_duration_ms(v) <= 0:
+            raise ValueError("must be 0 (no cache) or a positive duration")
         return v
 
     @model_validator(mode="after")
@@ -67,6 +82,15 @@ class ApiSettings(ServiceSettings):
     @property
     def auth_ttl_s(self) -> float:
         return parse_duration_ms(self.api_auth_cache_ttl) / 1000
+
+    def owners_limits(self) -> OwnersLimits:
+        ttl = self.api_owners_cache_ttl.strip()
+        return OwnersLimits(
+            concurrency=self.api_owners_concurrency,
+            queue=self.api_owners_queue,
+            timeout_s=parse_duration_ms(self.api_owners_timeout) / 1000,
+            cache_ttl_s=0.0 if ttl in ("0", "0s") else parse_duration_ms(ttl) / 1000,
+        )
 
     @property
     def retention_ms(self) -> int:
