@@ -33,6 +33,8 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 # Documented on every guarded route, so /docs (and a schema check) knows what access control answers.
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": schemas.Error, "description": "no bearer token, or one the apiserver rejects"},
+    429: {"model": schemas.Error, "description": "too many rejected tokens from this client, or too many "
+          "access reviews for this user: try again after Retry-After seconds"},
     503: {"model": schemas.Error, "description": "access cannot be checked (apiserver unreachable)"},
 }
 CLUSTER_RESPONSES: dict[int | str, dict[str, Any]] = {

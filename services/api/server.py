@@ -71,7 +71,9 @@ class ApiServer:
         gate = None
         if settings.api_auth == "kubernetes":
             self.reviews = KubeReviews(kube_configuration(settings.kubeconfig))
-            gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size)
+            gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size,
+                        review_budget=settings.api_auth_review_budget,
+                        failure_budget=settings.api_auth_failure_budget)
         self.owner_queries = OwnerQueries(kafka_lookup(settings.kafka()), settings.owners_limits())
         self.app = create_app(
             self.view,

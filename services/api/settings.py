@@ -43,6 +43,10 @@ class ApiSettings(ServiceSettings):
     api_auth: Literal["none", "kubernetes"] = "none"
     api_auth_cache_ttl: str = "30s"  # how long a review's answer is kept (a rejected token: at most 5s)
     api_auth_cache_size: int = Field(default=10_000, ge=1)
+    # Load the apiserver can get from callers: SubjectAccessReviews per user per cache TTL, and rejected
+    # bearer tokens per client address per minute (beyond either: 429 with Retry-After).
+    api_auth_review_budget: int = Field(default=1_000, ge=1)
+    api_auth_failure_budget: int = Field(default=20, ge=1)
     kubeconfig: str = ""
     # GET /v1/owners replays the input topics per query: this many run at once, this many more wait
     # (beyond: 429 with Retry-After), none waits and runs longer than the timeout (503), and an
