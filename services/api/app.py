@@ -162,6 +162,11 @@ def create_app(
             "pending_partitions": len(status.pending),
             "data_age_s": round(status.data_age_s(), 3),
             "stale": status.is_stale(),
+            # Records not believed (services.api.evidence): they do not make the view unready, but
+            # someone wrote them, so they are said here and counted on /metrics.
+            "refused": status.refused,
+            "held_for_inventory": status.held,
+            "last_refusal": status.last_refusal or None,
         }
         return JSONResponse(body, status_code=200 if serving else 503)
 

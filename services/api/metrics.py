@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from periscope.core.model import AttributionRow, PodAttribution
 from periscope.wirejson import num
+from services.api.evidence import REASONS
 from services.api.status import ConsumerStatus
 from services.api.view import XID_KIND, RowKey, View
 
@@ -213,10 +214,20 @@ class ViewCollector(Collector):
         evicted.add_metric([], s.evicted)
         dead = CounterMetricFamily("periscope_api_dead_letters", "Records that could not be decoded/applied")
         dead.add_metric([], s.dead_letters)
+        refused = CounterMetricFamily(
+            "periscope_api_records_refused",
+            "Records not believed when they arrived: event time too far ahead of the clock (future), or "
+            "a GPU no probe's inventory reported (unknown-gpu; held until one does)",
+            labels=["reason"],
+        )
+        for reason in REASONS:
+            refused.add_metric([reason], s.refused.get(reason, 0))
+        held = _g("periscope_api_records_held", "Records waiting for an inventory that names their GPU", [])
+        held.add_metric([], s.held)
         lag = _g("periscope_api_consumer_lag", "Records behind the end of the topic", ["topic"])
         per_topic: Counter[str] = Counter()
         for (topic, _), n in s.lag.items():
             per_topic[topic] += n
         for topic, n in sorted(per_topic.items()):
             lag.add_metric([topic], n)
-        yield from (consumed, applied, stale, evicted, dead, lag)
+        yield from (consumed, applied, stale, evicted, dead, refused, held, lag)

@@ -6,8 +6,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from periscope.clock import clock_from_setting
 from periscope.config import ServiceSettings, seconds
 from periscope.core.duration import parse_duration_ms
+from services.api.evidence import Evidence
 from services.api.owners import OwnersLimits
 
 
@@ -26,6 +28,12 @@ class ApiSettings(ServiceSettings):
     # /readyz turns 503 when no new attribution reached the view for longer than this (or the broker
     # is unreachable): a stale view is not ready, even though it keeps answering.
     api_stale_after: float = 30.0
+    # Records the API refuses (services.api.evidence): an event time further ahead of its clock than
+    # this, and GPU states or findings naming a GPU no probe's inventory reported (unless turned off).
+    api_future_skew: str = "10m"
+    api_require_inventory: bool = True
+    # Event-time clock: "wall", or "sim:<origin_ms>:<speed>" under `periscope up` (a faster simulation).
+    clock: str = "wall"
 
     @field_validator("api_stale_after", mode="before")
     @classmethod
@@ -59,7 +67,14 @@ class ApiSettings(ServiceSettings):
     api_tls_certfile: str = ""
     api_tls_keyfile: str = ""
 
-    @field_validator("api_retention", "api_window_retention", "api_auth_cache_ttl", "api_owners_timeout")
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, v: str) -> str:
+        clock_from_setting(v)
+        return v
+
+    @field_validator("api_retention", "api_window_retention", "api_auth_cache_ttl", "api_owners_timeout",
+                     "api_future_skew")
     @classmethod
     def _duration(cls, v: str) -> str:
         if parse_duration_ms(v) <= 0:
@@ -86,6 +101,11 @@ class ApiSettings(ServiceSettings):
     @property
     def auth_ttl_s(self) -> float:
         return parse_duration_ms(self.api_auth_cache_ttl) / 1000
+
+    def evidence(self) -> Evidence:
+        clock = clock_from_setting(self.clock)
+        return Evidence(clock.now_ms, parse_duration_ms(self.api_future_skew),
+                        require_inventory=self.api_require_inventory)
 
     def owners_limits(self) -> OwnersLimits:
         ttl = self.api_owners_cache_ttl.strip()
