@@ -11,10 +11,14 @@ identical queries share one replay while it runs and its answer for `cache_ttl_s
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import multiprocessing
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +34,7 @@ from services.api.auth import caller, widen
 from services.api.params import instant_ms
 from services.api.queries import ApiError, only
 
+log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # (at_ms, gpu_uuid, node) -> the `periscope replay --at` document
 Lookup = Callable[[int, str | None, str | None], Awaitable[Json]]
@@ -121,13 +126,22 @@ class OwnerQueries:
 
     async def _run(self, key: tuple[Any, ...]) -> Json:
         deadline = self.clock() + self.limits.timeout_s
-        async with self._slots:
-            left = deadline - self.clock()
-            if left <= 0:  # every waiter has given up by now: do not start a replay nobody reads
-                raise TimeoutError
-            started = self.clock()
-            out = await asyncio.wait_for(self.lookup(*key), left)
-            self._mean_s = 0.8 * self._mean_s + 0.2 * (self.clock() - started)
+        await self._slots.acquire()
+        left = deadline - self.clock()
+        if left <= 0:  # every waiter has given up by now: do not start a replay nobody reads
+            self._slots.release()
+            raise TimeoutError
+        started = self.clock()
+        replay = asyncio.ensure_future(self.lookup(*key))
+        # The slot is free only once the replay is really over, even when its waiters gave up first:
+        # a replay in a worker process cannot be interrupted, and must not make room for another.
+        replay.add_done_callback(lambda _: self._slots.release())
+        try:
+            out = await asyncio.wait_for(asyncio.shield(replay), left)
+        finally:
+            if not replay.done():
+                replay.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._mean_s = 0.8 * self._mean_s + 0.2 * (self.clock() - started)
         if self.limits.cache_ttl_s > 0:
             self._cache[key] = (self.clock() + self.limits.cache_ttl_s, out)
             self._cache.move_to_end(key)
@@ -136,11 +150,39 @@ class OwnerQueries:
         return out
 
 
-def kafka_lookup(kafka: Kafka) -> Lookup:
-    async def lookup(at_ms: int, gpu_uuid: str | None, node: str | None) -> Json:
-        return await owners_at(kafka, at_ms, gpu_uuid=gpu_uuid, node=node)
+def _replay(kafka: Kafka, at_ms: int, gpu_uuid: str | None, node: str | None) -> Json:
+    return asyncio.run(owners_at(kafka, at_ms, gpu_uuid=gpu_uuid, node=node))
 
-    return lookup
+
+class ProcessLookup:
+    """Replays in worker processes. A replay is CPU work (decoding the inputs, the core) of up to
+    seconds: on the API's event loop it would hold every other request that long."""
+
+    def __init__(self, kafka: Kafka, workers: int) -> None:
+        self.kafka, self.workers = kafka, workers
+        self._pool: ProcessPoolExecutor | None = None
+        self._threads = False  # worker processes cannot be had here: replay on threads instead
+
+    async def __call__(self, at_ms: int, gpu_uuid: str | None, node: str | None) -> Json:
+        args = (self.kafka, at_ms, gpu_uuid, node)
+        if not self._threads:
+            try:
+                if self._pool is None:  # started on first use: most replicas never replay
+                    self._pool = ProcessPoolExecutor(self.workers,
+                                                     mp_context=multiprocessing.get_context("spawn"))
+                return await asyncio.get_running_loop().run_in_executor(self._pool, _replay, *args)
+            except (AssertionError, OSError, BrokenProcessPool) as e:  # e.g. a daemonic parent process
+                log.warning("/v1/owners: no worker processes (%s: %s); replaying on threads",
+                            type(e).__name__, e)
+                self.close()
+                self._threads = True
+        # Its own event loop on a thread: the API's loop still gets its turns between the replay's.
+        return await asyncio.to_thread(_replay, *args)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
 
 def router(queries: OwnerQueries) -> APIRouter:
