@@ -210,6 +210,8 @@ class ViewConsumer:
                 pos = max(pos, await consumer.position(tp))
             if pos >= self.status.pending[key]:
                 del self.status.pending[key]
+        if self._targets is not None and not any(k[0] == t.INVENTORY.name for k in self.status.pending):
+            self.evidence.caught_up()
         self._check_ready()
         now = time.monotonic()
         if now - self._lag_at < _LAG_EVERY_S:

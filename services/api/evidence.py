@@ -64,6 +64,18 @@ class Evidence:
     held: OrderedDict[tuple[str, str], Any] = field(default_factory=OrderedDict)
     refused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
     last_refusal: str = ""
+    # Until the inventory's history is read (at start), a GPU not yet reported is only not yet read:
+    # such records are held without being counted; those still held then are counted at once.
+    inventory_read: bool = False
+
+    def caught_up(self) -> None:
+        """The inventory topic has been read up to where it ended at start."""
+        if not self.inventory_read:
+            self.inventory_read = True
+            if self.held:
+                self.refused[UNKNOWN_GPU] += len(self.held)
+                self.last_refusal = f"{_gpu_of(next(reversed(self.held.values())))} was never reported by " \
+                                    "a probe's inventory"
 
     def learn(self, inventory: DeviceInventory) -> list[Any]:
         """Take the GPUs an inventory reports; returns the held records it makes believable."""
@@ -82,7 +94,8 @@ class Evidence:
         gpu = _gpu_of(obj)
         if not self.require_inventory or not gpu or gpu in self.known:
             return True
-        self._refuse(UNKNOWN_GPU, f"{gpu} was never reported by a probe's inventory")
+        if self.inventory_read:
+            self._refuse(UNKNOWN_GPU, f"{gpu} was never reported by a probe's inventory")
         key = _key(obj)
         held = self.held.pop(key, None)
         newer = held is None or (event_time_ms(held) or 0) <= (event_time_ms(obj) or 0)

@@ -56,6 +56,7 @@ MIG_REAL = "MIG-aaaaaaaa-0000-4000-8000-00000000000a"
 
 def evidence() -> Evidence:
     ev = Evidence(lambda: NOW, 10 * MIN)
+    ev.caught_up()
     gpus = (GpuInfo(GPU_REAL, 0, "A100", mig_devices=(MigDeviceInfo(MIG_REAL, "1g.10gb", 1, 0),)),)
     assert ev.learn(DeviceInventory(Meta("gpu-a", "probe/gpu-a", 1, 1, NOW), gpus)) == []
     return ev
@@ -83,6 +84,18 @@ def test_a_gpu_no_inventory_reported_is_held_until_one_does() -> None:
     released = ev.learn(later)
     assert released == [newer, xid(GPU_PHANTOM, NOW)] and not ev.held
     assert ev.verdict(gpu(GPU_PHANTOM, as_of=NOW + 1))
+
+
+def test_records_read_before_the_inventorys_history_are_held_but_not_counted_until_it_is() -> None:
+    ev = Evidence(lambda: NOW, 10 * MIN)
+    assert not ev.verdict(gpu(GPU_REAL)) and not ev.verdict(gpu(GPU_PHANTOM))
+    assert ev.refused[UNKNOWN_GPU] == 0 and len(ev.held) == 2  # perhaps just not read yet
+    inv = DeviceInventory(Meta("gpu-a", "probe/gpu-a", 1, 1, NOW), (GpuInfo(GPU_REAL, 0),))
+    assert ev.learn(inv) == [gpu(GPU_REAL)]
+    ev.caught_up()  # the whole history read: what is still held names a GPU nobody reported
+    assert ev.refused[UNKNOWN_GPU] == 1 and GPU_PHANTOM in ev.last_refusal
+    ev.caught_up()
+    assert ev.refused[UNKNOWN_GPU] == 1
 
 
 def test_held_records_are_bounded() -> None:
