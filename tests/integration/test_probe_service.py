@@ -661,7 +661,7 @@ async def test_the_inventory_is_republished_unchanged_every_interval(
     finally:
         await probe.stop()
     same = [(i.gpus, i.health) for i in collector.of(DeviceInventory)]
-    assert any(a == b for a, b in zip(same, same[1:], strict=False))  # republished without a change
+    assert any(a == b for a, b in itertools.pairwise(same))  # republished without a change
     quiet = Probe(node.settings(broker))  # the default (1h): at start, then only on change
     await quiet.start()
     try:
