@@ -11,9 +11,11 @@ identical queries share one replay while it runs and its answer for `cache_ttl_s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import multiprocessing
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -150,13 +152,20 @@ class OwnerQueries:
         return out
 
 
+def _background() -> None:
+    """A replay worker yields the CPU to the process that serves every other request."""
+    with contextlib.suppress(OSError):
+        os.nice(10)
+
+
 def _replay(kafka: Kafka, at_ms: int, gpu_uuid: str | None, node: str | None) -> Json:
     return asyncio.run(owners_at(kafka, at_ms, gpu_uuid=gpu_uuid, node=node))
 
 
 class ProcessLookup:
-    """Replays in worker processes. A replay is CPU work (decoding the inputs, the core) of up to
-    seconds: on the API's event loop it would hold every other request that long."""
+    """Replays in worker processes, at a lower CPU priority. A replay is CPU work (decoding the inputs,
+    the core) of up to seconds: on the API's event loop it would hold every other request that long,
+    and at the same priority it would still take the CPU from the loop where cores are few."""
 
     def __init__(self, kafka: Kafka, workers: int) -> None:
         self.kafka, self.workers = kafka, workers
@@ -168,7 +177,7 @@ class ProcessLookup:
         if not self._threads:
             try:
                 if self._pool is None:  # started on first use: most replicas never replay
-                    self._pool = ProcessPoolExecutor(self.workers,
+                    self._pool = ProcessPoolExecutor(self.workers, initializer=_background,
                                                      mp_context=multiprocessing.get_context("spawn"))
                 return await asyncio.get_running_loop().run_in_executor(self._pool, _replay, *args)
             except (AssertionError, OSError, BrokenProcessPool) as e:  # e.g. a daemonic parent process
