@@ -130,11 +130,10 @@ class ViewConsumer:
                         await self._handle(rec)
                     if records:
                         self._next[tp] = records[-1].offset + 1
-                if batches:
-                    ev = self.evidence
-                    self.status.refused, self.status.held = dict(ev.refused), len(ev.held)
-                    self.status.last_refusal = ev.last_refusal
                 await self._progress(consumer, assigned)
+                ev = self.evidence
+                self.status.refused, self.status.held = dict(ev.refused), len(ev.held)
+                self.status.last_refusal = ev.last_refusal
                 await asyncio.sleep(0)  # let HTTP requests in between batches
         finally:
             await stop_within(consumer, CALL_TIMEOUT_S)
