@@ -9,6 +9,7 @@ its unit, goal, the repeats its median came from, its setup and what limits it. 
   probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML
   api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
   api_auth     p99 of /v1/pods?node= with access control on (warm review cache) vs off
+  api_load     50 concurrent clients on every endpoint incl. /v1/owners, access control on: p99, 429s
   joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; two workers on the
                same backlog; memory per row
   freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
@@ -43,7 +44,7 @@ from bench.common import Figure, machine, rounded  # noqa: E402
 from bench.common import broker as bench_broker  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
-SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "joiner", "freshness")
+SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "api_load", "joiner", "freshness")
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,20 @@ class Bench:
         figures, details = api_auth.run(p.api_sizes[0], p.api_history_min, 5 * p.api_requests, 2 * p.repeats)
         self.add(figures)
         self.details["api_auth"] = _round_tree(details)
+
+    def api_load(self) -> None:
+        from bench import api_load, replay_hour
+        from periscope.replay.synthetic import ClusterSpec
+
+        p = self.plan
+        spec = ClusterSpec(nodes=4, duration_ms=600_000)  # history for /v1/owners to replay
+        with bench_broker(self.tmp) as broker:
+            asyncio.run(replay_hour.publish(broker.bootstrap, spec))
+            seconds = 10.0 if p is QUICK else 30.0
+            figures, details = api_load.run(p.api_sizes[0], p.api_history_min, broker.bootstrap,
+                                            spec.start_ms, spec.duration_ms, seconds)
+        self.add(figures)
+        self.details["api_load"] = _round_tree(details)
 
     def joiner(self) -> None:
         from bench import joiner

@@ -19,7 +19,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @lru_cache(maxsize=16384)
 def _second(s: int) -> str:
-    return (_EPOCH + timedelta(seconds=s)).strftime("%Y-%m-%dT%H:%M:%S")
+    # isoformat, not strftime("%Y"): the C library writes year 1 as "1", RFC 3339 wants "0001".
+    return (_EPOCH + timedelta(seconds=s)).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 @lru_cache(maxsize=65536)

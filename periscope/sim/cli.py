@@ -136,8 +136,10 @@ def _kafka_toolchain() -> None:
     "--secure",
     is_flag=True,
     help="Serve the broker only over TLS (fresh certificates). Embedded: mutual TLS through a proxy, one "
-    "certificate for every service. Kafka: TLS + SASL/SCRAM-SHA-512 on Kafka's own listener, a principal per "
-    "service with ACLs; prints `kafka credentials: DIR`.",
+    "certificate for every service; NOT protected: the embedded broker itself still answers in plaintext, "
+    "with no certificate, on a loopback port of its own, so any process on this machine can read and write "
+    "every topic there (the network cannot). Kafka: TLS + SASL/SCRAM-SHA-512 on Kafka's own listener (no "
+    "plaintext port), a principal per service with ACLs; prints `kafka credentials: DIR`.",
 )
 @click.pass_context
 def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> None:

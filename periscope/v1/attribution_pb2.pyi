@@ -504,6 +504,10 @@ class DeadLetter(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     SERVICE_FIELD_NUMBER: _builtins.int
     AT_MS_FIELD_NUMBER: _builtins.int
+    VALUE_SIZE_FIELD_NUMBER: _builtins.int
+    VALUE_SHA256_FIELD_NUMBER: _builtins.int
+    KEY_SIZE_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     offset: _builtins.int
@@ -512,6 +516,17 @@ class DeadLetter(_message.Message):
     error: _builtins.str
     service: _builtins.str
     at_ms: _builtins.int
+    value_size: _builtins.int
+    """A dead letter always fits the topic (periscope.bus.deadletter): a key or value too large to copy
+    is cut to a prefix, and these fields say what the original was.
+    bytes of the original value
+    """
+    value_sha256: _builtins.bytes
+    """SHA-256 of the original value"""
+    key_size: _builtins.int
+    """bytes of the original key"""
+    truncated: _builtins.bool
+    """key and/or value hold only a prefix of the original"""
     def __init__(
         self,
         *,
@@ -523,10 +538,14 @@ class DeadLetter(_message.Message):
         error: _builtins.str = ...,
         service: _builtins.str = ...,
         at_ms: _builtins.int = ...,
+        value_size: _builtins.int = ...,
+        value_sha256: _builtins.bytes = ...,
+        key_size: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "error", b"error", "key", b"key", "offset", b"offset", "partition", b"partition", "service", b"service", "topic", b"topic", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "error", b"error", "key", b"key", "key_size", b"key_size", "offset", b"offset", "partition", b"partition", "service", b"service", "topic", b"topic", "truncated", b"truncated", "value", b"value", "value_sha256", b"value_sha256", "value_size", b"value_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -242,3 +242,9 @@ class Ready(BaseModel):
     data_age_s: float | None = Field(None, description="seconds since the view last took a new attribution")
     stale: bool | None = Field(None, description="no new attribution within API_STALE_AFTER, or the broker "
                                                  "unreachable")
+    refused: dict[str, int] | None = Field(None, description="records not believed, by reason: `future` "
+                                           "(event time too far ahead of the clock), `unknown-gpu` (a GPU "
+                                           "no probe's inventory reported)")
+    held_for_inventory: int | None = Field(None, description="records waiting for an inventory that "
+                                           "names their GPU")
+    last_refusal: str | None = Field(None, description="why the last refused record was refused")
