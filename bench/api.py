@@ -57,7 +57,7 @@ def template(history_min: int, shape: NodeShape) -> Template:
     sent: set[tuple[str, str, str, int]] = set()
     closes: dict[int, list[PodAttribution]] = {}
     for _, ev in cluster_events(1, max(2, history_min * 60), shape):
-        for o in engine.step(st, ev)[1]:
+        for o in engine.apply(st, ev):
             last[engine.output_key(o)] = o
             if not isinstance(o, PodAttribution):
                 continue

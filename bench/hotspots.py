@@ -144,12 +144,12 @@ def core_profile(nodes: int = 2, minutes: int = 60, measure_min: int = 3, top: i
         if ev.meta.time_ms >= cut:
             break
         st = states.get(ev.meta.node) or states.setdefault(ev.meta.node, engine.new_state(ev.meta.node))
-        engine.step(st, ev)
+        engine.apply(st, ev)
     rest = [ev for ev in events if ev.meta.time_ms >= cut]
     prof = cProfile.Profile()
     prof.enable()
     for ev in rest:
-        engine.step(states[ev.meta.node], ev)
+        engine.apply(states[ev.meta.node], ev)
     prof.disable()
     stats = pstats.Stats(prof)
     total = sum(v[2] for v in stats.stats.values())  # type: ignore[attr-defined]

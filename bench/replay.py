@@ -114,17 +114,17 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
         st = states.get(ev.meta.node)
         if st is None:
             st = states[ev.meta.node] = engine.new_state(ev.meta.node)
-        engine.step(st, ev)
+        engine.apply(st, ev)
     snapshot = copy.deepcopy(states)  # to profile the same span afterwards
     before = _device_samples(states)
     t = time.perf_counter()
     for ev in last:
-        engine.step(states[ev.meta.node], ev)
+        engine.apply(states[ev.meta.node], ev)
     rate = (_device_samples(states) - before) / (time.perf_counter() - t)
 
     def again() -> None:
         for ev in last:
-            engine.step(snapshot[ev.meta.node], ev)
+            engine.apply(snapshot[ev.meta.node], ev)
 
     limit = "CPU, one Python thread; top self time: " + top_self(again)
     speed = Figure(

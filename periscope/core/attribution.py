@@ -3,40 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
-from periscope.core.holdings import index_of
+from periscope.core.holdings import HoldingIndex
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
+from periscope.core.state import NodeState, RowKey
 from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
-
-if TYPE_CHECKING:
-    from periscope.core.engine import NodeState
-
-SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"
-
-
-def sharing_config(state: NodeState) -> tuple[str, int]:
-    """The node's GPU sharing strategy and replica count, from its labels (kept per node event)."""
-    ev = state.node_event
-    if ev is None:
-        return "time-slicing", 0
-    cached = state._sharing
-    if cached[0] is ev:
-        return cached[1], cached[2]
-    strategy = ev.label(SHARING_LABEL, "time-slicing")
-    raw = ev.label(REPLICAS_LABEL, "0")
-    replicas = int(raw) if raw.isdigit() else 0
-    state._sharing = (ev, strategy, replicas)
-    return strategy, replicas
 
 
 def attribute_sample(
-    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig,
-    monitors: Sequence[Holding] = (),
+    state: NodeState, tel: NodeTelemetry, ix: HoldingIndex, cfg: RowConfig, monitors: Sequence[Holding] = (),
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
@@ -45,10 +23,9 @@ def attribute_sample(
     watchers: dict[str, set[str]] = {}
     for m in monitors:
         watchers.setdefault(m.device.gpu_uuid, set()).add(m.pod_uid)
-    strategy, replicas = sharing_config(state)
+    strategy, replicas = state.sharing()
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
-    ix = index_of(state._index, holdings)
     by_instance = ix.by_instance
     findings: list[Finding] = []
     for h in ix.ambiguous:
@@ -75,7 +52,8 @@ def attribute_sample(
         if sample is not None and unattributed:
             findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed, watchers))
     for h in ix.unresolved:  # held, but no known GPU: a row that says so, with no usage
-        u = Usage(None, None, None, sharing_of((h,), strategy), "none", 1.0, False)
+        u = Usage(util_pct=None, fb_used_mib=None, power_w=None, sharing=sharing_of((h,), strategy),
+                  share_basis="none", gpu_fraction=1.0, seen_processes=False)
         _row(rows, h, h.key, t).observe(t, u, h.sources, cfg)
     mig_parents: set[str] | None = None
     for d in devices:
@@ -96,17 +74,15 @@ def attribute_sample(
     return touched, findings
 
 
-RowKey = tuple[str, str, str]
-
-
 def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowState:
     """The row of holding `h`, created at its first sample; it follows the holding's device resolution
     (an ID unresolved before the node's inventory arrived resolves later, under the same key)."""
     row = rows.get(key)
     d = h.device
     if row is None:
-        row = RowState(h.pod_uid, h.namespace, h.pod, h.container, d.device_id, d.gpu_uuid, d.mig,
-                       first_seen_ms=t, unresolved=d.unresolved)
+        row = RowState(pod_uid=h.pod_uid, namespace=h.namespace, pod=h.pod, container=h.container,
+                       device_id=d.device_id, gpu_uuid=d.gpu_uuid, mig=d.mig, first_seen_ms=t,
+                       unresolved=d.unresolved)
         rows[key] = row
     elif row.gpu_uuid != d.gpu_uuid or row.unresolved != d.unresolved:
         row.gpu_uuid, row.mig, row.unresolved = d.gpu_uuid, d.mig, d.unresolved

@@ -1,4 +1,5 @@
-"""The per-node attribution engine: `step(state, event) -> (state, outputs)`. Pure and deterministic.
+"""The per-node attribution engine: `apply(state, event) -> outputs`, the node's state changed in place.
+Pure and deterministic (periscope.core.state holds what a node keeps).
 
 State-based inputs (allocation snapshots, pods, inventory, node labels) update time-indexed state as
 they arrive. Telemetry and XIDs are buffered and processed in event-time order once the node's
@@ -16,15 +17,12 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from periscope.core import history
-from periscope.core.allocation import Holding, reconcile_all, unresolved_health
+from periscope.core.allocation import unresolved_health
 from periscope.core.attribution import attribute_sample
-from periscope.core.changes import ChangeConfig
-from periscope.core.devices import DeviceMap
-from periscope.core.findings import FindingBook, health_findings
-from periscope.core.holdings import HoldingIndex
+from periscope.core.engine_config import DEFAULT_CONFIG as DEFAULT_CONFIG
+from periscope.core.engine_config import EngineConfig as EngineConfig
+from periscope.core.findings import health_findings
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -37,94 +35,21 @@ from periscope.core.model import (
     XidEvent,
     XidRef,
 )
-from periscope.core.pods import PodRegistry
 from periscope.core.publish import emit
 from periscope.core.publish import output_key as output_key  # callers take it from the engine
-from periscope.core.repeats import AllocKey, Repeats
-from periscope.core.rows import RowConfig, RowState
 from periscope.core.sharing import Pool, collect, share
+from periscope.core.state import Counters as Counters
+from periscope.core.state import NodeState as NodeState
+from periscope.core.state import Pending, pending_key
+from periscope.core.state import new_state as new_state
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
-from periscope.core.watermark import OPEN, Inputs, Stream, gate, holding
+from periscope.core.watermark import OPEN, Stream, gate, holding
 
 PRUNE_EVERY_MS = 60_000
 
 
-@dataclass(frozen=True, slots=True)
-class EngineConfig:
-    rows: RowConfig = field(default_factory=RowConfig)
-    lateness_ms: int = 1000  # how far behind the watermark a sample may arrive and still count
-    history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
-    retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
-    changes: ChangeConfig = field(default_factory=ChangeConfig)  # what is worth publishing again
-    # Streams a sample or an XID waits for (periscope.core.watermark); none: the watermark alone.
-    align: frozenset[Stream] = frozenset()
-    max_hold_ms: int = 600_000  # an aligned stream silent this long (event time) stops holding the others
-
-
-DEFAULT_CONFIG = EngineConfig()
-
-
-@dataclass(slots=True)
-class Counters:
-    events: int = 0
-    duplicates: int = 0
-    late_dropped: int = 0
-    samples: int = 0
-    device_samples: int = 0
-    unattributed_samples: int = 0
-    ambiguous_joins: int = 0
-    input_stalls: int = 0  # times an aligned stream fell silent past max_hold_ms and stopped holding
-    unaligned: int = 0  # samples and XIDs joined before an aligned stream was read through their time
-
-
-Pending = NodeTelemetry | XidEvent
-
-
-@dataclass(slots=True)
-class NodeState:
-    node: str
-    pods: PodRegistry = field(default_factory=PodRegistry)
-    # Allocation history as runs of equal content (periscope.core.history): each run's first snapshot,
-    # and the (time, epoch, seq) of its later ones.
-    allocs: list[AllocationSnapshot] = field(default_factory=list)
-    alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
-    inventory: DeviceInventory | None = None
-    node_event: NodeEvent | None = None
-    pending: list[Pending] = field(default_factory=list)  # sorted by pending_key
-    watermark_ms: int = 0
-    processed_ms: int = 0
-    pruned_ms: int = 0
-    rows: dict[tuple[str, str, str], RowState] = field(default_factory=dict)
-    last_xid: dict[str, XidRef] = field(default_factory=dict)
-    last_telemetry: NodeTelemetry | None = None  # the last processed sample
-    findings: FindingBook = field(default_factory=FindingBook)
-    emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
-    counters: Counters = field(default_factory=Counters)
-    devmap: DeviceMap = field(default_factory=DeviceMap)
-    inputs: Inputs = field(default_factory=Inputs)  # how far each input stream was read (alignment)
-    # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
-    _hold_key: tuple[object, ...] = ()
-    _hold_span: tuple[int, int] = (0, -1)
-    _holdings: list[Holding] = field(default_factory=list)
-    _monitors: list[Holding] = field(default_factory=list)  # admin-access DRA devices, same span
-    # Caches: the groupings of `_holdings` (one entry), and node_event's sharing labels.
-    _index: list[HoldingIndex] = field(default_factory=list, compare=False, repr=False)
-    _sharing: tuple[NodeEvent | None, str, int] = field(default=(None, "time-slicing", 0), compare=False,
-                                                        repr=False)
-
-
-def new_state(node: str) -> NodeState:
-    return NodeState(node=node)
-
-
 def _meta_key(ev: NodeInput) -> tuple[str, int, int]:
     return (ev.meta.source, ev.meta.epoch, ev.meta.seq)
-
-
-def pending_key(p: Pending) -> tuple[int, int, str, int, int]:
-    """Processing order: event time, XIDs before samples of the same instant, then producer order."""
-    m = p.meta
-    return (m.time_ms, 0 if isinstance(p, XidEvent) else 1, m.source, m.epoch, m.seq)
 
 
 def _buffer(state: NodeState, ev: Pending) -> None:
@@ -141,10 +66,9 @@ def _buffer(state: NodeState, ev: Pending) -> None:
         pending.insert(i, ev)
 
 
-def step(
-    state: NodeState, event: NodeInput, config: EngineConfig = DEFAULT_CONFIG
-) -> tuple[NodeState, list[Output]]:
-    """Apply one input event; return the state and the outputs it caused (possibly none)."""
+def apply(state: NodeState, event: NodeInput, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
+    """Apply one input event to the node's state (in place); return the outputs it caused (possibly
+    none)."""
     state.counters.events += 1
     state.inputs.read(event)
     out: list[Output] = []
@@ -155,12 +79,11 @@ def step(
                 rec.info = share(event.pod, _pool(state))
     elif isinstance(event, NodeEvent):
         if state.node_event is None or event.meta.time_ms >= state.node_event.meta.time_ms:
-            state.node_event = event
+            state.set_node_event(event)
     elif isinstance(event, DeviceInventory):
         newer = state.inventory is None or event.meta.time_ms >= state.inventory.meta.time_ms
         if newer and state.inventory != event:
-            state.inventory = share(event, _pool(state))
-            state.devmap = DeviceMap.from_inventory(state.inventory)
+            state.set_inventory(share(event, _pool(state)))
         _advance_watermark(state, event.meta.time_ms)
     elif isinstance(event, AllocationSnapshot):
         _add_snapshot(state, event)
@@ -179,7 +102,7 @@ def step(
             _buffer(state, event)
         _advance_watermark(state, t)
     out.extend(_release(state, config))
-    return state, out
+    return out
 
 
 def advance(state: NodeState, t_ms: int, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
@@ -233,7 +156,7 @@ def _release(state: NodeState, config: EngineConfig) -> list[Output]:
 
 
 def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
-    if not history.add(state.allocs, state.alloc_repeats, snap, lambda s: share(s, _pool(state))):
+    if not state.add_snapshot(snap, lambda s: share(s, _pool(state))):
         state.counters.duplicates += 1
 
 
@@ -246,31 +169,6 @@ def _pool(state: NodeState) -> Pool:
     if state.allocs:
         collect(state.allocs[-1], pool)
     return pool
-
-
-def snapshot_at(state: NodeState, t_ms: int) -> AllocationSnapshot | None:
-    return history.at(state.allocs, t_ms)
-
-
-def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
-    snap = snapshot_at(state, t_ms)
-    key = (id(snap), state.pods.version, id(state.inventory))
-    lo, hi = state._hold_span
-    if key == state._hold_key and lo <= t_ms < hi:
-        return state._holdings
-    state._holdings, state._monitors = reconcile_all(snap, state.pods, state.devmap, t_ms)
-    # Pod lifetimes change the answer only at start/deletion times: cache until the next boundary.
-    bounds = sorted({b for r in state.pods.pods.values() for b in (r.start_ms, r.deleted_ms) if b})
-    lo = max((b for b in bounds if b <= t_ms), default=-(2**62))
-    hi = min((b for b in bounds if b > t_ms), default=2**62)
-    state._hold_key, state._hold_span = key, (lo, hi)
-    return state._holdings
-
-
-def monitors_at(state: NodeState, t_ms: int) -> list[Holding]:
-    """The pods with admin (monitoring) access to the node's devices at t: never holders."""
-    holdings_at(state, t_ms)
-    return state._monitors
 
 
 def _drain(state: NodeState, upto_ms: int, config: EngineConfig, aligned_ms: int = OPEN) -> list[Output]:
@@ -300,7 +198,7 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
     prev = state.last_xid.get(ev.gpu_uuid)
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
-    finding = xid_finding(state.node, ev, holdings_at(state, ev.meta.time_ms), state.pods)
+    finding = xid_finding(state.node, ev, state.holdings_at(ev.meta.time_ms), state.pods)
     return emit(state, [finding], config)
 
 
@@ -312,8 +210,8 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.last_telemetry = tel
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
-    holdings, monitors = holdings_at(state, t), monitors_at(state, t)
-    touched, findings = attribute_sample(state, tel, holdings, config.rows, monitors)
+    held = state.held_at(t)
+    touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
     by_pod = rows_by_pod(state)
@@ -321,7 +219,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
         att = pod_attribution(state, uid, t, by_pod.get(uid, []))
         if att is not None:
             outs.append(att)
-    outs.extend(gpu_states(state, tel, holdings_at(state, t), monitors))
+    outs.extend(gpu_states(state, tel, held.index, held.monitors))
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
@@ -330,8 +228,8 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
-    snap = snapshot_at(state, t_ms)
-    devices = unresolved_health(holdings_at(state, t_ms))
+    snap = state.snapshot_at(t_ms)
+    devices = unresolved_health(state.holdings_at(t_ms))
     return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ()),
             *((devices,) if devices else ())]
 
@@ -343,7 +241,7 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
         del state.rows[key]
     for uid in gone:
         state.emitted.pop("pod/" + uid, None)
-    history.prune(state.allocs, state.alloc_repeats, t_ms - config.history_ms)
+    state.prune_history(t_ms - config.history_ms)
 
 
 def current_view(state: NodeState) -> list[Output]:
@@ -356,6 +254,7 @@ def current_view(state: NodeState) -> list[Output]:
         if att is not None:
             outs.append(att)
     if state.last_telemetry is not None:
-        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t), monitors_at(state, t)))
+        held = state.held_at(t)
+        outs.extend(gpu_states(state, state.last_telemetry, held.index, held.monitors))
     outs.extend(state.findings.active())
     return outs

@@ -12,12 +12,16 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Literal
 
 from periscope.core.model import AllocationSnapshot
 from periscope.core.repeats import AllocKey, Repeats
 
 Allocs = list[AllocationSnapshot]
 RepeatsByRun = dict[AllocKey, Repeats]
+# What `add` did: nothing (the history holds the snapshot already), add it to a run as a repeat, or
+# change the runs themselves (a new run, a run split or merged).
+Added = Literal["duplicate", "repeat", "runs"]
 
 
 def key_of(snap: AllocationSnapshot) -> AllocKey:
@@ -29,19 +33,19 @@ def same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
 
 
 def add(allocs: Allocs, repeats: RepeatsByRun, snap: AllocationSnapshot,
-        intern: Callable[[AllocationSnapshot], AllocationSnapshot]) -> bool:
-    """Insert into the run-length history; False if it holds the snapshot already (a duplicate).
-    `intern` is applied to a snapshot that starts a run of its own (it is kept)."""
+        intern: Callable[[AllocationSnapshot], AllocationSnapshot]) -> Added:
+    """Insert into the run-length history (what that did: `Added`). `intern` is applied to a snapshot
+    that starts a run of its own (it is kept)."""
     key = key_of(snap)
     keys = [key_of(s) for s in allocs]
     i = bisect_right(keys, key)  # allocs[:i] start at or before the new snapshot
     run = repeats.get(keys[i - 1]) if i else None
     if (i and keys[i - 1] == key) or (run is not None and key in run):
-        return False
+        return "duplicate"
     prev = allocs[i - 1] if i else None
     if prev is not None and same_content(prev, snap):
         repeats.setdefault(keys[i - 1], Repeats()).add(key)
-        return True
+        return "repeat"
     if prev is not None and run is not None:
         # New content inside prev's run: the run's members after it resume prev's content after it.
         after = run.split_after(key)
@@ -58,7 +62,7 @@ def add(allocs: Allocs, repeats: RepeatsByRun, snap: AllocationSnapshot,
         # The next run has the new snapshot's content: it is now part of the new snapshot's run.
         nxt = key_of(allocs.pop(i + 1))
         repeats[key] = Repeats([nxt, *repeats.pop(nxt, Repeats())])
-    return True
+    return "runs"
 
 
 def at(allocs: Allocs, t_ms: int) -> AllocationSnapshot | None:
@@ -72,8 +76,9 @@ def at(allocs: Allocs, t_ms: int) -> AllocationSnapshot | None:
     return best
 
 
-def prune(allocs: Allocs, repeats: RepeatsByRun, cutoff_ms: int) -> None:
-    """Forget the runs that ended before the cutoff; the last one before it is kept (it is "as of" it)."""
+def prune(allocs: Allocs, repeats: RepeatsByRun, cutoff_ms: int) -> bool:
+    """Forget the runs that ended before the cutoff; the last one before it is kept (it is "as of" it).
+    True when any was forgotten."""
     keep_from = 0
     for i, s in enumerate(allocs):
         if s.meta.time_ms <= cutoff_ms:
@@ -81,3 +86,4 @@ def prune(allocs: Allocs, repeats: RepeatsByRun, cutoff_ms: int) -> None:
     for s in allocs[:keep_from]:
         repeats.pop(key_of(s), None)
     del allocs[:keep_from]
+    return keep_from > 0

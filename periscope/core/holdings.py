@@ -1,8 +1,8 @@
 """Per-sample lookups derived from a node's holdings, built once per holdings list.
 
-The engine caches the holdings of a node while allocations, pods and inventory stay the same (for
-most samples), so the groupings every sample needs (holders per measured unit, per GPU, the owners
-of each GPU) are built once per holdings list here instead of once per sample.
+A node's state caches its holdings while allocations, pods and inventory stay the same (for most
+samples: periscope.core.state), and with them this index, so the groupings every sample needs (holders
+per measured unit, per GPU, the owners of each GPU) are built once per holdings list, not per sample.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def owners_of(hs: Sequence[Holding]) -> tuple[Owner, ...]:
 
 @dataclass(slots=True)
 class HoldingIndex:
-    holdings: list[Holding]  # the list indexed (compared by identity)
+    holdings: list[Holding]  # the list indexed
     # Identified holders of a resolved device, per measured unit (GPU or MIG instance), with row keys.
     # (Tuples, not the lists they are built in: a list grown by append holds room for 4.)
     by_instance: dict[str, tuple[tuple[Holding, ...], tuple[tuple[str, str, str], ...]]] = field(
@@ -79,12 +79,3 @@ class HoldingIndex:
         if got is None:
             got = self._owners[gpu_uuid] = owners_of(self.by_gpu.get(gpu_uuid, ()))
         return got
-
-
-def index_of(cache: list[HoldingIndex], holdings: list[Holding]) -> HoldingIndex:
-    """The index of `holdings`, from the one-entry `cache` when it was built for the same list."""
-    if cache and cache[0].holdings is holdings:
-        return cache[0]
-    ix = HoldingIndex.build(holdings)
-    cache[:] = [ix]
-    return ix

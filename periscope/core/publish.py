@@ -7,13 +7,10 @@ only while idle detection needs them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from periscope.core.changes import gpu_due, pod_due, without_windows, worth_publishing
+from periscope.core.engine_config import EngineConfig
 from periscope.core.model import Finding, GpuState, Output, PodAttribution
-
-if TYPE_CHECKING:
-    from periscope.core.engine import EngineConfig, NodeState
+from periscope.core.state import NodeState
 
 
 def emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Output]:

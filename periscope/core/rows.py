@@ -14,19 +14,30 @@ from array import array
 from dataclasses import dataclass, field
 from math import inf, nan
 
+from periscope.core.idle import DEFAULT_RULE, idle_since, is_idle, wasted_gpu_hours
 from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
-
-W = 6  # doubles per window: start_ms, samples, util_sum, util_samples, fb_max, power_sum
-IW = 3  # doubles per window kept for idle detection only: start_ms, util_sum, util_samples
+from periscope.core.windows import (
+    FB_MAX,
+    IDLE_START,
+    IDLE_UTIL_SAMPLES,
+    IDLE_UTIL_SUM,
+    IW,
+    POWER_SUM,
+    SAMPLES,
+    START,
+    UTIL_SAMPLES,
+    UTIL_SUM,
+    W,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class RowConfig:
     window_ms: int = 60_000
     window_keep_ms: int = 3_600_000  # at most this much window history, even when idle detection wants more
-    idle_window_ms: int = 600_000
-    idle_threshold_pct: float = 5.0
+    idle_window_ms: int = DEFAULT_RULE.window_ms
+    idle_threshold_pct: float = DEFAULT_RULE.threshold_pct
 
 
 def _windows() -> array[float]:
@@ -70,7 +81,7 @@ class RowState:
         self.sample_ms = t_ms
         start = t_ms - t_ms % cfg.window_ms
         w = self.windows
-        if not w or w[-W] < start:
+        if not w or w[-W + START] < start:
             w.extend((start, 0.0, 0.0, 0.0, 0.0, 0.0))
         # (An older start never comes: the engine processes a node's samples in event-time order.)
         i = len(w) - W
@@ -78,34 +89,35 @@ class RowState:
             # The row went inactive and came back within one window: that window is open again and is
             # published once more when it closes (subscribers replace a window by its start).
             self.published_ms = start - 1
-        w[i + 1] += 1
+        w[i + SAMPLES] += 1
         util = usage.util_pct
         if util is not None:
-            w[i + 2] += util
-            w[i + 3] += 1
+            w[i + UTIL_SUM] += util
+            w[i + UTIL_SAMPLES] += 1
             if util < cfg.idle_threshold_pct:
                 if not self.low_since_ms:
                     self.low_since_ms = t_ms
             else:
                 self.low_since_ms = 0
-        if usage.fb_used_mib is not None and usage.fb_used_mib > w[i + 4]:
-            w[i + 4] = usage.fb_used_mib
+        if usage.fb_used_mib is not None and usage.fb_used_mib > w[i + FB_MAX]:
+            w[i + FB_MAX] = usage.fb_used_mib
         if usage.power_w is not None:
-            w[i + 5] += usage.power_w
+            w[i + POWER_SUM] += usage.power_w
         # _pack and _trim, only when their first step would do something (usually neither does).
-        if i and w[0] <= self.published_ms:
+        if i and w[START] <= self.published_ms:
             self._pack()
         oldest = t_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
         iw = self.idle_windows
-        if (iw and iw[0] <= oldest) or (len(w) > W and w[0] <= self.published_ms and w[0] <= oldest):
+        if (iw and iw[IDLE_START] <= oldest) or (
+                len(w) > W and w[START] <= self.published_ms and w[START] <= oldest):
             self._trim(cfg)
         self._update_idle(t_ms, cfg)
 
     def _pack(self) -> None:
         """Published windows other than the last keep only what idle detection reads."""
         w, cut = self.windows, 0
-        while cut + W < len(w) and w[cut] <= self.published_ms:
-            self.idle_windows.extend((w[cut], w[cut + 2], w[cut + 3]))
+        while cut + W < len(w) and w[cut + START] <= self.published_ms:
+            self.idle_windows.extend((w[cut + START], w[cut + UTIL_SUM], w[cut + UTIL_SAMPLES]))
             cut += W
         if cut:
             del w[:cut]
@@ -116,14 +128,14 @@ class RowState:
         # its start is after `oldest`.
         oldest = self.sample_ms - min(cfg.idle_window_ms, cfg.window_keep_ms) - cfg.window_ms
         iw, cut = self.idle_windows, 0
-        while cut < len(iw) and iw[cut] <= oldest:
+        while cut < len(iw) and iw[cut + IDLE_START] <= oldest:
             cut += IW
         if cut:
             del iw[:cut]
         w, cut = self.windows, 0
         published = self.published_ms
-        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut] <= published
-               and w[cut] <= oldest):
+        while ((cut + W < len(w) or (cut < len(w) and not self.active)) and w[cut + START] <= published
+               and w[cut + START] <= oldest):
             cut += W
         if cut:
             del w[:cut]
@@ -133,14 +145,13 @@ class RowState:
         # The windows overlapping [since, t], oldest first: closed ones, then the sample's own (last).
         s, n = self._closed_sums(since, cfg.window_ms)
         w = self.windows
-        s += w[-W + 2]
-        n += w[-W + 3]
+        s += w[-W + UTIL_SUM]
+        n += w[-W + UTIL_SAMPLES]
         self.avg_util_pct = round(s / n, 3) if n else None
-        eligible = t_ms - self.first_seen_ms >= cfg.idle_window_ms
-        idle = eligible and self.avg_util_pct is not None and self.avg_util_pct < cfg.idle_threshold_pct
+        idle = is_idle(self.avg_util_pct, self.first_seen_ms, t_ms, cfg.idle_threshold_pct,
+                       cfg.idle_window_ms)
         if idle and not self.idle:
-            self.idle_since_ms = self.low_since_ms if self.low_since_ms else since
-            self.idle_since_ms = max(self.idle_since_ms, self.first_seen_ms)
+            self.idle_since_ms = idle_since(self.low_since_ms or since, self.first_seen_ms)
         if not idle:
             self.idle_since_ms = 0
         self.idle = idle
@@ -153,23 +164,23 @@ class RowState:
         trimming removes it, so most samples add nothing up (the same additions in the same order
         when they do, so the result is the same to the last bit)."""
         iw, w = self.idle_windows, self.windows
-        last = w[-2 * W] if len(w) >= 2 * W else iw[-IW] if iw else -inf
-        head = iw[0] if iw else w[0] if len(w) > W else inf
+        last = w[-2 * W + START] if len(w) >= 2 * W else iw[-IW + IDLE_START] if iw else -inf
+        head = iw[IDLE_START] if iw else w[START] if len(w) > W else inf
         first, last_was, s, n = self._closed
         if last == last_was and (first == inf or (head <= first and first + window_ms > since)):
             return s, n
         s = n = 0.0
         first = inf
         for i in range(0, len(iw), IW):
-            if iw[i] + window_ms > since:
-                first = min(first, iw[i])
-                s += iw[i + 1]
-                n += iw[i + 2]
+            if iw[i + IDLE_START] + window_ms > since:
+                first = min(first, iw[i + IDLE_START])
+                s += iw[i + IDLE_UTIL_SUM]
+                n += iw[i + IDLE_UTIL_SAMPLES]
         for i in range(0, len(w) - W, W):
-            if w[i] + window_ms > since:
-                first = min(first, w[i])
-                s += w[i + 2]
-                n += w[i + 3]
+            if w[i + START] + window_ms > since:
+                first = min(first, w[i + START])
+                s += w[i + UTIL_SUM]
+                n += w[i + UTIL_SAMPLES]
         self._closed = (first, last, s, n)
         return s, n
 
@@ -183,14 +194,14 @@ class RowState:
     def wasted_gpu_hours(self) -> float:
         if not self.idle or self.usage is None:
             return 0.0
-        return round((self.sample_ms - self.idle_since_ms) / 3_600_000 * self.usage.gpu_fraction, 6)
+        return wasted_gpu_hours(self.idle_since_ms, self.sample_ms, self.usage.gpu_fraction)
 
     def closed_unpublished(self) -> tuple[WindowStat, ...]:
         w = self.windows
         end = len(w) - W if self.active else len(w)
         if end <= 0:
             return ()  # only the open window (every sample of an active row, but a window's first)
-        return tuple(_stat(w, i) for i in range(0, end, W) if w[i] > self.published_ms)
+        return tuple(_stat(w, i) for i in range(0, end, W) if w[i + START] > self.published_ms)
 
     def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
         """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
@@ -203,19 +214,23 @@ class RowState:
     def to_row(self) -> AttributionRow:
         u = self.usage
         live = u is not None and self.active
-        # Positional, in AttributionRow's field order (this runs for every row of every sample).
         return AttributionRow(
-            self.container, self.device_id, self.gpu_uuid,
-            u.sharing if u else "exclusive", u.share_basis if u else "none", self.mig,
-            u.util_pct if live and u else None, u.fb_used_mib if live and u else None,
-            u.power_w if live and u else None,
-            self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
-            self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
-            self.closed_unpublished() if len(self.windows) > W or not self.active else (), self.sample_ms,
-            self.unresolved,
+            container=self.container, device_id=self.device_id, gpu_uuid=self.gpu_uuid,
+            sharing=u.sharing if u else "exclusive", share_basis=u.share_basis if u else "none",
+            mig=self.mig, util_pct=u.util_pct if live and u else None,
+            fb_used_mib=u.fb_used_mib if live and u else None, power_w=u.power_w if live and u else None,
+            active=self.active, idle=self.idle, first_seen_ms=self.first_seen_ms,
+            last_seen_ms=self.last_seen_ms, sources=self.sources, idle_since_ms=self.idle_since_ms,
+            avg_util_pct=self.avg_util_pct, wasted_gpu_hours=self.wasted_gpu_hours() if self.idle else 0.0,
+            gpu_fraction=u.gpu_fraction if u else 1.0,
+            windows=self.closed_unpublished() if len(self.windows) > W or not self.active else (),
+            sample_ms=self.sample_ms, unresolved=self.unresolved,
         )
 
 
 def _stat(w: array[float], i: int) -> WindowStat:
-    return WindowStat(int(w[i]), int(w[i + 1]), round(w[i + 2], 3), int(w[i + 3]), w[i + 4],
-                      round(w[i + 5], 3))
+    return WindowStat(
+        start_ms=int(w[i + START]), samples=int(w[i + SAMPLES]), util_sum=round(w[i + UTIL_SUM], 3),
+        util_samples=int(w[i + UTIL_SAMPLES]), fb_max_mib=w[i + FB_MAX],
+        power_sum_w=round(w[i + POWER_SUM], 3),
+    )

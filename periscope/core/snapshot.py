@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 from periscope.core.devices import DeviceMap
-from periscope.core.engine import Counters, NodeState, pending_key
 from periscope.core.findings import FindingBook
 from periscope.core.model import (
     AllocationSnapshot,
@@ -29,10 +28,12 @@ from periscope.core.model import (
 )
 from periscope.core.pods import PodRecord, PodRegistry
 from periscope.core.repeats import Repeats
-from periscope.core.rows import RowState, W
+from periscope.core.rows import RowState
 from periscope.core.serde import from_jsonable, from_positional, to_jsonable, to_positional
+from periscope.core.state import Counters, NodeState, pending_key
 from periscope.core.usage import Usage
 from periscope.core.watermark import from_record, to_record
+from periscope.core.windows import START, W
 
 FORMAT = 1
 
@@ -67,7 +68,7 @@ def _windows_from(d: dict[str, Any]) -> tuple[array[float], int]:
         return array("d", win), int(d["pub"])
     flat = array("d", (float(x) for w in win for x in w))
     closed = len(flat) - W if d["active"] else len(flat)
-    return flat, int(flat[closed - W]) if closed > 0 else -1
+    return flat, int(flat[closed - W + START]) if closed > 0 else -1
 
 
 def _row_from(d: dict[str, Any]) -> RowState:

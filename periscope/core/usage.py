@@ -66,18 +66,11 @@ def split_instance(
     out: dict[tuple[str, str, str], Usage] = {}
     if sample is None or sample.lost:
         for h in holders:
-            out[h.key] = Usage(None, None, None, sharing, "none", base_fraction / max(n, 1), False)
+            out[h.key] = Usage(util_pct=None, fb_used_mib=None, power_w=None, sharing=sharing,
+                               share_basis="none", gpu_fraction=base_fraction / max(n, 1),
+                               seen_processes=False)
         return out, unattributed
     power = sample.power_w
-    if n == 1 and holders[0].device.replica is None:
-        h = holders[0]
-        seen = any(p.pod_uid == h.pod_uid for p in procs)
-        out[h.key] = Usage(
-            _round(sample.util_pct), _round(sample.fb_used_mib), _round(power), sharing, "exclusive",
-            base_fraction, seen,
-        )
-        return out, unattributed
-
     fraction = base_fraction / max(replicas, n, 1)
     # Assign processes to holders: by container ID when the pod holds several rows here, else to the
     # pod's only row; a pod's unassignable processes are shared among its rows.
@@ -124,7 +117,9 @@ def split_instance(
             mem = sample.fb_used_mib / n
         if sharing == "mig":
             pw = None
-        out[h.key] = Usage(_round(util), _round(mem), _round(pw), sharing, basis, fraction, bool(assigned))
+        out[h.key] = Usage(util_pct=_round(util), fb_used_mib=_round(mem), power_w=_round(pw),
+                           sharing=sharing, share_basis=basis, gpu_fraction=fraction,
+                           seen_processes=bool(assigned))
     return out, unattributed
 
 
@@ -144,8 +139,11 @@ def single_usage(
         if not owner or owner != uid:
             unattributed.append(p)
     if sample is None or sample.lost:
-        return Usage(None, None, None, sharing, "none", base_fraction, False), unattributed
+        return Usage(util_pct=None, fb_used_mib=None, power_w=None, sharing=sharing, share_basis="none",
+                     gpu_fraction=base_fraction, seen_processes=False), unattributed
     util, fb, power = sample.util_pct, sample.fb_used_mib, sample.power_w
-    usage = Usage(None if util is None else round(util, 3), None if fb is None else round(fb, 3),
-                  None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen)
+    usage = Usage(util_pct=None if util is None else round(util, 3),
+                  fb_used_mib=None if fb is None else round(fb, 3),
+                  power_w=None if power is None else round(power, 3), sharing=sharing,
+                  share_basis="exclusive", gpu_fraction=base_fraction, seen_processes=seen)
     return usage, unattributed

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
-from periscope.core.attribution import sharing_config
-from periscope.core.holdings import index_of, owners_of
+from periscope.core.holdings import HoldingIndex, owners_of
 from periscope.core.model import (
     DeviceSample,
     Finding,
@@ -20,10 +18,8 @@ from periscope.core.model import (
 )
 from periscope.core.pods import PodRegistry
 from periscope.core.rows import RowState
+from periscope.core.state import NodeState
 from periscope.core.usage import sharing_of
-
-if TYPE_CHECKING:
-    from periscope.core.engine import NodeState
 
 
 def rows_by_pod(state: NodeState) -> dict[str, list[RowState]]:
@@ -43,22 +39,21 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
     deleted_ms = rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0
     rows_out = tuple([r.to_row() for r in rows])
     if info is None:
-        return PodAttribution(uid, rows[0].namespace, rows[0].pod, state.node, rows_out, "", "", "", 0,
-                              deleted_ms, t_ms)
-    # Positional, in PodAttribution's field order (this runs for every pod of every sample).
-    return PodAttribution(uid, info.namespace, info.name, state.node, rows_out, info.owner_kind,
-                          info.owner_name, info.phase, info.created_ms, deleted_ms, t_ms)
+        return PodAttribution(pod_uid=uid, namespace=rows[0].namespace, pod=rows[0].pod, node=state.node,
+                              rows=rows_out, deleted_ms=deleted_ms, as_of_ms=t_ms)
+    return PodAttribution(pod_uid=uid, namespace=info.namespace, pod=info.name, node=state.node,
+                          rows=rows_out, owner_kind=info.owner_kind, owner_name=info.owner_name,
+                          phase=info.phase, created_ms=info.created_ms, deleted_ms=deleted_ms, as_of_ms=t_ms)
 
 
 def gpu_states(
-    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], monitors: Sequence[Holding] = ()
+    state: NodeState, tel: NodeTelemetry, ix: HoldingIndex, monitors: Sequence[Holding] = ()
 ) -> list[GpuState]:
     """One GpuState per physical GPU in the sample: its owners, and apart from them the pods with
     monitoring (admin-access) claims on it or its MIG instances."""
     t = tel.meta.time_ms
-    strategy, _ = sharing_config(state)
+    strategy, _ = state.sharing()
     out: list[GpuState] = []
-    ix = index_of(state._index, holdings)
     by_gpu = ix.by_gpu
     children: dict[str, list[DeviceSample]] = {}
     for m in tel.devices:
@@ -91,11 +86,12 @@ def gpu_states(
             sharing = "mig"
         else:
             sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
-        # Positional, in GpuState's field order (this runs for every device of every sample).
         out.append(GpuState(
-            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
-            d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
-            t, d.lost, t, owners_of([h for h in watch if h.device.mig is None]) if watch else (),
+            node=node, gpu_uuid=d.uuid, model=models.get(d.uuid, ""), index=d.index, mig_devices=tuple(migs),
+            sharing=sharing, util_pct=d.util_pct, fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib,
+            power_w=d.power_w, temp_c=d.temp_c, owners=ix.owners(d.uuid), last_xid=last_xid.get(d.uuid),
+            sample_ms=t, lost=d.lost, as_of_ms=t,
+            monitors=owners_of([h for h in watch if h.device.mig is None]) if watch else (),
         ))
     return out
 

@@ -1,7 +1,7 @@
 """Who owned what at an instant: replay the state-based inputs up to T, then ask the core's holdings.
 
 The same function answers `periscope replay --at T` and the API's `GET /v1/owners`, and it uses the
-same `holdings_at` the joiner uses when it names the owners of an XID, so the three always agree.
+same `NodeState.holdings_at` the joiner uses when it names the owners of an XID: the three agree.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from periscope.bus.clients import Kafka
 from periscope.core.allocation import Holding
-from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
+from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
 from periscope.replay.runner import ReplayConfig, ReplayInput, replay_events
@@ -48,7 +48,7 @@ def owner_items(
     for name in sorted(states):
         if node is not None and name != node:
             continue
-        for h in holdings_at(states[name], at_ms):
+        for h in states[name].holdings_at(at_ms):
             if gpu_uuid is not None and not on_device(h, gpu_uuid):
                 continue
             if pod_uid is not None and h.pod_uid != pod_uid:

@@ -1,6 +1,6 @@
 """Feed input events through the pure core, node by node, in event-time order: no Kafka here.
 
-The live joiner calls the same `step` per node as records arrive; replay has the whole range at hand,
+The live joiner calls the same `engine.apply` per node as records arrive; replay has the whole range at hand,
 so it orders each node's events by event time first (state-based events before samples of the same
 instant), steps them, and flushes what the core still buffers (node by node, or nodes side by side in
 worker processes: the same outputs). The same events in any arrival order
@@ -24,11 +24,11 @@ from periscope.core.engine import (
     DEFAULT_CONFIG,
     EngineConfig,
     NodeState,
+    apply,
     flush,
     mark_inputs,
     new_state,
     output_key,
-    step,
 )
 from periscope.core.model import (
     AllocationSnapshot,
@@ -190,7 +190,7 @@ def replay_node(node: str, events: list[ReplayInput], config: ReplayConfig, *, k
     kept, pending = res.kept, 0
     for i, ev in enumerate(events):
         try:
-            state, outs = step(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
+            outs = apply(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
         except Exception as e:  # a core bug on one event must not lose the whole replay
             res.errors.append((i, e))
             continue

@@ -33,7 +33,7 @@ from periscope.bus import codec
 from periscope.bus.codec import DecodeError
 from periscope.bus.topics import ALLOCATIONS, BY_NAME, INVENTORY, NODE_INPUTS, NODES, PODS, TELEMETRY, XID
 from periscope.core.changes import carry_windows
-from periscope.core.engine import Counters, EngineConfig, advance, mark_inputs, output_key, step
+from periscope.core.engine import Counters, EngineConfig, advance, apply, mark_inputs, output_key
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -159,7 +159,7 @@ class Joiner:
                 self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
                 t.before = replace(slot.state.counters)
             try:
-                _, outs = step(slot.state, obj, self.config)
+                outs = apply(slot.state, obj, self.config)
             except Exception as e:  # a bug in the core must not stop every other node's attribution
                 log.exception("node %s: the core failed on a %s record", node, msg.topic)
                 rejected.append((event, msg, f"core error: {type(e).__name__}: {e}"))

@@ -74,4 +74,4 @@ def state_mark(s: NodeState) -> tuple[object, ...]:
     """Identity of the state-based inputs: changes when a pod, allocation, inventory or node label does.
     An unchanged snapshot only adds a repeat to its run; it is persisted with the next periodic write
     (its record stays unacknowledged until then, so a crash redelivers it)."""
-    return (s.pods.version, tuple(id(a) for a in s.allocs), id(s.inventory), s.node_event)
+    return s.input_versions()

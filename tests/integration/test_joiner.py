@@ -33,7 +33,7 @@ from periscope.bus.admin import TopicPlan, ensure_topics
 from periscope.bus.clients import Kafka
 from periscope.bus.codec import DeadLetter
 from periscope.bus.producer import Publisher
-from periscope.core.engine import EngineConfig, flush, new_state, output_key, step
+from periscope.core.engine import EngineConfig, apply, flush, new_state, output_key
 from periscope.core.model import (
     AllocationEntry,
     AllocationSnapshot,
@@ -195,7 +195,7 @@ def reference_outputs(events: list[tuple[T.Topic, NodeInput]]) -> list[Output]:
     for _, ev in events:
         node = ev.name if isinstance(ev, NodeEvent) else ev.meta.node
         state = states.setdefault(node, new_state(node))
-        outs.extend(step(state, ev, CONFIG)[1])
+        outs.extend(apply(state, ev, CONFIG))
     for state in states.values():
         outs.extend(flush(state, CONFIG))
     # Through the wire format and back, as a subscriber sees it.

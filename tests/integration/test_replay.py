@@ -23,7 +23,7 @@ from periscope.bus.admin import partition_counts
 from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.cli.main import main
-from periscope.core.engine import new_state, step
+from periscope.core.engine import apply, new_state
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -97,7 +97,7 @@ async def live_findings(kafka: Kafka, node: str, events: list[NodeInput]) -> lis
                         for rec in recs:
                             if rec.key != node.encode():
                                 continue
-                            _, outs = step(state, codec.decode(t.BY_NAME[tp.topic], rec.value or b""))
+                            outs = apply(state, codec.decode(t.BY_NAME[tp.topic], rec.value or b""))
                             findings += [o for o in outs if isinstance(o, Finding) and o.kind == "xid-owner"]
                             arrived = True
     finally:

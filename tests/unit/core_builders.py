@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid as _uuid
 
-from periscope.core.engine import EngineConfig, NodeState, flush, new_state, step
+from periscope.core.engine import EngineConfig, NodeState, apply, flush, new_state
 from periscope.core.model import (
     AllocationEntry,
     AllocationSnapshot,
@@ -119,7 +119,7 @@ def run(events: list[NodeInput], config: EngineConfig | None = None) -> tuple[No
     state = new_state(NODE)
     outs: list[Output] = []
     for e in events:
-        state, o = step(state, e, cfg)
+        o = apply(state, e, cfg)
         outs.extend(o)
     outs.extend(flush(state, cfg))
     return state, outs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from periscope.core.engine import EngineConfig, NodeState, flush, mark_inputs, new_state, step
+from periscope.core.engine import EngineConfig, NodeState, apply, flush, mark_inputs, new_state
 from periscope.core.model import NodeInput, Output
 from periscope.core.watermark import Stream, stream_of
 from tests.unit.core_builders import NODE
@@ -90,7 +90,7 @@ def feed(deliveries: Sequence[Delivery], config: EngineConfig) -> tuple[NodeStat
         if ev is None:
             outs += mark_inputs(state, config, at_end={stream: True})
         else:
-            state, o = step(state, ev, config)
+            o = apply(state, ev, config)
             outs += o
     outs += flush(state, config)
     return state, outs

@@ -28,7 +28,7 @@ def test_workload_attributes_every_gpu_to_its_own_pod() -> None:
     assert kinds[topics.TELEMETRY.name] == 10
     assert kinds[topics.PODS.name] == 16
     st = {n: engine.new_state(n) for n in {ev.meta.node for _, ev in events}}
-    outs = [o for _, ev in events for o in engine.step(st[ev.meta.node], ev)[1]]
+    outs = [o for _, ev in events for o in engine.apply(st[ev.meta.node], ev)]
     pods = {o.pod_uid: o for o in outs if isinstance(o, PodAttribution)}
     assert len(pods) == 16
     row = pods[pod_uid(1, 3)].rows[0]

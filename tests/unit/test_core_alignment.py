@@ -19,10 +19,9 @@ from hypothesis import strategies as st
 from periscope.core.engine import (
     EngineConfig,
     NodeState,
-    holdings_at,
+    apply,
     mark_inputs,
     new_state,
-    step,
     waiting_for,
 )
 from periscope.core.model import Finding, GpuState, NodeInput, Output
@@ -69,7 +68,7 @@ def xid_owners(outs: list[Output]) -> dict[str, tuple[str, ...]]:
 def wrong_gpu_owners(outs: list[Output], truth: NodeState) -> list[GpuState]:
     """Published GPU records whose owners are not the holders at their sample time in `truth`."""
     def holders(g: GpuState) -> set[str]:
-        return {h.pod_uid for h in holdings_at(truth, g.sample_ms) if h.device.gpu_uuid == g.gpu_uuid}
+        return {h.pod_uid for h in truth.holdings_at(g.sample_ms) if h.device.gpu_uuid == g.gpu_uuid}
     return [g for g in outs if isinstance(g, GpuState) and {o.pod_uid for o in g.owners} != holders(g)]
 
 
@@ -106,8 +105,8 @@ def test_live_delivery_is_as_prompt_as_without_alignment() -> None:
     aligned, unaligned = new_state(node_name(0)), new_state(node_name(0))
     assert mark_inputs(aligned, ALIGNED, at_end=dict.fromkeys(Stream, True)) == []
     for ev in events:
-        _, a = step(aligned, ev, ALIGNED)
-        _, b = step(unaligned, ev, UNALIGNED)
+        a = apply(aligned, ev, ALIGNED)
+        b = apply(unaligned, ev, UNALIGNED)
         assert a == b
         assert aligned.processed_ms == unaligned.processed_ms
 
@@ -117,7 +116,7 @@ def test_a_stream_not_yet_read_holds_samples_and_xids_until_it_is_read_through_t
     state = new_state(NODE)
     for ev in (pod(1, "a", 0), tel(S, dev(g, 50.0)), xid(1500, g), tel(2 * S, dev(g, 50.0)),
                tel(6 * S, dev(g, 50.0))):
-        _, outs = step(state, ev, ALIGNED)
+        outs = apply(state, ev, ALIGNED)
         assert outs == []  # no allocation snapshot read yet: nothing is joined
     assert [p.meta.time_ms for p in state.pending] == [S, 1500, 2 * S, 6 * S]
     assert Stream.ALLOCATIONS in waiting_for(state, ALIGNED)
@@ -125,8 +124,8 @@ def test_a_stream_not_yet_read_holds_samples_and_xids_until_it_is_read_through_t
     assert mark_inputs(state, ALIGNED, at_end=dict.fromkeys(others, True)) == []
     assert waiting_for(state, ALIGNED) == (Stream.ALLOCATIONS,)
     # Read through 1 s: another record of that instant may still come, so the 1 s sample waits.
-    assert step(state, alloc(S, pr("ml", "a", (g,))), ALIGNED)[1] == []
-    _, outs = step(state, alloc(3 * S, pr("ml", "b", (g,))), ALIGNED)
+    assert apply(state, alloc(S, pr("ml", "a", (g,))), ALIGNED) == []
+    outs = apply(state, alloc(3 * S, pr("ml", "b", (g,))), ALIGNED)
     assert [p.meta.time_ms for p in state.pending] == [6 * S]
     [f] = [o for o in outs if isinstance(o, Finding) and o.kind == "xid-owner"]
     assert [o.pod_uid for o in f.owners] == [uid(1)]  # the holder at the error time, not later
@@ -145,11 +144,11 @@ def test_a_silent_stream_stops_holding_after_the_limit_and_says_so() -> None:
     state = new_state(NODE)
     mark_inputs(state, cfg, at_end=dict.fromkeys(
         (Stream.PODS, Stream.XID, Stream.INVENTORY, Stream.NODES, Stream.TELEMETRY), True))
-    step(state, pod(1, "a", 0), cfg)
-    step(state, alloc(S, pr("ml", "a", (g,))), cfg)
+    apply(state, pod(1, "a", 0), cfg)
+    apply(state, alloc(S, pr("ml", "a", (g,))), cfg)
     joined = 0
     for t in range(2, 40):
-        _, outs = step(state, tel(t * S, dev(g, 50.0, procs=(proc(1, uid(1), 50.0, 1.0),))), cfg)
+        outs = apply(state, tel(t * S, dev(g, 50.0, procs=(proc(1, uid(1), 50.0, 1.0),))), cfg)
         joined += bool(outs)
         if t * S - S <= 30 * S:
             assert state.processed_ms <= S and state.counters.input_stalls == 0
@@ -159,9 +158,9 @@ def test_a_silent_stream_stops_holding_after_the_limit_and_says_so() -> None:
     assert state.processed_ms == 38 * S and state.counters.unaligned == 38 - 1
     assert joined
     # It speaks again: the stall is over, and it holds again (the 45 s sample waits for it).
-    step(state, alloc(40 * S, pr("ml", "a", (g,))), cfg)
+    apply(state, alloc(40 * S, pr("ml", "a", (g,))), cfg)
     assert not state.inputs.is_stalled(Stream.ALLOCATIONS)
-    step(state, tel(45 * S, dev(g, 50.0)), cfg)
+    apply(state, tel(45 * S, dev(g, 50.0)), cfg)
     assert state.processed_ms == 39 * S and state.counters.unaligned == 37
     assert [p.meta.time_ms for p in state.pending] == [45 * S]
     assert state.counters.input_stalls == 1
@@ -207,9 +206,9 @@ def test_where_the_streams_were_read_to_survives_a_restart_but_the_hosts_word_do
     state = new_state(NODE)
     mark_inputs(state, cfg, at_end=dict.fromkeys((Stream.PODS, Stream.INVENTORY, Stream.NODES), True))
     for ev in (pod(1, "a", 0), alloc(S, pr("ml", "a", (g,)))):
-        step(state, ev, cfg)
+        apply(state, ev, cfg)
     for t in range(2, 20):
-        step(state, tel(t * S, dev(g, 1.0)), cfg)
+        apply(state, tel(t * S, dev(g, 1.0)), cfg)
     assert state.inputs.is_stalled(Stream.XID) and state.counters.input_stalls == 2  # xid, allocations
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
@@ -219,7 +218,7 @@ def test_where_the_streams_were_read_to_survives_a_restart_but_the_hosts_word_do
         assert (now.through_ms(s), now.is_stalled(s)) == (was.through_ms(s), was.is_stalled(s))
         assert not now.is_at_end(s)  # after a restart the host says again where its partitions stand
     mark_inputs(restored, cfg, at_end=dict.fromkeys((Stream.PODS, Stream.INVENTORY, Stream.NODES), True))
-    step(restored, tel(20 * S, dev(g, 1.0)), cfg)
+    apply(restored, tel(20 * S, dev(g, 1.0)), cfg)
     assert restored.counters.input_stalls == 2  # the stalls already counted are not counted again
 
 
@@ -240,13 +239,13 @@ def test_a_late_xid_waits_for_the_allocations_too() -> None:
     mark_inputs(state, ALIGNED, at_end=dict.fromkeys(ALL_STREAMS, True))
     for ev in (pod(1, "a", 0), pod(2, "b", 0), alloc(S, pr("ml", "a", (g,))),
                *(tel(t * S, dev(g, 1.0)) for t in range(2, 8))):
-        step(state, ev, ALIGNED)
+        apply(state, ev, ALIGNED)
     assert state.processed_ms == 6 * S
     mark_inputs(state, ALIGNED, at_end={Stream.ALLOCATIONS: False})  # a backlog of allocations appeared
-    _, outs = step(state, xid(4 * S, g), ALIGNED)
+    outs = apply(state, xid(4 * S, g), ALIGNED)
     assert outs == [] and [p.meta.time_ms for p in state.pending] == [4 * S, 7 * S]
-    _, outs = step(state, alloc(3 * S, pr("ml", "b", (g,))), ALIGNED)
+    outs = apply(state, alloc(3 * S, pr("ml", "b", (g,))), ALIGNED)
     assert outs == []  # read through 3 s only
-    _, outs = step(state, alloc(5 * S, pr("ml", "b", (g,))), ALIGNED)
+    outs = apply(state, alloc(5 * S, pr("ml", "b", (g,))), ALIGNED)
     [f] = [o for o in outs if isinstance(o, Finding)]
     assert [o.pod_uid for o in f.owners] == [uid(2)]  # b held the GPU from 3 s on

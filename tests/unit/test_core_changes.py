@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from periscope.core.changes import ChangeConfig, carry_windows, worth_publishing
-from periscope.core.engine import EngineConfig, current_view, flush, new_state, step
+from periscope.core.engine import EngineConfig, apply, current_view, flush, new_state
 from periscope.core.model import (
     AttributionRow,
     GpuState,
@@ -194,7 +194,7 @@ def test_every_closed_window_is_published_exactly_once_in_order_over_a_long_run(
     # The pod goes away: its last window is published as closed with the inactive row.
     outs2 = []
     for e in [alloc(7200 * S), sample(7201 * S, 0.0)]:
-        state, o = step(state, e, cfg)
+        o = apply(state, e, cfg)
         outs2.extend(o)
     outs2.extend(flush(state, cfg))
     [gone] = pods_of(outs2)
@@ -211,14 +211,14 @@ def test_a_restored_state_publishes_exactly_what_the_uninterrupted_one_does() ->
     head, tail = events[:60], events[60:]
     state = new_state(NODE)
     for e in head:
-        state, _ = step(state, e, cfg)
+        apply(state, e, cfg)
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     a: list[Output] = []
     b: list[Output] = []
     for e in tail:
-        state, o1 = step(state, e, cfg)
-        restored, o2 = step(restored, e, cfg)
+        o1 = apply(state, e, cfg)
+        o2 = apply(restored, e, cfg)
         a.extend(o1)
         b.extend(o2)
     assert a and a == b

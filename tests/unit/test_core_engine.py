@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from periscope.core.engine import EngineConfig, current_view, holdings_at, step
+from periscope.core.engine import EngineConfig, apply, current_view
 from periscope.core.model import Finding, GpuState, MigRef, NodeInput, Output, PodAttribution
 from periscope.core.rows import RowConfig
 from tests.unit.core_builders import (
@@ -166,7 +166,7 @@ def test_late_xid_still_uses_history() -> None:
         tel(2 * S, dev(g, 1.0)), alloc(3 * S, pr("ml", "b", (g,))),
         *(tel(t * S, dev(g, 1.0)) for t in range(4, 9)),
     ])
-    state, late = step(state, xid(2 * S, g, 48))
+    late = apply(state, xid(2 * S, g, 48))
     [f] = findings(late, "xid-owner")
     assert [o.pod_uid for o in f.owners] == [uid(1)]
 
@@ -269,9 +269,9 @@ def test_holdings_at_answers_for_any_past_time() -> None:
     g = gpu(0)
     state, _ = run([inventory(), pod(1, "a", 0), pod(2, "b", 0), alloc(S, pr("ml", "a", (g,))),
                     alloc(10 * S, pr("ml", "b", (g,))), tel(11 * S, dev(g, 1.0))])
-    assert [h.pod_uid for h in holdings_at(state, 5 * S)] == [uid(1)]
-    assert [h.pod_uid for h in holdings_at(state, 10 * S)] == [uid(2)]
-    assert holdings_at(state, 500) == []
+    assert [h.pod_uid for h in state.holdings_at(5 * S)] == [uid(1)]
+    assert [h.pod_uid for h in state.holdings_at(10 * S)] == [uid(2)]
+    assert state.holdings_at(500) == []
     assert current_view(state)
 
 
@@ -288,6 +288,6 @@ def test_the_last_sample_is_persisted_without_its_processes_and_still_detects_du
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     assert restored.last_telemetry is not None and restored.last_telemetry.devices[0].processes == ()
     assert restored.last_telemetry.devices[0].util_pct == 85.0
-    restored, outs = step(restored, last)
+    outs = apply(restored, last)
     assert outs == [] and restored.counters.duplicates == state.counters.duplicates + 1
     assert current_view(restored) == current_view(state)

@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from periscope.core.engine import EngineConfig, current_view, flush, holdings_at, new_state, step
+from periscope.core.engine import EngineConfig, apply, current_view, flush, new_state
 from periscope.core.model import NodeInput, Output, PodAttribution
 from periscope.core.snapshot import from_parts, to_parts
 from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid
@@ -48,9 +48,9 @@ def state_events(draw: st.DrawFn) -> list[NodeInput]:
 def holdings_timeline(events: list[NodeInput]) -> list[tuple[str, ...]]:
     state = new_state(NODE)
     for e in events:
-        state, _ = step(state, e)
+        apply(state, e)
     return [tuple(f"{h.pod_uid}|{h.container}|{h.device.device_id}|{h.sources}|{h.candidates}"
-                  for h in holdings_at(state, t * S)) for t in range(0, 62)]
+                  for h in state.holdings_at(t * S)) for t in range(0, 62)]
 
 
 @settings(max_examples=60, deadline=None)
@@ -67,7 +67,7 @@ def test_state_events_converge_under_any_order_and_duplicates(
 def allocation_runs(events: list[NodeInput]) -> list[tuple[object, ...]]:
     state = new_state(NODE)
     for e in events:
-        state, _ = step(state, e)
+        apply(state, e)
     return [(a.meta.time_ms, a.entries, tuple(state.alloc_repeats.get((a.meta.time_ms, a.meta.epoch,
                                                                        a.meta.seq), ())))
             for a in state.allocs]
@@ -86,7 +86,7 @@ def run_outputs(events: list[NodeInput]) -> list[Output]:
     state = new_state(NODE)
     outs: list[Output] = []
     for e in events:
-        state, o = step(state, e)
+        o = apply(state, e)
         outs.extend(o)
     outs.extend(flush(state))
     return outs
@@ -112,7 +112,7 @@ def test_a_reused_name_never_carries_the_old_uids_usage(events: list[NodeInput])
     outs = run_outputs(with_samples(events))
     state = new_state(NODE)
     for e in events:
-        state, _ = step(state, e)
+        apply(state, e)
     for o in outs:
         if not isinstance(o, PodAttribution):
             continue
@@ -133,7 +133,7 @@ def test_state_survives_a_round_trip_through_its_persisted_form(events: list[Nod
     tail = [e for e in full if e.meta.time_ms > cut * S]
     state = new_state(NODE)
     for e in head:
-        state, _ = step(state, e)
+        apply(state, e)
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     assert current_view(restored) == current_view(state)
@@ -141,8 +141,8 @@ def test_state_survives_a_round_trip_through_its_persisted_form(events: list[Nod
     a_out: list[Output] = []
     b_out: list[Output] = []
     for e in tail:
-        state, o1 = step(state, e)
-        restored, o2 = step(restored, e)
+        o1 = apply(state, e)
+        o2 = apply(restored, e)
         a_out.extend(o1)
         b_out.extend(o2)
     # After restart the first outputs may repeat (nothing was remembered as emitted); state must agree.
@@ -185,14 +185,14 @@ def test_a_restored_state_publishes_what_the_uninterrupted_one_publishes(
     full = sorted([*events, *drifting_samples(deltas)], key=lambda e: e.meta.time_ms)
     state = new_state(NODE)
     for e in (e for e in full if e.meta.time_ms <= cut * S):
-        state, _ = step(state, e)
+        apply(state, e)
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     a_out: list[Output] = []
     b_out: list[Output] = []
     for e in (e for e in full if e.meta.time_ms > cut * S):
-        state, o1 = step(state, e)
-        restored, o2 = step(restored, e)
+        o1 = apply(state, e)
+        o2 = apply(restored, e)
         a_out.extend(o1)
         b_out.extend(o2)
     a_out.extend(flush(state))

@@ -13,7 +13,6 @@ import yaml
 
 from periscope.core.allocation import reconcile
 from periscope.core.devices import DeviceMap
-from periscope.core.engine import holdings_at
 from periscope.core.model import (
     DeviceInventory,
     Finding,
@@ -135,7 +134,7 @@ def test_a_row_unresolved_before_the_inventory_resolves_once_it_arrives() -> Non
     assert (rows[-1].gpu_uuid, rows[-1].unresolved, rows[-1].util_pct) == (uuid_at(2), "", 40.0)
     cleared = [o for o in outs if isinstance(o, Finding) and o.id == "source-health/gpu-a/device-ids"]
     assert [f.active for f in cleared] == [True, False]
-    assert holdings_at(state, 11 * S)[0].device.gpu_uuid == uuid_at(2)
+    assert state.holdings_at(11 * S)[0].device.gpu_uuid == uuid_at(2)
 
 
 # ---- HAMi

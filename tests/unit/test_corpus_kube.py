@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from periscope.core.attribution import REPLICAS_LABEL, SHARING_LABEL
 from periscope.core.cgroup import parse_cgroup
 from periscope.core.model import ClaimDevice, Meta, OperandStatus
 from periscope.core.policy import policy_view
+from periscope.core.state import REPLICAS_LABEL, SHARING_LABEL
 from services.kube_watcher import mappers
 
 KUBE = Path(__file__).parent / "data" / "corpus" / "kube"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from periscope.core.engine import EngineConfig, NodeState, current_view, new_state, step
+from periscope.core.engine import EngineConfig, NodeState, apply, current_view, new_state
 from periscope.core.model import NodeInput
 from periscope.core.rows import RowConfig
 from services.joiner.state import (
@@ -28,7 +28,7 @@ CFG = EngineConfig(rows=RowConfig(window_ms=10 * S), lateness_ms=0)
 
 def feed(state: NodeState, events: list[NodeInput]) -> NodeState:
     for e in events:
-        state, _ = step(state, e, CFG)
+        apply(state, e, CFG)
     return state
 
 
@@ -86,9 +86,9 @@ def test_only_pods_whose_rows_changed_are_written_again() -> None:
     versions: dict[str, PodVersion] = {}
     plan_persist(state, 1, versions)
     assert plan_persist(state, 2, versions).pods == {}
-    step(state, pod(3, "idle", 0), CFG)  # a pod without rows changes no row record
+    apply(state, pod(3, "idle", 0), CFG)  # a pod without rows changes no row record
     assert plan_persist(state, 3, versions).pods == {}
-    step(state, sample(3, 60.0), CFG)
+    apply(state, sample(3, 60.0), CFG)
     assert sorted(plan_persist(state, 4, versions).pods) == [uid(1), uid(2)]
 
 

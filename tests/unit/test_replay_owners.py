@@ -124,7 +124,7 @@ def test_owners_across_nodes_are_sorted_by_node() -> None:
 
 
 def test_pod_events_stamped_just_after_the_instant_count_as_they_do_for_the_live_finding() -> None:
-    from periscope.core.engine import EngineConfig, flush, new_state, step
+    from periscope.core.engine import EngineConfig, apply, flush, new_state
     from periscope.replay.owners import owners_from_events
 
     def stamped(ev: PodEvent, t: int) -> PodEvent:  # the watcher saw it a moment after it happened
@@ -141,7 +141,7 @@ def test_pod_events_stamped_just_after_the_instant_count_as_they_do_for_the_live
     ]
     state, live = new_state(NODE), []
     for ev in events:  # as the joiner gets them
-        live += step(state, ev)[1]
+        live += apply(state, ev)
     live += flush(state)
     [finding] = [o for o in live if isinstance(o, Finding) and o.kind == "xid-owner"]
     assert owners_of(finding) == {(uid(1), "ml", "train-0", "cuda", g)}

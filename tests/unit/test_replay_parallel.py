@@ -93,15 +93,15 @@ class Unpicklable(Exception):
 def test_events_the_core_raises_on_are_reported_from_the_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     events = cluster()
     bad = [ev for ev in events if isinstance(ev, NodeTelemetry)][::97]
-    real_step = runner.step
+    real_apply = runner.apply
 
-    def step(state, ev, config):  # type: ignore[no-untyped-def]
+    def apply(state, ev, config):  # type: ignore[no-untyped-def]
         for k, b in enumerate(bad):
             if ev is b:
                 raise Unpicklable(1, 2) if k == 0 else KeyError(k)
-        return real_step(state, ev, config)
+        return real_apply(state, ev, config)
 
-    monkeypatch.setattr(runner, "step", step)
+    monkeypatch.setattr(runner, "apply", apply)
     got: dict[int, list[tuple[int, str, str]]] = {1: [], 2: []}
     for workers, failed in got.items():
         result = replay_events(events, workers=workers,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from periscope.core.engine import EngineConfig, holdings_at
+from periscope.core.engine import EngineConfig
 from periscope.core.model import Finding, GpuState, NodeTelemetry, PodAttribution, PodEvent, XidEvent
 from periscope.core.rows import RowConfig
 from periscope.replay.runner import ReplayConfig, replay_events
@@ -61,7 +61,7 @@ def test_owners_match_the_generator_at_any_instant() -> None:
             alive[e.pod.uid] = (e.pod.node, e.pod.created_ms, e.pod.deletion_ms)
     for t in (SPEC.start_ms + 65_000, SPEC.start_ms + 300_000):
         for n in range(SPEC.nodes):
-            held = {h.pod_uid for h in holdings_at(states[node_name(n)], t)}
+            held = {h.pod_uid for h in states[node_name(n)].holdings_at(t)}
             # The snapshot taken at or before t names exactly the pods alive at that snapshot.
             snap_t = t - (t - SPEC.start_ms) % SPEC.alloc_every_ms
             truth = {u for u, (node, c, d) in alive.items()
