@@ -124,7 +124,7 @@ async def _load(url: str, info: dict[str, Any], nodes: list[str], instants: list
 
 async def _burst(url: str, start_ms: int, span_ms: int) -> list[tuple[str, int, float]]:
     """Every client asks /v1/owners at once, each for another instant (no cache, no sharing)."""
-    from periscope.wirejson import rfc3339
+    from periscope.contract.values import rfc3339
 
     async def one(i: int) -> tuple[str, int, float]:
         async with httpx.AsyncClient(base_url=url, timeout=120,
@@ -193,7 +193,7 @@ def _summary(samples: list[tuple[str, int, float]], wall: float) -> dict[str, An
 
 def run(rows: int, history_min: int, bootstrap: str, spec_start_ms: int, spec_ms: int,
         seconds: float) -> tuple[list[Figure], dict[str, Any]]:
-    from periscope.wirejson import rfc3339
+    from periscope.contract.values import rfc3339
 
     instants = [rfc3339(spec_start_ms + spec_ms * k // 6) for k in range(1, 6)]
     from bench.common import PROFILE

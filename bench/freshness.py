@@ -37,7 +37,7 @@ from bench.common import Figure, Goal, kafka, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
-from periscope.wirejson import parse_time_ms
+from periscope.contract.values import parse_time_ms
 
 GOAL = Goal("<", 1.5, "p99 < 1.5 s")
 MARKER_NS = "bench-fresh"

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from bench.common import Figure
-from periscope.wirejson import parse_time_ms
+from periscope.contract.values import parse_time_ms
 
 FRESH_S = 2.0
 

@@ -45,8 +45,8 @@ from bench.common import (
 from bench.common import broker as bench_broker
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
+from periscope.contract.values import rfc3339
 from periscope.core.model import NodeInput, PodEvent
-from periscope.replay.render import rfc3339
 from periscope.replay.runner import node_of
 from periscope.replay.synthetic import ClusterSpec, generate
 

@@ -51,6 +51,11 @@ class Row:
     wasted: float | None  # GPU-hours; None when not idle
 
 
+def _text(v: Any) -> str:
+    """An API value as a cell: what the API does not know is null, shown as `-`."""
+    return "-" if v is None else str(v)
+
+
 def _short(uuid: str) -> str:
     return uuid.removeprefix("GPU-").removeprefix("MIG-")[:8]
 
@@ -71,13 +76,13 @@ def rows(snap: Snapshot) -> list[Row]:
     out = []
     held = set()
     for p in snap.pods:
-        uuid = str(p["gpu_uuid"])
+        uuid = str(p["gpu_uuid"] or "")  # null: the device ID names no known GPU
         held.add(uuid)
         g = gpus.get(uuid, {})
         out.append(
             Row(
                 node=str(p["node"]), gpu_index=int(g.get("index", -1)), gpu=_short(uuid), device=_device(p),
-                namespace=str(p["namespace"]), pod=str(p["pod"]), uid=str(p["pod_uid"])[:8],
+                namespace=_text(p["namespace"]), pod=_text(p["pod"]), uid=str(p["pod_uid"])[:8],
                 container=str(p["container"]), util=p.get("util_pct"), mem=p.get("fb_used_mib"),
                 power=p.get("power_w"), wasted=wasted.get((str(p["pod_uid"]), str(p["device_id"]))),
             )

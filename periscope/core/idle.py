@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from periscope.core.model import AttributionRow, PodAttribution
 from periscope.core.windows import START, UTIL_SAMPLES, UTIL_SUM, Stat
 
 HOUR_MS = 3_600_000
@@ -50,7 +51,7 @@ def idle_since(low_since_ms: int, first_seen_ms: int) -> int:
 
 
 def wasted_gpu_hours(since_ms: int, t_ms: int, gpu_fraction: float) -> float:
-    return round(max(0, t_ms - since_ms) / HOUR_MS * gpu_fraction, 6)
+    return max(0, t_ms - since_ms) / HOUR_MS * gpu_fraction
 
 
 def _avg(windows: Sequence[Stat]) -> float | None:
@@ -93,3 +94,11 @@ def from_windows(
         low = s
     since = idle_since(low, first_seen_ms)
     return IdleVerdict(since, avg, wasted_gpu_hours(since, as_of_ms, gpu_fraction))
+
+
+def row_verdict(pod: PodAttribution, row: AttributionRow, windows: Sequence[Stat],
+                rule: IdleRule = DEFAULT_RULE) -> IdleVerdict | None:
+    """`from_windows` for a published row: as of its pod's latest state (or its own latest sample)."""
+    return from_windows(windows, active=row.active, first_seen_ms=row.first_seen_ms,
+                        as_of_ms=pod.as_of_ms or row.last_seen_ms or row.sample_ms,
+                        gpu_fraction=row.gpu_fraction, rule=rule)

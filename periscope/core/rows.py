@@ -194,7 +194,8 @@ class RowState:
     def wasted_gpu_hours(self) -> float:
         if not self.idle or self.usage is None:
             return 0.0
-        return wasted_gpu_hours(self.idle_since_ms, self.sample_ms, self.usage.gpu_fraction)
+        # Rounded to the micro-GPU-hour as published (a bare float's last digits are noise).
+        return round(wasted_gpu_hours(self.idle_since_ms, self.sample_ms, self.usage.gpu_fraction), 6)
 
     def closed_unpublished(self) -> tuple[WindowStat, ...]:
         w = self.windows

@@ -11,13 +11,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from periscope.bus.clients import Kafka
+from periscope.contract.owners import owner_item, owners_document
 from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
 from periscope.replay.runner import ReplayConfig, ReplayInput, replay_events
 from periscope.replay.settings import ReplaySettings
-from periscope.wirejson import mig_json, rfc3339
 
 Json = dict[str, Any]
 
@@ -25,19 +25,6 @@ Json = dict[str, Any]
 def on_device(h: Holding, uuid: str) -> bool:
     """Does the holding sit on this GPU or MIG instance (a GPU UUID also matches its MIG slices)?"""
     return h.device.gpu_uuid == uuid or (h.device.mig is not None and h.device.mig.uuid == uuid)
-
-
-def owner_item(node: str, h: Holding) -> Json:
-    return {
-        "node": node,
-        "gpu_uuid": h.device.gpu_uuid or None,
-        "device_id": h.device.device_id,
-        "mig": mig_json(h.device.mig),
-        "pod_uid": h.pod_uid or None,  # None: the holder could not be identified unambiguously
-        "namespace": h.namespace,
-        "pod": h.pod,
-        "container": h.container,
-    }
 
 
 def owner_items(
@@ -55,12 +42,8 @@ def owner_items(
                 continue
             items.append(owner_item(name, h))
     items.sort(key=lambda i: (i["node"], i["gpu_uuid"] or "", i["device_id"], i["pod_uid"] or "",
-                              i["container"], i["namespace"], i["pod"]))
+                              i["container"], i["namespace"] or "", i["pod"] or ""))
     return items
-
-
-def owners_document(at_ms: int, items: list[Json]) -> Json:
-    return {"at": rfc3339(at_ms), "items": items}
 
 
 def owners_plan(at_ms: int, settings: ReplaySettings, node: str | None = None) -> ReadPlan:
@@ -99,7 +82,8 @@ async def owners_at(
     kafka: Kafka, at_ms: int, gpu_uuid: str | None = None, node: str | None = None, *,
     pod_uid: str | None = None, settings: ReplaySettings | None = None,
 ) -> Json:
-    """`{"at": T, "items": [{node, gpu_uuid, device_id, mig, pod_uid, namespace, pod, container}]}`."""
+    """`{"at": T, "items": [{node, gpu_uuid, device_id, mig, pod_uid, namespace, pod, container}]}`
+    (periscope.contract.owners)."""
     doc, _ = await owners_with_stats(kafka, at_ms, gpu_uuid=gpu_uuid, node=node, pod_uid=pod_uid,
                                      settings=settings)
     return doc

@@ -27,7 +27,7 @@ from typing import IO, Any
 import orjson
 
 from periscope.core.model import Output
-from periscope.replay.render import output_json
+from periscope.replay.document import output_json
 from periscope.replay.runner import (
     NodeReplay,
     OnError,
@@ -197,7 +197,7 @@ def replay_to_spool(events: list[ReplayInput], config: ReplayConfig, spool: Spoo
 def write_document(out: IO[bytes], doc: Json, items: Iterator[bytes] | Spool, stream: str = "items") -> None:
     """`doc` as `json.dumps(indent=2)` lays it out, except that `doc[stream]` is written from `items`
     (JSON texts, or a spool's merged items), one compact item per line: the layout of
-    `render.json_chunks`."""
+    `periscope.replay.document.json_chunks`."""
     text = json.dumps({**doc, stream: []}, indent=2)
     marker = f"\n  {json.dumps(stream)}: ["
     head, found, tail = text.partition(marker + "]")

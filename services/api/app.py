@@ -17,14 +17,16 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from periscope.contract.values import time_json
+from periscope.core.idle import DEFAULT_RULE, IdleRule
 from services.api import apidocs, queries, schemas, webview
 from services.api.auth import Gate, caller
+from services.api.errors import ApiError
 from services.api.findings_series import FindingsCollector
 from services.api.headers import SecurityHeaders
 from services.api.metrics import PodSeries, ViewCollector
-from services.api.queries import ApiError, only
-from services.api.render import rfc3339
 from services.api.status import ConsumerStatus
+from services.api.strict import StrictRouter
 from services.api.view import View
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
@@ -63,6 +65,7 @@ def create_app(
     extra_routers: Sequence[APIRouter] = (),
     lifespan: Lifespan | None = None,
     gate: Gate | None = None,
+    idle_rule: IdleRule = DEFAULT_RULE,
 ) -> FastAPI:
     """The HTTP API over `view`. With `status` None the view is static and always ready. With a
     `gate`, every route but /healthz, /readyz and the OpenAPI document needs a bearer token and
@@ -97,7 +100,7 @@ def create_app(
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
-    app.include_router(queries.router(view), responses=AUTH_RESPONSES)
+    app.include_router(queries.router(view, idle_rule), responses=AUTH_RESPONSES)
     app.include_router(webview.router())
     app.include_router(apidocs.router())
     for r in extra_routers:
@@ -107,11 +110,11 @@ def create_app(
     registry.register(ViewCollector(view, status))
     registry.register(FindingsCollector(view))
     pod_series = PodSeries(view)
+    cluster = StrictRouter()
 
-    @app.get(
+    @cluster.get(
         "/v1/policy",
         tags=["cluster"],
-        dependencies=[Depends(only())],
         responses={200: {"model": schemas.Policy}, 503: {"model": schemas.Error}, **CLUSTER_RESPONSES},
     )
     async def policy() -> Any:
@@ -123,20 +126,21 @@ def create_app(
         nodes = [n for n in view.nodes.values() if not n.deleted]
         out = policy_view(view.policy, nodes).to_json()
         if isinstance(out, dict):
-            out = {**out, "as_of": rfc3339(view.policy.meta.time_ms) if view.policy else None}
+            out = {**out, "as_of": time_json(view.policy.meta.time_ms) if view.policy else None}
         return out
 
-    @app.get(
+    @cluster.get(
         "/metrics",
         tags=["ops"],
         response_class=Response,
-        dependencies=[Depends(only())],
         responses=CLUSTER_RESPONSES,
     )
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
         body = pod_series.render().encode() + generate_latest(registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(cluster)
 
     @app.get("/healthz", tags=["ops"], response_model=schemas.Health)
     async def healthz() -> dict[str, str]:

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from periscope.contract.values import num
 from periscope.core.model import AttributionRow, PodAttribution
-from periscope.wirejson import num
 from services.api.evidence import REASONS
 from services.api.status import ConsumerStatus
 from services.api.view import XID_KIND, RowKey, View

@@ -25,16 +25,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
 
 from periscope.bus.clients import Kafka
+from periscope.contract.owners import Owners
 from periscope.replay.owners import owners_at
 from periscope.replay.reader import ReadError
 from services.api import access, schemas
 from services.api.access import Scope
 from services.api.auth import caller, widen
+from services.api.errors import ApiError
 from services.api.params import instant_ms
-from services.api.queries import ApiError, only
+from services.api.strict import StrictRouter
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -49,25 +50,6 @@ class OwnersLimits:
     timeout_s: float = 30.0  # longest a request waits and runs in all
     cache_ttl_s: float = 10.0  # how long an answer serves identical queries
     cache_entries: int = 256
-
-
-class OwnerItem(BaseModel):
-    node: str
-    gpu_uuid: str | None
-    device_id: str
-    mig: schemas.Mig | None
-    pod_uid: str | None
-    namespace: str
-    pod: str
-    container: str
-
-
-class Owners(BaseModel):
-    at: str
-    items: list[OwnerItem]
-    hidden_owners: int = Field(
-        0, description="owners in namespaces the caller may not see, left out (namespace-scoped callers only)"
-    )
 
 
 class Busy(Exception):
@@ -195,14 +177,13 @@ class ProcessLookup:
 
 
 def router(queries: OwnerQueries) -> APIRouter:
-    r = APIRouter(tags=["replay"])
+    r = StrictRouter(tags=["replay"])
     busy = {"model": schemas.Error, "description": "too many /v1/owners queries at once (see Retry-After)"}
 
     @r.get(
         "/v1/owners",
         responses={200: {"model": Owners}, 400: {"model": schemas.Error}, 429: busy,
                    503: {"model": schemas.Error}},
-        dependencies=[Depends(only("at", "gpu_uuid", "node"))],
     )
     async def owners(
         request: Request,

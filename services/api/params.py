@@ -7,8 +7,8 @@ API writes back is RFC 3339 UTC, so an instant it could not write is refused on 
 
 from __future__ import annotations
 
+from periscope.contract.values import parse_time_ms
 from periscope.core.duration import parse_duration_ms
-from periscope.wirejson import parse_time_ms
 from services.api.errors import ApiError
 
 # The instants RFC 3339 can write: 0001-01-01T00:00:00.000Z .. 9999-12-31T23:59:59.999Z (Unix ms).

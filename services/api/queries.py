@@ -6,29 +6,25 @@ response never sees a half-applied record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 
+from periscope.contract.attribution import pod_json, window_json
+from periscope.contract.finding import finding_json
+from periscope.contract.gpu import gpu_json
+from periscope.contract.values import Json, num, time_json
+from periscope.contract.xid import xid_json
 from periscope.core.duration import format_duration_ms
+from periscope.core.idle import DEFAULT_RULE, IdleRule, row_verdict
 from periscope.core.model import FINDING_KINDS
-from periscope.wirejson import num
-from services.api import access, idle, schemas
+from services.api import access, schemas
 from services.api.access import Scope
 from services.api.auth import caller
 from services.api.errors import ApiError
 from services.api.paging import BadToken, decode_token, encode_token, page
 from services.api.params import duration_ms, instant_or_ago_ms
-from services.api.render import (
-    Json,
-    finding_json,
-    gpu_row,
-    pod_detail,
-    rfc3339,
-    window_json,
-    xid_row,
-)
+from services.api.strict import StrictRouter
 from services.api.view import GpuKey, RowKey, View, XidKey
 
 FindingKind = Literal["idle", "xid-owner", "unattributed-usage", "ambiguous-join", "source-health"]
@@ -39,19 +35,6 @@ _ROW_SHAPE = (str, str, str, str, str, int)
 _GPU_SHAPE = (str, int, str)
 _XID_SHAPE = (int, str, str, str)
 _FINDING_SHAPE = (int, str)
-
-
-def only(*allowed: str) -> Callable[[Request], None]:
-    """Reject query parameters the endpoint does not know, so a typo is not silently an unfiltered query."""
-    known = {*allowed}
-
-    def check(request: Request) -> None:
-        unknown = sorted(k for k in request.query_params if k not in known)
-        if unknown:
-            hint = ", ".join(sorted(known)) or "none"
-            raise ApiError(400, f"unknown query parameter {unknown[0]!r} (accepted: {hint})")
-
-    return check
 
 
 def _after(kind: str, token: str | None, shape: tuple[type, ...]) -> Any:
@@ -68,7 +51,7 @@ def _listing(
 ) -> Json:
     return {
         "items": items,
-        "as_of": rfc3339(view.as_of_ms),
+        "as_of": time_json(view.as_of_ms),
         "continue": None if next_key is None else encode_token(kind, next_key),
         **extra,
     }
@@ -82,14 +65,15 @@ _PAGED = ("limit", "continue")
 _CALLER = Depends(caller)
 
 
-def router(view: View) -> APIRouter:
-    r = APIRouter(tags=["attribution"])
+def router(view: View, idle_rule: IdleRule = DEFAULT_RULE) -> APIRouter:
+    """The query endpoints over `view`; /v1/idle judges by `idle_rule` where the caller names no threshold
+    or window (the deployment's PERISCOPE_IDLE_THRESHOLD and PERISCOPE_IDLE_WINDOW, as the joiner's)."""
+    r = StrictRouter(tags=["attribution"])
     errors: dict[int | str, dict[str, Any]] = {400: {"model": schemas.Error}}
 
     @r.get(
         "/v1/pods",
         responses={200: {"model": schemas.PodList}, **errors},
-        dependencies=[Depends(only("active", "namespace", "node", *_PAGED))],
     )
     async def list_pods(
         active: bool | None = Query(None, description="only rows whose allocation is (not) current"),
@@ -113,7 +97,6 @@ def router(view: View) -> APIRouter:
     @r.get(
         "/v1/pods/{pod_uid}",
         responses={200: {"model": schemas.PodDetail}, 404: {"model": schemas.Error}},
-        dependencies=[Depends(only())],
     )
     async def get_pod(pod_uid: str, scope: Scope = _CALLER) -> Json:
         """A pod's identity, lifecycle and every row it holds or held."""
@@ -125,12 +108,11 @@ def router(view: View) -> APIRouter:
             {**view.row_json(k), "windows": [window_json(w) for w in view.windows(k)]}
             for k in view.pod_row_keys(pod_uid)
         ]
-        return pod_detail(pod, rows)
+        return pod_json(pod, rows)
 
     @r.get(
         "/v1/gpus",
         responses={200: {"model": schemas.GpuList}, **errors},
-        dependencies=[Depends(only("namespace", "node", *_PAGED))],
     )
     async def list_gpus(
         namespace: str | None = Query(None, description="only GPUs with an owner in this namespace"),
@@ -152,26 +134,24 @@ def router(view: View) -> APIRouter:
                 )
             ):
                 return None
-            return access.gpu_row(gpu_row(g), scope)
+            return access.gpu_row(gpu_json(g), scope)
 
         items, nxt = page(view.gpu_keys(node), after, limit, select)
         return _listing(view, "gpus", items, nxt)
 
     @r.get(
         "/v1/gpus/{gpu_uuid}",
-        responses={200: {"model": schemas.GpuRow}, 404: {"model": schemas.Error}},
-        dependencies=[Depends(only())],
+        responses={200: {"model": schemas.Gpu}, 404: {"model": schemas.Error}},
     )
     async def get_gpu(gpu_uuid: str, scope: Scope = _CALLER) -> Json:
         g = view.gpus.get(gpu_uuid)
         if g is None:
             raise ApiError(404, f"unknown GPU UUID {gpu_uuid!r}")
-        return access.gpu_row(gpu_row(g), scope)
+        return access.gpu_row(gpu_json(g), scope)
 
     @r.get(
         "/v1/idle",
         responses={200: {"model": schemas.IdleList}, **errors},
-        dependencies=[Depends(only("threshold_pct", "window", "namespace", "node", *_PAGED))],
     )
     async def list_idle(
         threshold_pct: float | None = Query(
@@ -179,13 +159,11 @@ def router(view: View) -> APIRouter:
             ge=0,
             le=100,
             allow_inf_nan=False,
-            description=f"idle below this average util (default "
-            f"{idle.DEFAULT_THRESHOLD_PCT:g} when window is given)",
+            description=f"idle below this average util (default {idle_rule.threshold_pct:g})",
         ),
         window: str | None = Query(
             None,
-            description="averaging window such as 10m (default "
-            f"{format_duration_ms(idle.DEFAULT_WINDOW_MS)} when threshold_pct is given)",
+            description=f"averaging window such as 10m (default {format_duration_ms(idle_rule.window_ms)})",
         ),
         namespace: str | None = _NS,
         node: str | None = _NODE,
@@ -193,44 +171,34 @@ def router(view: View) -> APIRouter:
         cont: str | None = _CONTINUE,
         scope: Scope = _CALLER,
     ) -> Json:
-        """Allocated-but-idle rows. Without parameters: the joiner's own idle flags. With threshold_pct
-        and/or window: recomputed from each row's window stats."""
+        """Allocated-but-idle rows, judged from each row's window stats by the idle rule
+        (periscope.core.idle) with this threshold and window (the deployment's when not given)."""
         after = _after("pods", cont, _ROW_SHAPE)
-        recompute = threshold_pct is not None or window is not None
-        th = idle.DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct
-        win_ms = idle.DEFAULT_WINDOW_MS if window is None else duration_ms("window", window)
+        rule = IdleRule(
+            threshold_pct=idle_rule.threshold_pct if threshold_pct is None else threshold_pct,
+            window_ms=idle_rule.window_ms if window is None else duration_ms("window", window),
+        )
 
         def select(k: RowKey) -> Json | None:
             pod, row = view.row(k)
-            v = (
-                idle.recompute(pod, row, view.window_stats(k), th, win_ms)
-                if recompute
-                else idle.joiner_verdict(row)
-            )
+            v = row_verdict(pod, row, view.window_stats(k), rule)
             if v is None:
                 return None
             return {
                 **view.row_json(k),
                 "idle": True,
-                "idle_since": rfc3339(v.since_ms),
+                "idle_since": time_json(v.since_ms),
                 "avg_util_pct": num(v.avg_util_pct),
                 "wasted_gpu_hours": num(v.wasted_gpu_hours),
             }
 
         items, nxt = page(access.row_keys(view.row_keys(node, namespace), scope), after, limit, select)
-        return _listing(
-            view,
-            "pods",
-            items,
-            nxt,
-            threshold_pct=th if recompute else None,
-            window=format_duration_ms(win_ms) if recompute else None,
-        )
+        return _listing(view, "pods", items, nxt, threshold_pct=rule.threshold_pct,
+                        window=format_duration_ms(rule.window_ms))
 
     @r.get(
         "/v1/xid",
         responses={200: {"model": schemas.XidList}, **errors},
-        dependencies=[Depends(only("since", "node", "namespace", "gpu_uuid", *_PAGED))],
     )
     async def list_xid(
         since: str | None = Query(None, description="RFC 3339 time, or a duration back from as_of (1h)"),
@@ -255,7 +223,7 @@ def router(view: View) -> APIRouter:
                 scope.sees(namespace) and any(o.namespace == namespace for o in f.owners)
             ):
                 return None
-            return access.xid_row(xid_row(f), scope)
+            return access.xid_row(xid_json(f), scope)
 
         items, nxt = page(view.xid_keys(), after, limit, select)
         return _listing(view, "xid", items, nxt)
@@ -263,7 +231,6 @@ def router(view: View) -> APIRouter:
     @r.get(
         "/v1/findings",
         responses={200: {"model": schemas.FindingList}, **errors},
-        dependencies=[Depends(only("kind", "active", "node", "namespace", *_PAGED))],
     )
     async def list_findings(
         kind: FindingKind | None = Query(None, description=" | ".join(FINDING_KINDS)),

@@ -1,169 +1,22 @@
-"""Response shapes, for /openapi.json and /docs only.
+"""Response envelopes and the service's own shapes, for /openapi.json and /docs only.
 
-The endpoints build plain dicts (services.api.render) and skip response validation, which would cost
-more than the query itself at 100,000 rows; a schema test checks these models against real responses.
+The items are the output contract's (periscope.contract: one module per output kind, its JSON shape and
+its model). The endpoints build plain dicts and skip response validation, which would cost more than
+the query itself at 100,000 rows; a schema test checks these models against real responses.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from periscope.core.model import FINDING_KINDS
+from periscope.contract.attribution import IdleRow, PodDetail, PodRow
+from periscope.contract.finding import FindingRow
+from periscope.contract.gpu import Gpu
+from periscope.contract.xid import XidRow
 
 
 class Error(BaseModel):
     error: str
-
-
-class Mig(BaseModel):
-    uuid: str
-    profile: str
-    gi: int
-    ci: int
-
-
-class PodRow(BaseModel):
-    pod_uid: str
-    namespace: str
-    pod: str
-    container: str
-    node: str
-    device_id: str
-    gpu_uuid: str
-    mig: Mig | None
-    sharing: str = Field(description="exclusive | time-slicing | mps | mig")
-    share_basis: str = Field(description="exclusive | process | memory-weighted | equal-split | none")
-    util_pct: float | None = Field(description="attributed share of the latest sample; null when unknown")
-    fb_used_mib: float | None
-    power_w: float | None
-    active: bool
-    idle: bool
-    first_seen: str | None
-    last_seen: str | None
-    sources: list[str]
-    gpu_fraction: float | None
-    sample_at: str | None
-    unresolved: str | None = Field(
-        None, description="why the device ID names no known GPU (gpu_uuid is then empty); null when it does"
-    )
-
-
-class IdleRow(PodRow):
-    idle_since: str | None
-    avg_util_pct: float | None
-    wasted_gpu_hours: float | None
-
-
-class Owner(BaseModel):
-    pod_uid: str
-    namespace: str
-    pod: str
-    container: str
-    device_id: str
-
-
-class Window(BaseModel):
-    start: str | None
-    samples: int
-    avg_util_pct: float | None
-    fb_max_mib: float | None
-    avg_power_w: float | None
-
-
-class PodDetailRow(PodRow):
-    windows: list[Window] = Field(description="tumbling window stats, oldest first")
-
-
-class PodOwnerRef(BaseModel):
-    kind: str
-    name: str
-
-
-class PodDetail(BaseModel):
-    pod_uid: str
-    namespace: str
-    pod: str
-    node: str
-    owner: PodOwnerRef | None
-    phase: str
-    created: str | None
-    deleted: str | None
-    as_of: str | None
-    rows: list[PodDetailRow]
-
-
-class MigDevice(Mig):
-    owners: list[Owner]
-    monitors: list[Owner] = Field(
-        default_factory=list, description="pods with admin-access (monitoring) claims: not owners"
-    )
-    util_pct: float | None
-    fb_used_mib: float | None
-    fb_total_mib: float | None
-
-
-class LastXid(BaseModel):
-    code: int
-    at: str | None
-
-
-class GpuRow(BaseModel):
-    node: str
-    gpu_uuid: str
-    model: str
-    index: int
-    mig_devices: list[MigDevice]
-    sharing: str
-    util_pct: float | None
-    fb_used_mib: float | None
-    fb_total_mib: float | None
-    power_w: float | None
-    temp_c: float | None
-    owners: list[Owner]
-    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
-    monitors: list[Owner] = Field(
-        default_factory=list,
-        description="pods whose DRA claim has admin (monitoring) access to the GPU: they own nothing and "
-        "take no share of its usage",
-    )
-    last_xid: LastXid | None
-    sample_at: str | None
-    lost: bool
-
-
-class XidRow(BaseModel):
-    at: str | None
-    node: str
-    gpu_uuid: str
-    mig: Mig | None
-    code: int
-    owners: list[Owner] = Field(description="owners at the moment of the error, not at query time")
-    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
-    message: str
-
-
-class FindingRow(BaseModel):
-    id: str
-    kind: str = Field(description=" | ".join(FINDING_KINDS))
-    key: str
-    node: str
-    at: str | None
-    active: bool
-    gpu_uuid: str
-    mig: Mig | None
-    pod_uid: str
-    namespace: str
-    pod: str
-    container: str
-    device_id: str
-    xid_code: int | None
-    owners: list[Owner]
-    hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
-    message: str
-    since: str | None
-    avg_util_pct: float | None
-    wasted_gpu_hours: float | None
-    pids: list[int]
 
 
 class _Listing(BaseModel):
@@ -179,12 +32,12 @@ class PodList(_Listing):
 
 class IdleList(_Listing):
     items: list[IdleRow]
-    threshold_pct: float | None = Field(description="null when the joiner's own idle flags were used")
-    window: str | None
+    threshold_pct: float = Field(description="the threshold the rows were judged by")
+    window: str = Field(description="the averaging window the rows were judged over")
 
 
 class GpuList(_Listing):
-    items: list[GpuRow]
+    items: list[Gpu]
 
 
 class XidList(_Listing):
@@ -248,3 +101,6 @@ class Ready(BaseModel):
     held_for_inventory: int | None = Field(None, description="records waiting for an inventory that "
                                            "names their GPU")
     last_refusal: str | None = Field(None, description="why the last refused record was refused")
+
+
+__all__ = ["FindingRow", "Gpu", "IdleRow", "PodDetail", "PodRow", "XidRow"]  # the items, for the routes

@@ -84,6 +84,7 @@ class ApiServer:
             extra_routers=[*extra_routers, owners_router(self.owner_queries)],
             lifespan=self._lifespan,
             gate=gate,
+            idle_rule=settings.idle_rule(),
         )
         self._sock: socket.socket | None = None
         self._server: uvicorn.Server | None = None

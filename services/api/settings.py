@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from periscope.clock import clock_from_setting
 from periscope.config import ServiceSettings, seconds
 from periscope.core.duration import parse_duration_ms
+from periscope.core.idle import DEFAULT_RULE, IdleRule
 from services.api.evidence import Evidence
 from services.api.owners import OwnersLimits
 
@@ -34,13 +35,17 @@ class ApiSettings(ServiceSettings):
     api_require_inventory: bool = True
     # Event-time clock: "wall", or "sim:<origin_ms>:<speed>" under `periscope up` (a faster simulation).
     clock: str = "wall"
+    # /v1/idle judges by these where its caller names no threshold or window: the joiner's own settings
+    # (same variables), so that one environment gives the joiner's idle flags and /v1/idle one rule.
+    idle_window: float = DEFAULT_RULE.window_ms / 1000
+    idle_threshold: float = Field(default=DEFAULT_RULE.threshold_pct, ge=0.0, le=100.0)
 
-    @field_validator("api_stale_after", mode="before")
+    @field_validator("api_stale_after", "idle_window", mode="before")
     @classmethod
     def _stale_after(cls, v: object) -> object:
         return seconds(v)
 
-    @field_validator("api_stale_after")
+    @field_validator("api_stale_after", "idle_window")
     @classmethod
     def _positive(cls, v: float) -> float:
         if v <= 0:
@@ -93,6 +98,9 @@ class ApiSettings(ServiceSettings):
         if bool(self.api_tls_certfile) != bool(self.api_tls_keyfile):
             raise ValueError("api_tls_certfile and api_tls_keyfile must be set together")
         return self
+
+    def idle_rule(self) -> IdleRule:
+        return IdleRule(threshold_pct=self.idle_threshold, window_ms=round(self.idle_window * 1000))
 
     @property
     def tls(self) -> bool:

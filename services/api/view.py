@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from sys import intern
 from typing import Any, Generic, TypeVar
 
+from periscope.contract.attribution import pod_row_json
+from periscope.contract.values import Json
 from periscope.core.model import (
     AttributionRow,
     Finding,
@@ -35,7 +37,7 @@ from periscope.core.model import (
     PolicyEvent,
     WindowStat,
 )
-from services.api import compact, render, windows
+from services.api import compact, windows
 from services.api.windows import Stat
 
 # namespace, pod, pod_uid, container, device_id, ordinal: how many earlier rows of the pod have the same
@@ -139,7 +141,7 @@ class View:
         self.pods: Packed[PodAttribution] = Packed(self._pods, compact.unpack_pod)
         self._rows: dict[RowKey, bytes] = {}  # the row's packed merged windows
         self._row_keys: dict[str, _Keys] = {}  # pod UID -> its row keys, in row order (see _keys)
-        self._rendered: OrderedDict[RowKey, render.Json] = OrderedDict()
+        self._rendered: OrderedDict[RowKey, Json] = OrderedDict()
         self._render_cache = render_cache
         self._pods_by_node: dict[str, tuple[str, ...]] = {}
         self._pods_by_ns: dict[str, set[str]] = {}
@@ -369,7 +371,7 @@ class View:
         power_sum_w), for scans over many rows."""
         return windows.unpack(self._rows[key])
 
-    def row_json(self, key: RowKey) -> render.Json:
+    def row_json(self, key: RowKey) -> Json:
         """The rendered /v1/pods row; cached (a bounded number of rows) until the pod changes. Callers
         must not mutate it."""
         cache = self._rendered
@@ -377,7 +379,7 @@ class View:
         if out is not None:
             cache.move_to_end(key)
             return out
-        out = cache[key] = render.pod_row(*self.row(key))
+        out = cache[key] = pod_row_json(*self.row(key))
         if len(cache) > self._render_cache:
             cache.popitem(last=False)
         return out

@@ -169,7 +169,7 @@ async def test_owners_replayed_from_the_topics_are_scoped_too(
     apiserver: FakeApiServer, tmp_path: Path, broker: Kafka, unique: str
 ) -> None:
     """/v1/owners names pods the view may not hold: their namespaces are reviewed on the spot."""
-    from periscope.replay.render import rfc3339
+    from periscope.contract.values import rfc3339
     from tests.integration.test_replay import BASE, publish
     from tests.unit.test_replay_owners import reuse_scenario
 

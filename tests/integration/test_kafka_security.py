@@ -29,12 +29,12 @@ from periscope.bus.consumer import consume
 from periscope.bus.producer import Publisher
 from periscope.bus.profile import EMBEDDED
 from periscope.bus.security import KafkaSecurity
+from periscope.contract.values import rfc3339
 from periscope.core.model import NodeInput
 from periscope.devkit.embedded import EmbeddedBroker, resolve_binary
 from periscope.devkit.launch import free_port
 from periscope.devkit.secure_broker import CertificateFiles, SecureBroker, make_certificates
 from periscope.devkit.tlsproxy import TlsProxy, server_context
-from periscope.replay.render import rfc3339
 from tests.integration.test_replay import TOPIC
 from tests.unit.core_builders import alloc, ck, gpu, inventory, pod, pr, uid
 from tests.unit.test_replay_owners import relocate

@@ -23,6 +23,7 @@ from periscope.bus.admin import partition_counts
 from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.cli.main import main
+from periscope.contract.values import rfc3339
 from periscope.core.engine import apply, new_state
 from periscope.core.model import (
     AllocationSnapshot,
@@ -34,10 +35,10 @@ from periscope.core.model import (
     PodEvent,
     XidEvent,
 )
+from periscope.replay.document import output_json
 from periscope.replay.owners import owners_at, owners_with_stats
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import read_inputs
-from periscope.replay.render import output_json, rfc3339
 from periscope.replay.runner import ReplayConfig, output_filter, replay_events
 from periscope.replay.settings import ReplaySettings
 from tests.unit.core_builders import alloc, ck, dev, gpu, inventory, pod, pr, tel, uid

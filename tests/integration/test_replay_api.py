@@ -12,7 +12,7 @@ import pytest
 
 from periscope.bus.clients import Kafka
 from periscope.cli.main import main
-from periscope.replay.render import rfc3339
+from periscope.contract.values import rfc3339
 from services.api.server import ApiServer
 from services.api.settings import ApiSettings
 from tests.integration.test_replay import BASE, publish

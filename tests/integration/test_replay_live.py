@@ -33,13 +33,14 @@ from periscope.bus.admin import ensure_topics, partition_counts
 from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.cli.main import main
+from periscope.contract.values import rfc3339
 from periscope.core.model import NodeInput, NodeTelemetry, XidEvent
 from periscope.devkit.brokers import KINDS, LocalBroker
-from periscope.replay.cli import range_config, range_plan
+from periscope.replay.document import output_json
 from periscope.replay.reader import read_inputs
-from periscope.replay.render import output_json, rfc3339
 from periscope.replay.runner import output_time, replay_events
 from periscope.replay.settings import ReplaySettings
+from services.replay.cli import range_config, range_plan
 from tests.integration.test_replay import topic_of
 from tests.kafka_tier import kafka_missing
 from tests.unit.test_replay_owners import reuse_scenario

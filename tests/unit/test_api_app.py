@@ -209,13 +209,22 @@ async def test_gpus(api: httpx.AsyncClient) -> None:
     assert (await get(api, f"/v1/gpus/{GPU_A1}"))["index"] == 1
 
 
-async def test_idle_defaults_to_the_joiners_flags(api: httpx.AsyncClient) -> None:
-    body = await get(api, "/v1/idle")
-    assert body["threshold_pct"] is None and body["window"] is None
+IDLE_DEFAULTS = ("", "?threshold_pct=5", "?window=10m", "?threshold_pct=5&window=10m",
+                 "?window=600s&threshold_pct=5.0")
+
+
+async def test_idle_with_and_without_its_default_parameters_is_one_answer(api: httpx.AsyncClient) -> None:
+    """One rule (periscope.core.idle), one path: the defaults spelt out change nothing."""
+    bodies = [await get(api, "/v1/idle" + q) for q in IDLE_DEFAULTS]
+    assert all(b == bodies[0] for b in bodies[1:])
+    body = bodies[0]
+    assert body["threshold_pct"] == 5 and body["window"] == "10m"
     (r,) = body["items"]
     assert set(r) >= POD_FIELDS
-    assert r["pod_uid"] == "uid-idle" and r["idle_since"] == "2026-11-22T03:45:06.789Z"
-    assert r["avg_util_pct"] == 1.0 and r["wasted_gpu_hours"] == pytest.approx(1 / 3)
+    # Judged from its 30 published one-minute windows at 1 %: idle since the first of them.
+    assert r["pod_uid"] == "uid-idle" and r["idle_since"] == "2026-11-22T03:36:00.000Z"
+    since = T0 - T0 % MIN - 29 * MIN
+    assert r["avg_util_pct"] == 1.0 and r["wasted_gpu_hours"] == pytest.approx((T0 - since) / 3_600_000)
 
 
 async def test_idle_recomputes_for_a_threshold_and_window() -> None:
@@ -241,8 +250,8 @@ async def test_idle_recomputes_for_a_threshold_and_window() -> None:
         )
     )
     async with client(v) as c:
-        assert (await get(c, "/v1/idle"))["items"] == []  # the joiner flagged none
         body = await get(c, "/v1/idle?threshold_pct=5&window=10m")
+        assert all([await get(c, "/v1/idle" + q) == body for q in IDLE_DEFAULTS])
         assert body["threshold_pct"] == 5 and body["window"] == "10m"
         (r,) = body["items"]
         assert r["pod_uid"] == "u-low" and r["avg_util_pct"] == pytest.approx(3.0) and r["idle"] is True
@@ -302,7 +311,7 @@ async def test_empty_view_lists_are_empty_with_null_as_of() -> None:
                 "items": [],
                 "as_of": None,
                 "continue": None,
-                **({"threshold_pct": None, "window": None} if url == "/v1/idle" else {}),
+                **({"threshold_pct": 5.0, "window": "10m"} if url == "/v1/idle" else {}),
             }
 
 

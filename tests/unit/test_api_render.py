@@ -1,4 +1,4 @@
-"""Wire formats: RFC 3339 UTC times, null for unknown numbers, the idle recomputation."""
+"""Wire formats: RFC 3339 UTC times, null for unknown numbers; the idle rule over published windows."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import math
 
 import pytest
 
+from periscope.contract.values import num, parse_time_ms
+from periscope.contract.values import time_json as rfc3339
+from periscope.core import idle
 from periscope.core.model import WindowStat
-from periscope.wirejson import num, parse_time_ms
-from services.api import idle
-from services.api.render import rfc3339
 from services.api.windows import stat
 from tests.unit.test_api_samples import MIN, T0, T0_TEXT, idle_windows, pod, row
 
@@ -48,7 +48,8 @@ def _verdict(
 ) -> idle.IdleVerdict | None:
     r = row(first_seen_ms=first_seen, gpu_fraction=0.25)
     stats = [stat(w) for w in windows]
-    return idle.recompute(pod("u", "ml", "p", "n", r, as_of=T0), r, stats, threshold, window_ms)
+    rule = idle.IdleRule(threshold, window_ms)
+    return idle.row_verdict(pod("u", "ml", "p", "n", r, as_of=T0), r, stats, rule)
 
 
 def _w(start: int, pct: float | None, samples: int = 60) -> WindowStat:
@@ -87,5 +88,4 @@ def test_average_over_the_window_decides_not_one_window() -> None:
 def test_released_rows_are_never_idle() -> None:
     r = row(active=False)
     stats = [stat(w) for w in idle_windows(0.0)]
-    assert idle.recompute(pod("u", "ml", "p", "n", r), r, stats, 5.0, 10 * MIN) is None
-    assert idle.joiner_verdict(row(active=False, idle=True)) is None
+    assert idle.row_verdict(pod("u", "ml", "p", "n", r), r, stats, idle.IdleRule(5.0, 10 * MIN)) is None

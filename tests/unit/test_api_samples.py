@@ -214,8 +214,7 @@ def sample_view() -> View:
 
 
 def test_sample_times_are_what_the_tests_assume() -> None:
-    from periscope.wirejson import parse_time_ms
-    from services.api.render import rfc3339
+    from periscope.contract.values import parse_time_ms, rfc3339
 
     assert rfc3339(T0) == T0_TEXT
     assert parse_time_ms(T0_TEXT) == T0

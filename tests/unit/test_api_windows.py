@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
+from periscope.core import idle
 from periscope.core.model import PodAttribution, WindowStat
-from services.api import idle, windows
+from services.api import windows
 from services.api.settings import ApiSettings
 from services.api.view import View
 from tests.unit.test_api_app import client, get
@@ -189,19 +190,19 @@ def test_a_span_shorter_than_a_window_is_judged_by_the_closed_window_it_overlaps
     r = row(first_seen_ms=T0 - 60 * MIN)
     p = pod("u1", "ml", "a", "gpu-a", r, as_of=T0)  # T0 is 6.789 s into the minute starting at BASE
     quiet = [windows.stat(_w(k, 2.0)) for k in range(-10, 0)]
-    v = idle.recompute(p, r, quiet, 5.0, 30_000)
+    v = idle.row_verdict(p, r, quiet, idle.IdleRule(5.0, 30_000))
     assert v is not None and v.avg_util_pct == 2.0 and v.since_ms == BASE - 10 * MIN
     busy_last = [*quiet[:-1], windows.stat(_w(-1, 50.0))]
-    assert idle.recompute(p, r, busy_last, 5.0, 30_000) is None
+    assert idle.row_verdict(p, r, busy_last, idle.IdleRule(5.0, 30_000)) is None
     # Late in the current minute (45 s in), the newest closed window still decides.
     later = pod("u1", "ml", "a", "gpu-a", r, as_of=BASE + 45_000)
-    v = idle.recompute(later, r, quiet, 5.0, 30_000)
+    v = idle.row_verdict(later, r, quiet, idle.IdleRule(5.0, 30_000))
     assert v is not None and v.wasted_gpu_hours == pytest.approx((45_000 + 10 * MIN) / 3_600_000)
     # Windows that stopped coming (none closed in the last minute) are not judged as if current.
     stalled = pod("u1", "ml", "a", "gpu-a", r, as_of=BASE + 5 * MIN)
-    assert idle.recompute(stalled, r, quiet, 5.0, 30_000) is None
+    assert idle.row_verdict(stalled, r, quiet, idle.IdleRule(5.0, 30_000)) is None
     # Over 10m the window straddling the span's start counts too: 10 windows, not 9.
     mixed = [windows.stat(_w(k, 14.0 if k == -10 else 4.0)) for k in range(-10, 0)]
-    assert idle.recompute(p, r, mixed, 5.0, 10 * MIN) is None  # (14 + 9 x 4) / 10 = 5.0
-    v = idle.recompute(p, r, mixed, 5.1, 10 * MIN)
+    assert idle.row_verdict(p, r, mixed, idle.IdleRule(5.0, 10 * MIN)) is None  # (14 + 9 x 4) / 10 = 5.0
+    v = idle.row_verdict(p, r, mixed, idle.IdleRule(5.1, 10 * MIN))
     assert v is not None and v.avg_util_pct == pytest.approx(5.0)

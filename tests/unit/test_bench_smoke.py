@@ -80,7 +80,7 @@ def test_replay_hour_replays_every_published_sample_through_the_cli(tmp_path: Pa
 
 
 def test_timeline_scan_agrees_with_the_parsed_document(tmp_path: Path) -> None:
-    from periscope.replay.render import json_chunks, output_json
+    from periscope.replay.document import json_chunks, output_json
     from periscope.replay.runner import replay_events
     from periscope.replay.synthetic import generate
 

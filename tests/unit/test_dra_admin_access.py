@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from periscope.contract.gpu import gpu_json
 from periscope.core.model import (
     AllocationEntry,
     AllocSource,
@@ -20,7 +21,7 @@ from periscope.core.model import (
     PodAttribution,
     PodEvent,
 )
-from services.api import access, render
+from services.api import access
 from services.kube_watcher import mappers
 from tests.unit.core_builders import NODE, alloc, dev, gpu, inventory, proc, run, tel
 
@@ -107,7 +108,7 @@ def test_the_gpu_shows_monitors_apart_from_owners() -> None:
 def test_monitors_on_the_wire_and_behind_access_control() -> None:
     _, outs = run(scenario())
     g0 = [o for o in outs if isinstance(o, GpuState) and o.gpu_uuid == gpu(0)][-1]
-    row = render.gpu_row(g0)
+    row = gpu_json(g0)
     assert sorted(m["pod"] for m in row["monitors"]) == [DCGM, EXPORTER] and row["hidden_owners"] == 0
     scoped = access.gpu_row(row, access.Scope(cluster=False, namespaces=frozenset({"ml"})))
     assert scoped["monitors"] == [] and [o["pod"] for o in scoped["owners"]] == [TRAIN]

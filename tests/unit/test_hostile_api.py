@@ -31,7 +31,7 @@ class Lookups:
     async def __call__(self, at_ms: int, gpu_uuid: str | None, node: str | None) -> dict[str, Any]:
         self.calls.append((at_ms, gpu_uuid, node))
         await asyncio.sleep(self.delay_s)
-        from periscope.wirejson import rfc3339
+        from periscope.contract.values import rfc3339
 
         item = {"node": "gpu-a", "gpu_uuid": GPU_A0, "device_id": GPU_A0, "mig": None, "pod_uid": "u1",
                 "namespace": "ml", "pod": "train-0", "container": "cuda"}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from periscope.contract.owners import owners_document
 from periscope.core.model import Finding, NodeEvent, NodeInput, PodEvent
-from periscope.replay.owners import owner_items, owners_document
+from periscope.replay.owners import owner_items
 from periscope.replay.runner import ReplayConfig, replay_events
 from tests.unit.core_builders import (
     NODE,

@@ -12,7 +12,7 @@ import pytest
 
 from periscope.core.model import NodeInput, NodeTelemetry
 from periscope.replay import parallel, runner
-from periscope.replay.render import output_json
+from periscope.replay.document import output_json
 from periscope.replay.runner import ReplayConfig, ReplayInput, output_filter, output_time, replay_events
 from periscope.replay.synthetic import ClusterSpec, generate
 from periscope.replay.timeline import Spool, replay_to_spool, write_document

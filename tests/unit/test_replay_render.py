@@ -7,20 +7,13 @@ import json
 
 import pytest
 
+from periscope.contract.owners import owners_document
+from periscope.contract.values import mig_json, parse_time_ms, rfc3339
 from periscope.core.model import Finding, GpuState, MigRef, PodAttribution
-from periscope.replay.owners import owner_items, owners_document
-from periscope.replay.render import (
-    ProgressBar,
-    json_chunks,
-    mig_json,
-    output_json,
-    owners_table,
-    rfc3339,
-    stdout_console,
-    timeline_table,
-)
+from periscope.replay.document import json_chunks, output_json
+from periscope.replay.owners import owner_items
 from periscope.replay.runner import replay_events
-from periscope.wirejson import parse_time_ms
+from services.replay.tables import ProgressBar, owners_table, stdout_console, timeline_table
 from tests.unit.core_builders import gpu, uid
 from tests.unit.test_replay_owners import reuse_scenario
 

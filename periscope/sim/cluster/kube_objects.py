@@ -14,11 +14,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from periscope.contract.values import rfc3339
 from periscope.core.policy import OPERANDS
 from periscope.sim.cluster.hardware import DRIVER_VERSION, gen_uuid, mig_capable, model_profile
 from periscope.sim.cluster.model import MPS_DAEMONSET, ClusterModel, MpsDaemon, PodModel
 from periscope.sim.scenario import ComponentSpec, Scenario
-from periscope.wirejson import rfc3339
 
 OPERATOR_NAMESPACE = "gpu-operator"
 _CRI_SCHEME = {"containerd": "containerd", "crio": "cri-o", "docker": "docker"}

@@ -22,10 +22,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from periscope.contract.values import rfc3339
 from periscope.sim.cluster.kube_objects import operands
 from periscope.sim.cluster.model import ClusterModel, Holding
 from periscope.sim.scenario import XidSpec
-from periscope.wirejson import rfc3339
 
 Row = dict[str, Any]  # one line of the file
 

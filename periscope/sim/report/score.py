@@ -17,8 +17,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from periscope.contract.values import parse_time_ms
 from periscope.sim.cluster.truth import Row, Truth
-from periscope.wirejson import parse_time_ms
 
 # The owner and usage scores, in the order the report lists them; idleness is a `Confusion` after them.
 SCORES = ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from periscope.clock import ScaledClock, real_seconds
-from periscope.wirejson import rfc3339
+from periscope.contract.values import rfc3339
 
 
 def snapshots_path(truth: Path) -> Path:

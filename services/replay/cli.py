@@ -26,19 +26,13 @@ from pydantic import ValidationError
 
 from periscope.bus.clients import Kafka
 from periscope.cli.errors import InputError, one_line
+from periscope.contract.values import parse_time_ms, rfc3339
 from periscope.core.duration import parse_duration_ms
+from periscope.replay.document import json_chunks, output_json
 from periscope.replay.owners import owners_with_stats
 from periscope.replay.parallel import workers_for
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
-from periscope.replay.render import (
-    ProgressBar,
-    json_chunks,
-    output_json,
-    owners_table,
-    stdout_console,
-    timeline_table,
-)
 from periscope.replay.runner import (
     PendingTelemetry,
     ReplayConfig,
@@ -51,7 +45,7 @@ from periscope.replay.runner import (
 )
 from periscope.replay.settings import ReplaySettings
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
-from periscope.wirejson import parse_time_ms, rfc3339
+from services.replay.tables import ProgressBar, owners_table, stdout_console, timeline_table
 
 Json = dict[str, Any]
 _WARNINGS_SHOWN = 10
