@@ -97,6 +97,11 @@ def pod_row_json(pod: PodAttribution, row: AttributionRow) -> Json:
             **_row_fields(row)}
 
 
+# What the flat row leaves to /v1/pods/{pod_uid} (`pod_json`): the pod's lifecycle, and the row's windows.
+FLAT_ROW_LEAVES = frozenset({"owner_kind", "owner_name", "phase", "created_ms", "deleted_ms", "as_of_ms",
+                             "rows.windows"})
+
+
 class IdleRow(PodRow):
     """A /v1/pods row as /v1/idle judges it: `idle`, `idle_since`, `avg_util_pct` and `wasted_gpu_hours`
     are the verdict for the threshold and window asked for."""

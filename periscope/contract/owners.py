@@ -8,6 +8,11 @@ from pydantic import BaseModel, Field
 from periscope.contract.values import Json, Mig, mig_json, rfc3339, text
 from periscope.core.allocation import Holding
 
+# What an owners item leaves out of a holding: how the allocation was learnt (resource, sources), which
+# time-slicing replica it is (the device ID says it), why a device ID names no GPU (a row's and a
+# finding's business), and an ambiguous holder's candidate UIDs (the ambiguous-join finding lists them).
+ITEM_LEAVES = frozenset({"resource", "sources", "candidates", "device.replica", "device.unresolved"})
+
 
 class OwnerItem(BaseModel):
     node: str

@@ -274,5 +274,10 @@ def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings,
     # JSON: each worker renders its nodes' items into the spool
     workers = workers_for(settings.replay_workers)
     result = replay_to_spool(events, config, spool, progress=progress, on_error=failed, workers=workers)
-    doc = {**_document_head(from_ms, to_ms, filters), "items": [], "stats": _document_stats(result, stats)}
-    return doc, stats, result
+    return spooled_document(from_ms, to_ms, result, stats, filters), stats, result
+
+
+def spooled_document(from_ms: int, to_ms: int, result: ReplayResult, stats: ReadStats,
+                     filters: dict[str, str | None]) -> Json:
+    """The range's document around a spool's items (`write_document` writes them in its place)."""
+    return {**_document_head(from_ms, to_ms, filters), "items": [], "stats": _document_stats(result, stats)}

@@ -113,3 +113,25 @@ def test_an_unreachable_api_is_one_line_and_exit_1() -> None:
     out = periscope_top("--api", "http://127.0.0.1:9", "--once")
     assert out.returncode == 1 and len(out.stderr.splitlines()) == 1
     assert "cannot reach the API at http://127.0.0.1:9" in out.stderr
+
+
+def test_the_table_reads_the_apis_contract_nulls_included() -> None:
+    """Fed the golden API answers (tests/unit/data/golden): a holder the apiserver never named shows `-`
+    for its namespace and pod, a device ID that names no GPU shows no GPU, and nothing reads `None`."""
+    import json
+    from pathlib import Path
+
+    golden = Path(__file__).parent / "data" / "golden"
+
+    def items(name: str) -> list[dict[str, Any]]:
+        return list(json.loads((golden / f"api-{name}.json").read_text())["items"])
+
+    pods = [p for p in items("pods") if p["active"]]
+    text = render_text(Snapshot(gpus=items("gpus"), pods=pods, idle=items("idle"), as_of=None))
+    assert "None" not in text
+    checkpoint_only = next(r for r in rows(Snapshot(gpus=items("gpus"), pods=pods, idle=[], as_of=None))
+                           if r.node == "gpu-b" and r.device == "whole")
+    assert (checkpoint_only.namespace, checkpoint_only.pod) == ("-", "-")
+    unresolved = next(r for r in rows(Snapshot(gpus=items("gpus"), pods=pods, idle=[], as_of=None))
+                      if r.container == "cuda" and r.gpu == "")
+    assert unresolved.pod == "gke-7"
