@@ -154,7 +154,7 @@ def _serve(rows: int, history_min: int, conn: Connection) -> None:
             if self._sock is None:
                 self._sock = _nodelay_socket(self.settings.api_host)
             return self._sock
-    from services.api.settings import ApiSettings
+    from periscope.settings.api import ApiSettings
     from services.api.view import View
 
     logging.disable(logging.WARNING)

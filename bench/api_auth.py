@@ -54,10 +54,10 @@ def _renamespaced(i: int, objs: list[Any]) -> list[Any]:
 def _serve(rows: int, history_min: int, conn: Connection) -> None:
     import logging
 
+    from periscope.settings.api import ApiSettings
     from periscope.sim.apiserver import FakeApiServer
     from periscope.sim.scenario import UserSpec
     from services.api.server import ApiServer
-    from services.api.settings import ApiSettings
     from services.api.view import View
 
     logging.disable(logging.WARNING)

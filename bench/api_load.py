@@ -42,10 +42,10 @@ TOKENS = ("ops-token", "alice-token")  # cluster-wide, two namespaces
 def _serve(rows: int, history_min: int, settings: dict[str, Any], conn: Connection) -> None:
     import logging
 
+    from periscope.settings.api import ApiSettings
     from periscope.sim.apiserver import FakeApiServer
     from periscope.sim.scenario import UserSpec
     from services.api.server import ApiServer
-    from services.api.settings import ApiSettings
     from services.api.view import View
 
     logging.disable(logging.WARNING)

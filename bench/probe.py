@@ -100,8 +100,8 @@ def fake_pods(shape: NodeShape = SHAPE, node: int = NODE, namespace: str = NAMES
 
 def sample_cpu(root: Path, ticks: int, repeats: int) -> tuple[Figure, dict[str, Any]]:
     """CPU of the telemetry tick's work, in this thread, with a per-step breakdown."""
+    from periscope.settings.probe import ProbeSettings
     from services.probe.service import Probe
-    from services.probe.settings import ProbeSettings
 
     env = prepare(root)
     fields: dict[str, Any] = {k.removeprefix("PERISCOPE_").lower(): v for k, v in env.items()}

@@ -1,6 +1,6 @@
 """Offline replay through the pure core: device-samples per second, and core state memory per row.
 
-Input is the static synthetic cluster (periscope.replay.synthetic via bench.workload), encoded to the
+Input is the static synthetic cluster (periscope.devkit.workload via bench.workload), encoded to the
 bus's protobuf bytes beforehand (not timed), as the replay tool reads them from the input topics. The
 timed part is what the replay tool does with them: decode every record, then
 `periscope.replay.runner.replay_events` (group by node, order by event time, step the core, flush, keep

@@ -1,6 +1,6 @@
 """`periscope replay` end to end: an hour of a 50-node, 8-GPU cluster through the broker and the CLI.
 
-Every input event of `periscope.replay.synthetic.generate(spec)` is published to a fresh embedded broker
+Every input event of `periscope.devkit.workload.generate(spec)` is published to a fresh embedded broker
 the way the probes and the watcher publish them (protobuf through periscope.bus.codec, key = node name,
 the registry's topics and partition counts, one record per batch), each record stamped with its event
 time, as if the hour had been recorded live. Then the real command runs in its own process,
@@ -47,8 +47,8 @@ from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 from periscope.contract.values import rfc3339
 from periscope.core.model import NodeInput, PodEvent
+from periscope.devkit.workload import ClusterSpec, generate
 from periscope.replay.runner import node_of
-from periscope.replay.synthetic import ClusterSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC_OF: dict[str, topics.Topic] = {t.message: t for t in topics.NODE_INPUTS}
@@ -340,7 +340,7 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
         setup["vs_in_memory_replay"] = {
             baseline.key: rounded(baseline.value),
             "ratio": rounded(speed / baseline.value),
-            "note": "same run; the in-memory figure is the static cluster of periscope.replay.synthetic "
+            "note": "same run; the in-memory figure is the static cluster of periscope.devkit.workload "
                     "(no pod churn), protobuf bytes in memory to the JSON document, no broker",
         }
     # With workers, the replaying phase (the core and rendering JSON, in the workers) is one share.

@@ -110,7 +110,7 @@ class Bench:
 
     def replay_hour(self) -> None:
         from bench import replay_hour
-        from periscope.replay.synthetic import ClusterSpec
+        from periscope.devkit.workload import ClusterSpec
 
         p = self.plan
         spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000)
@@ -150,7 +150,7 @@ class Bench:
 
     def api_load(self) -> None:
         from bench import api_load, replay_hour
-        from periscope.replay.synthetic import ClusterSpec
+        from periscope.devkit.workload import ClusterSpec
 
         p = self.plan
         spec = ClusterSpec(nodes=4, duration_ms=600_000)  # history for /v1/owners to replay

@@ -1,4 +1,4 @@
-"""The benchmarks' synthetic cluster: `periscope.replay.synthetic`, the one generator that replay
+"""The benchmarks' synthetic cluster: `periscope.devkit.workload`, the one generator that replay
 measurements use too, under the names the benchmarks import.
 
 A simulated node has `gpus` whole GPUs and one pod per GPU (exclusive allocation, seen by both the
@@ -10,7 +10,7 @@ regenerate the same cluster.
 
 from __future__ import annotations
 
-from periscope.replay.synthetic import (
+from periscope.devkit.workload import (
     CONTAINER,
     EPOCH,
     FB_TOTAL_MIB,

@@ -29,8 +29,9 @@ from periscope.bus import topics as registry
 from periscope.bus.clients import Kafka
 from periscope.bus.diagnosis import check_connection
 from periscope.bus.security import KafkaSecurityError
+from periscope.bus.settings import ServiceSettings
 from periscope.bus.topics import Topic
-from periscope.config import ServiceSettings, load_settings, seconds
+from periscope.config import load_settings, seconds
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,19 @@ class TopicError(RuntimeError):
 class TopicSettings(ServiceSettings):
     """How the topics job creates topics (env prefix PERISCOPE_)."""
 
-    topic_partitions: int = Field(default=registry.DEFAULT_PARTITIONS, ge=1, le=10_000)
-    topic_replication_factor: int = Field(default=1, ge=1, le=32)
-    topic_min_insync_replicas: int = Field(default=1, ge=1, le=32)
-    input_retention: float = RETENTION_S["input"]  # the forensics horizon: how far back replay can reach
-    output_retention: float = RETENTION_S["output"]  # the API rebuilds its view from this much output
-    deadletter_retention: float = RETENTION_S["deadletter"]
-    topic_compression: Literal["lz4", "zstd", "snappy", "gzip", "producer"] = "lz4"
+    topic_partitions: int = Field(default=registry.DEFAULT_PARTITIONS, ge=1, le=10_000, description=(
+        "partitions of each new topic (the joiner's parallelism: a node's records go to one)"))
+    topic_replication_factor: int = Field(default=1, ge=1, le=32, description="replicas of each new topic")
+    topic_min_insync_replicas: int = Field(default=1, ge=1, le=32, description=(
+        "min.insync.replicas of each new topic (at most the replication factor)"))
+    input_retention: float = Field(default=RETENTION_S["input"], description=(
+        "retention of the input topics: the forensics horizon, how far back replay can reach"))
+    output_retention: float = Field(default=RETENTION_S["output"], description=(
+        "retention of the output topics: the API rebuilds its view from this much output"))
+    deadletter_retention: float = Field(default=RETENTION_S["deadletter"], description=(
+        "retention of the dead-letter topic"))
+    topic_compression: Literal["lz4", "zstd", "snappy", "gzip", "producer"] = Field(
+        default="lz4", description="compression.type of each new topic")
 
     @field_validator("input_retention", "output_retention", "deadletter_retention", mode="before")
     @classmethod

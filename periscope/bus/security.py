@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -157,15 +157,20 @@ class KafkaSecurity(BaseModel):
 class KafkaSecuritySettings(BaseSettings):
     """The PERISCOPE_KAFKA_* security variables (see CONTRACTS.md); mixed into ServiceSettings."""
 
-    kafka_security_protocol: Protocol = "PLAINTEXT"
-    kafka_ssl_cafile: str = ""
-    kafka_ssl_certfile: str = ""
-    kafka_ssl_keyfile: str = ""
-    kafka_ssl_check_hostname: bool = True
-    kafka_sasl_mechanism: Mechanism = "PLAIN"
-    kafka_sasl_username: str = ""
-    kafka_sasl_password: SecretStr = SecretStr("")
-    kafka_sasl_password_file: str = ""
+    kafka_security_protocol: Protocol = Field(default="PLAINTEXT", description=(
+        "how clients talk to the broker: TLS (`SSL`), SASL authentication, both, or neither"))
+    kafka_ssl_cafile: str = Field(default="", description=(
+        "PEM file of the CAs the broker's certificate is checked against (empty: the system's)"))
+    kafka_ssl_certfile: str = Field(default="", description="client certificate (PEM), for mutual TLS; with "
+                                                    "kafka_ssl_keyfile")
+    kafka_ssl_keyfile: str = Field(default="", description="the client certificate's private key (PEM)")
+    kafka_ssl_check_hostname: bool = Field(default=True, description=(
+        "check the broker's certificate names its host"))
+    kafka_sasl_mechanism: Mechanism = Field(default="PLAIN", description="the SASL mechanism")
+    kafka_sasl_username: str = Field(default="", description="SASL user (the service's principal)")
+    kafka_sasl_password: SecretStr = Field(default=SecretStr(""), description="SASL password (never logged)")
+    kafka_sasl_password_file: str = Field(default="", description=(
+        "a file holding the SASL password, read again whenever it changes (a rotated Secret)"))
 
     def kafka_security(self) -> KafkaSecurity:
         return KafkaSecurity(

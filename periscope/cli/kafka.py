@@ -13,8 +13,8 @@ import click
 
 from periscope.bus.diagnosis import check_connection
 from periscope.bus.security import KafkaSecurityError
+from periscope.bus.settings import ServiceSettings
 from periscope.cli.errors import report
-from periscope.config import ServiceSettings
 
 KAFKA_SETUP_EXIT = 1
 

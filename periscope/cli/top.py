@@ -13,23 +13,14 @@ from urllib.parse import urlsplit
 
 import click
 import httpx
-from pydantic import SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.console import Console
 from rich.live import Live
 
 from periscope.cli.errors import InputError
 from periscope.cli.top_table import SORTS, Snapshot, render_text, table
+from periscope.settings.top import TopSettings
 
 TOKEN_ENV = "PERISCOPE_API_TOKEN"
-
-
-class TopSettings(BaseSettings):
-    """What `periscope top` reads from the environment: the API's bearer token (PERISCOPE_API_TOKEN)."""
-
-    model_config = SettingsConfigDict(env_prefix="PERISCOPE_", extra="ignore")
-
-    api_token: SecretStr = SecretStr("")
 
 
 class ApiUnreachable(click.ClickException):

@@ -17,7 +17,7 @@ from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
 from periscope.replay.runner import ReplayConfig, ReplayInput, replay_events
-from periscope.replay.settings import ReplaySettings
+from periscope.settings.replay import ReplaySettings
 
 Json = dict[str, Any]
 

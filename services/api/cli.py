@@ -6,45 +6,21 @@ import asyncio
 import contextlib
 import logging
 import os
-from typing import Any
 
 import click
-from pydantic import ValidationError
 
-from periscope import logs
+from periscope import config, logs
 from periscope.cli.errors import InputError
 from periscope.cli.kafka import check_kafka
-from services.api.settings import ApiSettings
-
-_LEVELS = ("critical", "error", "warning", "info", "debug")
+from periscope.settings.api import ApiSettings
 
 
 def load_settings(
     host: str | None, port: int | None, bootstrap: str | None, group_prefix: str | None
 ) -> ApiSettings:
     """Env (PERISCOPE_*) first, flags override; any bad value becomes one InputError line."""
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("api_host", host),
-            ("api_port", port),
-            ("kafka_bootstrap", bootstrap),
-            ("api_group_prefix", group_prefix),
-        )
-        if v is not None
-    }
-    try:
-        settings = ApiSettings(**overrides)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
-        raise InputError(f"api settings: {where}: {err.get('msg', 'invalid value')}") from None
-    if settings.log_level.lower() not in _LEVELS:
-        raise InputError(
-            f"api settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}"
-        )
-    if not settings.kafka_bootstrap.strip():
-        raise InputError("api settings: kafka_bootstrap is empty")
+    settings = config.load_settings(ApiSettings, "api", error=InputError, api_host=host, api_port=port,
+                                    kafka_bootstrap=bootstrap, api_group_prefix=group_prefix)
     for name in ("api_tls_certfile", "api_tls_keyfile"):
         path = getattr(settings, name)
         if path and not os.access(path, os.R_OK):

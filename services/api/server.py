@@ -15,13 +15,15 @@ from collections.abc import AsyncIterator, Sequence
 import uvicorn
 from fastapi import APIRouter, FastAPI
 
+from periscope.clock import clock_from_setting
+from periscope.settings.api import ApiSettings
 from services.api.app import create_app
 from services.api.auth import Gate
 from services.api.consumer import ViewConsumer
-from services.api.owners import OwnerQueries, ProcessLookup
+from services.api.evidence import Evidence
+from services.api.owners import OwnerQueries, OwnersLimits, ProcessLookup
 from services.api.owners import router as owners_router
 from services.api.reviews import KubeReviews, kube_configuration
-from services.api.settings import ApiSettings
 from services.api.view import View
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,8 @@ class ApiServer:
                 retention_ms=settings.retention_ms,
                 window_retention_ms=settings.window_retention_ms,
                 stale_after_s=settings.api_stale_after,
-                evidence=settings.evidence(),
+                evidence=Evidence(clock_from_setting(settings.clock).now_ms, settings.future_skew_ms,
+                                  require_inventory=settings.api_require_inventory),
             )
             if consume
             else None
@@ -75,7 +78,8 @@ class ApiServer:
             gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size,
                         review_budget=settings.api_auth_review_budget,
                         failure_budget=settings.api_auth_failure_budget)
-        limits = settings.owners_limits()
+        limits = OwnersLimits(concurrency=settings.api_owners_concurrency, queue=settings.api_owners_queue,
+                              timeout_s=settings.owners_timeout_s, cache_ttl_s=settings.owners_cache_ttl_s)
         self.replays = ProcessLookup(settings.kafka(), limits.concurrency)
         self.owner_queries = OwnerQueries(self.replays, limits)
         self.app = create_app(

@@ -23,10 +23,10 @@ from periscope.bus.deadletter import DeadLetters
 from periscope.bus.faust_transport import transport_class
 from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
 from periscope.freshness import Freshness
+from periscope.settings.joiner import JoinerSettings
 from services.joiner.agents import Joiner
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender
-from services.joiner.settings import JoinerSettings
 from services.joiner.slots import Message
 from services.joiner.transport import RecordBatches
 from services.joiner.watch import ProgressWatch, ready

@@ -14,41 +14,18 @@ import threading
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
+from periscope import config
 from periscope.cli.errors import InputError
 from periscope.cli.kafka import check_kafka
-from services.joiner.settings import JoinerSettings
-
-_LEVELS = ("critical", "error", "warning", "info", "debug")
+from periscope.settings.joiner import JoinerSettings
 
 
 def load_settings(bootstrap: str | None = None, web_port: int | None = None, idle_window: str | None = None,
                   idle_threshold: float | None = None) -> JoinerSettings:
     """Env first, flags override; any bad value becomes one InputError line (exit 2)."""
-    overrides: dict[str, Any] = {
-        k: v
-        for k, v in (
-            ("kafka_bootstrap", bootstrap),
-            ("web_port", web_port),
-            ("idle_window", idle_window),
-            ("idle_threshold", idle_threshold),
-        )
-        if v is not None
-    }
-    try:
-        settings = JoinerSettings(**overrides)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
-        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        raise InputError(f"joiner settings: {where}: {msg}") from None
-    if settings.log_level.lower() not in _LEVELS:
-        raise InputError(
-            f"joiner settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}")
-    if not settings.kafka_bootstrap.strip():
-        raise InputError("joiner settings: kafka_bootstrap is empty")
-    return settings
+    return config.load_settings(JoinerSettings, "joiner", error=InputError, kafka_bootstrap=bootstrap,
+                                web_port=web_port, idle_window=idle_window, idle_threshold=idle_threshold)
 
 
 STOP_GRACE_S = 20.0  # after SIGINT/SIGTERM, leave even if Faust hangs on a broker that is gone

@@ -11,11 +11,10 @@ from typing import Any
 
 import click
 import yaml
-from pydantic import ValidationError
 
-from periscope import logs
+from periscope import config, logs
 from periscope.cli.kafka import check_kafka
-from services.kube_watcher.settings import WatcherSettings
+from periscope.settings.watcher import WatcherSettings
 
 try:
     from periscope.cli.errors import InputError
@@ -25,26 +24,14 @@ except ImportError:  # the shared CLI package is optional for running this comma
         exit_code = 2
 
 
-_LEVELS = ("critical", "error", "warning", "info", "debug")
 log = logging.getLogger("periscope.watch")
 
 
 def load_settings(**flags: Any) -> WatcherSettings:
     """Env (PERISCOPE_*) first, flags override; any bad value becomes one InputError line."""
-    try:
-        settings = WatcherSettings(**{k: v for k, v in flags.items() if v is not None})
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
-        raise InputError(f"watch settings: {where}: {err.get('msg', 'invalid value')}") from None
-    if settings.log_level.lower() not in _LEVELS:
-        raise InputError(
-            f"watch settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}"
-        )
+    settings = config.load_settings(WatcherSettings, "watch", error=InputError, **flags)
     if settings.kubeconfig is not None and not Path(settings.kubeconfig).is_file():
         raise InputError(f"kubeconfig {settings.kubeconfig}: no such file")
-    if not settings.kafka_bootstrap.strip():
-        raise InputError("watch settings: kafka_bootstrap is empty")
     return settings
 
 

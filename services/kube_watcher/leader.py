@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from periscope.settings.watcher import WatcherSettings
 from services.kube_watcher.service import KubeWatcher
-from services.kube_watcher.settings import WatcherSettings
 
 log = logging.getLogger(__name__)
 LEADER, FOLLOWER, ERROR = "leader", "follower", "error"

@@ -22,8 +22,8 @@ from kubernetes import config as k8s_config
 from periscope.bus.retry import Backoff
 from periscope.bus.topics import Topic
 from periscope.logs import Trouble
+from periscope.settings.watcher import WatcherSettings
 from services.kube_watcher.discovery import ServedVersion, dra_claims
-from services.kube_watcher.settings import WatcherSettings
 from services.kube_watcher.state import KINDS, ClusterState, Outgoing
 from services.kube_watcher.watch import Notification, ResourceWatch
 

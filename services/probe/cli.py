@@ -9,14 +9,11 @@ import signal
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
-from periscope import logs
+from periscope import config, logs
 from periscope.cli.errors import InputError
 from periscope.cli.kafka import check_kafka
-from services.probe.settings import ProbeSettings
-
-_LEVELS = ("critical", "error", "warning", "info", "debug")
+from periscope.settings.probe import ProbeSettings
 
 # flag name -> settings field
 _FIELDS = {
@@ -39,20 +36,8 @@ _FIELDS = {
 
 def load_settings(**flags: Any) -> ProbeSettings:
     """Env first, then the flags that were given; a bad value is one InputError line."""
-    overrides = {_FIELDS[k]: v for k, v in flags.items() if v is not None}
-    try:
-        settings = ProbeSettings(**overrides)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
-        raise InputError(f"probe settings: {where}: {err.get('msg', 'invalid value')}") from None
-    if settings.log_level.lower() not in _LEVELS:
-        raise InputError(
-            f"probe settings: log_level: {settings.log_level!r} is not one of {', '.join(_LEVELS)}"
-        )
-    if not settings.kafka_bootstrap.strip():
-        raise InputError("probe settings: kafka_bootstrap is empty")
-    return settings
+    return config.load_settings(ProbeSettings, "probe", error=InputError,
+                                **{_FIELDS[k]: v for k, v in flags.items()})
 
 
 async def _serve(settings: ProbeSettings) -> None:
@@ -137,7 +122,7 @@ async def _serve(settings: ProbeSettings) -> None:
     default=None,
     help="Health/metrics port; 0 picks a free one [default 9401].",
 )
-@click.option("--log-level", default=None, type=click.Choice(_LEVELS, case_sensitive=False))
+@click.option("--log-level", default=None, type=click.Choice(config.LOG_LEVELS, case_sensitive=False))
 def command(**flags: Any) -> None:
     """Sample the kubelet, NVML and /proc on this node and publish allocations, telemetry, XIDs and
     inventory (key = node name)."""

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from grpc import aio
 
+from periscope.settings.probe import ProbeSettings
 from services.probe.allocations import is_gpu_resource
 from services.probe.checkpoint_source import CheckpointSource
 from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, socket_identity
-from services.probe.settings import ProbeSettings
 
 Status = Literal["ok", "warn", "fail"]
 STATUSES: tuple[Status, ...] = ("ok", "warn", "fail")

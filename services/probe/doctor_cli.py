@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
+from periscope import config
 from periscope.cli.errors import InputError
+from periscope.settings.probe import ProbeSettings
 from services.probe.doctor import DoctorReport, diagnose
-from services.probe.settings import ProbeSettings
 
 
 def settings_for(root: str | None, nvml_backend: str | None) -> ProbeSettings:
@@ -41,12 +41,7 @@ def settings_for(root: str | None, nvml_backend: str | None) -> ProbeSettings:
             overrides["nvml_backend"] = f"fake:{base / 'nvml.json'}"
     if nvml_backend is not None:
         overrides["nvml_backend"] = nvml_backend
-    try:
-        return ProbeSettings(**overrides)
-    except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ())) or "settings"
-        raise InputError(f"doctor settings: {where}: {err.get('msg', 'invalid value')}") from None
+    return config.load_settings(ProbeSettings, "doctor", error=InputError, **overrides)
 
 
 def render(report: DoctorReport) -> str:

@@ -35,6 +35,7 @@ from periscope.core.model import (
     SourceHealth,
     XidEvent,
 )
+from periscope.settings.probe import ProbeSettings
 from services.probe.buffer import Kind, OutBuffer, Outgoing
 from services.probe.health import HealthServer
 from services.probe.kubelet import AllocationReader
@@ -42,7 +43,6 @@ from services.probe.metrics import ProbeMetrics
 from services.probe.nvml import NvmlBackend
 from services.probe.outbox import Outbox, PublisherLike
 from services.probe.procfs import ProcMapper
-from services.probe.settings import ProbeSettings
 from services.probe.xid import RawXid, XidWatcher
 
 log = logging.getLogger("periscope.probe")

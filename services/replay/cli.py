@@ -22,10 +22,10 @@ import time
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from periscope.bus.clients import Kafka
 from periscope.cli.errors import InputError, one_line
+from periscope.config import load_settings
 from periscope.contract.values import parse_time_ms, rfc3339
 from periscope.core.duration import parse_duration_ms
 from periscope.replay.document import json_chunks, output_json
@@ -43,8 +43,8 @@ from periscope.replay.runner import (
     paused_gc,
     replay_events,
 )
-from periscope.replay.settings import ReplaySettings
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
+from periscope.settings.replay import ReplaySettings
 from services.replay.tables import ProgressBar, owners_table, stdout_console, timeline_table
 
 Json = dict[str, Any]
@@ -87,12 +87,7 @@ def _duration(flag: str, text: str) -> int:
 
 
 def _settings() -> ReplaySettings:
-    try:
-        return ReplaySettings()
-    except ValidationError as e:
-        err = e.errors()[0]
-        name = "PERISCOPE_" + str(err["loc"][0]).upper() if err.get("loc") else "settings"
-        raise InputError(f"{name}: {str(err['msg']).removeprefix('Value error, ')}") from None
+    return load_settings(ReplaySettings, "replay", naming="variable", error=InputError)
 
 
 def _check_bootstrap(value: str) -> str:

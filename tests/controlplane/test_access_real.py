@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from periscope.settings.api import ApiSettings
 from periscope.sim.controlplane.cluster import apply_all, user_bindings
 from periscope.sim.controlplane.process import ControlPlane
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.controlplane.conftest import USERS, Identities
 from tests.unit.test_api_samples import sample_view
 

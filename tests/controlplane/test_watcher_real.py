@@ -20,10 +20,10 @@ import pytest
 
 from periscope.bus.topics import Topic
 from periscope.core.model import NodeEvent, PodEvent, PolicyEvent
+from periscope.settings.watcher import WatcherSettings
 from periscope.sim.controlplane.process import ControlPlane
 from periscope.sim.controlplane.writer import KubeObjects
 from services.kube_watcher.service import KubeWatcher
-from services.kube_watcher.settings import WatcherSettings
 from tests.controlplane.conftest import Identities
 
 Obj = dict[str, Any]

@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from periscope.bus.clients import Kafka
+from periscope.settings.api import ApiSettings
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.scenario import UserSpec
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.kafka_tier import settings_of
 from tests.unit.test_api_samples import sample_view
 

@@ -31,8 +31,8 @@ from periscope.core.model import (
     PolicyEvent,
     XidRef,
 )
+from periscope.settings.api import ApiSettings
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.kafka_tier import settings_of
 from tests.unit.test_api_samples import MIN, T0, gpu, idle_windows, meta, owner, pod, row, xid
 

@@ -37,12 +37,12 @@ from periscope.core.model import (
     XidEvent,
 )
 from periscope.devkit.embedded import EmbeddedBroker
+from periscope.settings.api import ApiSettings
+from periscope.settings.watcher import WatcherSettings
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.nvml import add_xid, write_nvml_state
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from services.kube_watcher.service import KubeWatcher
-from services.kube_watcher.settings import WatcherSettings
 from services.probe.service import Probe
 from tests.integration.test_joiner import (
     NodeScript,

@@ -20,11 +20,11 @@ from aiokafka import ConsumerRecord
 from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.clients import Kafka
-from periscope.bus.consumer import ConsumerStats, consume
 from periscope.bus.deadletter import DeadLetters
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core import model as m
+from periscope.devkit.consumer import ConsumerStats, consume
 from periscope.devkit.embedded import BrokerError, EmbeddedBroker, metadata_ready
 
 # On the embedded broker a group join waits session_timeout_ms / 2 (at least 1 s): keep it short.

@@ -19,8 +19,8 @@ from periscope.bus import topics as t
 from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.core.model import DeviceInventory, GpuInfo
+from periscope.settings.api import ApiSettings
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.kafka_tier import settings_of
 from tests.unit.test_api_samples import gpu, meta, pod, row
 

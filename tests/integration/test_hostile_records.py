@@ -12,7 +12,7 @@ The limits, and what each one bounds:
 
 A hostile producer (its own `max_request_size` raised) writes undecodable records of each size; every
 consumer must dead-letter each one, with a letter that fits, and go on: the joiner, the API's view
-consumer, periscope.bus.consumer.consume, and the replay reader (which skips and counts them).
+consumer, periscope.devkit.consumer.consume, and the replay reader (which skips and counts them).
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ from periscope.bus import codec
 from periscope.bus import topics as T
 from periscope.bus.clients import Kafka
 from periscope.bus.codec import DeadLetter
-from periscope.bus.consumer import ConsumerStats, consume
 from periscope.bus.deadletter import MAX_LETTER_BYTES, DeadLetters
 from periscope.bus.producer import Publisher
 from periscope.core.model import Meta, XidEvent
+from periscope.devkit.consumer import ConsumerStats, consume
 from periscope.replay.reader import read_inputs
 from periscope.replay.runner import ReadPlan
+from periscope.settings.api import ApiSettings
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.integration.test_joiner import (
     NodeScript,
     OutputLog,
@@ -143,7 +143,7 @@ async def eventually(probe: Callable[[], Awaitable[Any]], timeout_s: float = 60)
     return result
 
 
-# ---------------------------------------------------------------- periscope.bus.consumer.consume
+# ---------------------------------------------------------------- periscope.devkit.consumer.consume
 
 
 async def test_consume_dead_letters_every_size_and_goes_on(any_broker: Kafka, unique: str) -> None:

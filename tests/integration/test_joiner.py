@@ -753,7 +753,7 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
     Faust hands out every topic's records round-robin, so telemetry and XIDs arrive ahead of the
     allocations and pods of their time. With event-time alignment no GPU record names an owner the pure
     core (what replay gives) would not name at that time, and every XID names its owner at the error."""
-    from periscope.replay.synthetic import ClusterSpec, timeline
+    from periscope.devkit.workload import ClusterSpec, timeline
 
     spec = ClusterSpec(nodes=4, gpus_per_node=4, duration_ms=600_000, pod_lifetime_ms=120_000, gap_ms=5000,
                        xid_every_ms=45_000, idle_every=0, seed=7)
@@ -797,6 +797,6 @@ def _node(ev: NodeInput) -> str:
 
 
 def _gpus(spec: Any) -> list[str]:
-    from periscope.replay.synthetic import gpu_uuid
+    from periscope.devkit.workload import gpu_uuid
 
     return [gpu_uuid(n, g) for n in range(spec.nodes) for g in range(spec.gpus_per_node)]

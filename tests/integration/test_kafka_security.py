@@ -25,12 +25,12 @@ import pytest
 from periscope.bus import topics as t
 from periscope.bus.admin import ensure_topics
 from periscope.bus.clients import Kafka
-from periscope.bus.consumer import consume
 from periscope.bus.producer import Publisher
 from periscope.bus.profile import EMBEDDED
 from periscope.bus.security import KafkaSecurity
 from periscope.contract.values import rfc3339
 from periscope.core.model import NodeInput
+from periscope.devkit.consumer import consume
 from periscope.devkit.embedded import EmbeddedBroker, resolve_binary
 from periscope.devkit.launch import free_port
 from periscope.devkit.secure_broker import CertificateFiles, SecureBroker, make_certificates

@@ -19,7 +19,6 @@ import pytest
 from periscope.bus import topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.clients import Kafka
-from periscope.bus.consumer import ConsumerStats, consume
 from periscope.core.deviceid import parse_device_id
 from periscope.core.model import (
     AllocationSnapshot,
@@ -28,15 +27,16 @@ from periscope.core.model import (
     NodeTelemetry,
     XidEvent,
 )
+from periscope.devkit.consumer import ConsumerStats, consume
 from periscope.devkit.embedded import EmbeddedBroker
 from periscope.devkit.launch import free_port
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
+from periscope.settings.probe import ProbeSettings
 from periscope.sim.kubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs
 from services.probe.buffer import Kind
 from services.probe.service import Probe
-from services.probe.settings import ProbeSettings
 from tests.kafka_tier import embedded, settings_of
 
 T = TypeVar("T")

@@ -40,7 +40,7 @@ from periscope.replay.owners import owners_at, owners_with_stats
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import read_inputs
 from periscope.replay.runner import ReplayConfig, output_filter, replay_events
-from periscope.replay.settings import ReplaySettings
+from periscope.settings.replay import ReplaySettings
 from tests.unit.core_builders import alloc, ck, dev, gpu, inventory, pod, pr, tel, uid
 from tests.unit.test_replay_owners import XID_TIMES, item_owners, owners_of, relocate, reuse_scenario
 

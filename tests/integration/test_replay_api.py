@@ -13,8 +13,8 @@ import pytest
 from periscope.bus.clients import Kafka
 from periscope.cli.main import main
 from periscope.contract.values import rfc3339
+from periscope.settings.api import ApiSettings
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.integration.test_replay import BASE, publish
 from tests.kafka_tier import settings_of
 from tests.unit.core_builders import gpu, uid

@@ -39,7 +39,7 @@ from periscope.devkit.brokers import KINDS, LocalBroker
 from periscope.replay.document import output_json
 from periscope.replay.reader import read_inputs
 from periscope.replay.runner import output_time, replay_events
-from periscope.replay.settings import ReplaySettings
+from periscope.settings.replay import ReplaySettings
 from services.replay.cli import range_config, range_plan
 from tests.integration.test_replay import topic_of
 from tests.kafka_tier import kafka_missing

@@ -17,9 +17,9 @@ from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core.model import NodeEvent, PodEvent, PolicyEvent
+from periscope.settings.watcher import WatcherSettings
 from periscope.sim.apiserver import FakeApiServer
 from services.kube_watcher.service import KubeWatcher
-from services.kube_watcher.settings import WatcherSettings
 from tests.kafka_tier import settings_of
 
 Event = PodEvent | NodeEvent | PolicyEvent

@@ -16,10 +16,10 @@ from periscope.bus.admin import ensure_topics
 from periscope.bus.clients import Kafka
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import NODES, PODS, POLICY, Topic
+from periscope.settings.watcher import WatcherSettings
 from periscope.sim.apiserver import FakeApiServer
 from services.kube_watcher.leader import FOLLOWER, LEADER, LeaseElector, run_elected
 from services.kube_watcher.service import KubeWatcher
-from services.kube_watcher.settings import WatcherSettings
 
 
 class PrivateTopics:

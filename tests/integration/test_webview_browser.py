@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from periscope.settings.api import ApiSettings
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.scenario import UserSpec
 from services.api.server import ApiServer
-from services.api.settings import ApiSettings
 from tests.chromium import NEEDS_CHROMIUM, dom
 from tests.unit.test_api_samples import GPU_A0, GPU_A1, GPU_B0, sample_view
 

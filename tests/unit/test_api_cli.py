@@ -7,8 +7,8 @@ import socket
 import pytest
 from click.testing import CliRunner
 
+from periscope.settings.api import ApiSettings
 from services.api import cli
-from services.api.settings import ApiSettings
 
 
 def test_defaults_and_env(monkeypatch: pytest.MonkeyPatch) -> None:

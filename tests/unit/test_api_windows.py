@@ -9,8 +9,8 @@ import pytest
 
 from periscope.core import idle
 from periscope.core.model import PodAttribution, WindowStat
+from periscope.settings.api import ApiSettings
 from services.api import windows
-from services.api.settings import ApiSettings
 from services.api.view import View
 from tests.unit.test_api_app import client, get
 from tests.unit.test_api_samples import GPU_A0, GPU_A1, MIN, T0, pod, row

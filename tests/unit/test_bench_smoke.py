@@ -18,7 +18,7 @@ from periscope.bus import topics
 from periscope.core import engine
 from periscope.core.model import GpuState, NodeTelemetry, PodAttribution
 from periscope.devkit.embedded import BrokerError, resolve_binary
-from periscope.replay.synthetic import ClusterSpec
+from periscope.devkit.workload import ClusterSpec
 from services.api.view import View
 
 
@@ -68,8 +68,8 @@ def test_replay_hour_replays_every_published_sample_through_the_cli(tmp_path: Pa
     assert setup["events_published"] == setup["events_replayed"] == details["publish"]["stored"]
     # GPU states are published on change or heartbeat: as many as the core alone emits over the same events.
     from periscope.core.model import GpuState
+    from periscope.devkit.workload import generate
     from periscope.replay.runner import replay_events
-    from periscope.replay.synthetic import generate
 
     core_gpu = sum(isinstance(o, GpuState) for o in replay_events(generate(spec)).outputs)
     assert setup["output_by_kind"]["gpu"] == core_gpu and 0 < core_gpu <= spec.device_samples
@@ -80,9 +80,9 @@ def test_replay_hour_replays_every_published_sample_through_the_cli(tmp_path: Pa
 
 
 def test_timeline_scan_agrees_with_the_parsed_document(tmp_path: Path) -> None:
+    from periscope.devkit.workload import generate
     from periscope.replay.document import json_chunks, output_json
     from periscope.replay.runner import replay_events
-    from periscope.replay.synthetic import generate
 
     spec = ClusterSpec(nodes=1, gpus_per_node=2, duration_ms=20_000, xid_every_ms=5000)
     outputs = replay_events(generate(spec)).outputs

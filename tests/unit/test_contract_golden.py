@@ -22,8 +22,8 @@ from periscope.core.model import Meta, NodeEvent, OperandStatus, PolicyEvent
 from periscope.replay.owners import owners_from_events
 from periscope.replay.reader import ReadStats
 from periscope.replay.runner import ReplayResult, replay_events
-from periscope.replay.settings import ReplaySettings
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
+from periscope.settings.replay import ReplaySettings
 from services.api.app import create_app
 from services.api.owners import OwnerQueries, OwnersLimits
 from services.api.owners import router as owners_router

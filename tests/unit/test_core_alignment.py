@@ -27,8 +27,8 @@ from periscope.core.engine import (
 from periscope.core.model import Finding, GpuState, NodeInput, Output
 from periscope.core.snapshot import from_parts, to_parts
 from periscope.core.watermark import ALL_STREAMS, NEVER, Stream
+from periscope.devkit.workload import ClusterSpec, generate, node_name
 from periscope.replay.runner import ReplayConfig, order_key, replay_events
-from periscope.replay.synthetic import ClusterSpec, generate, node_name
 from tests.unit.core_builders import NODE, alloc, dev, gpu, pod, pr, proc, tel, uid, xid
 from tests.unit.core_builders import run as run_events
 from tests.unit.core_delivery import by_stream, faust_order, feed, interleave

@@ -11,11 +11,11 @@ from pydantic import ValidationError
 
 from periscope.devkit.brokers import lost_line
 from periscope.freshness import Freshness
-from services.api.settings import ApiSettings
+from periscope.settings.api import ApiSettings
+from periscope.settings.joiner import JoinerSettings
+from periscope.settings.probe import ProbeSettings
 from services.api.status import ConsumerStatus
 from services.api.view import View
-from services.joiner.settings import JoinerSettings
-from services.probe.settings import ProbeSettings
 from tests.unit.test_api_app import client, get
 
 

@@ -14,9 +14,9 @@ from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
 from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
+from periscope.settings.joiner import JoinerSettings
 from services.joiner.app import create_app
 from services.joiner.cli import load_settings
-from services.joiner.settings import JoinerSettings
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,9 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from periscope.bus.security import KafkaSecurity, KafkaSecurityError, read_password_file
-from periscope.config import ServiceSettings
+from periscope.bus.settings import ServiceSettings
 from periscope.devkit.secure_broker import make_certificates
-from services.joiner.settings import JoinerSettings
+from periscope.settings.joiner import JoinerSettings
 
 SECRET = "pw-unit-7f3a9c"
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from services.probe.settings import ProbeSettings
+from periscope.settings.probe import ProbeSettings
 
 
 def test_defaults_follow_the_kubelet_root(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from periscope.cli.main import main
-from periscope.replay.settings import ReplaySettings
+from periscope.settings.replay import ReplaySettings
 
 OK_RANGE = ["--from", "2026-11-22T04:00:00Z", "--to", "2026-11-22T05:00:00Z"]
 

@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from periscope.core.model import NodeInput, NodeTelemetry
+from periscope.devkit.workload import ClusterSpec, generate
 from periscope.replay import parallel, runner
 from periscope.replay.document import output_json
 from periscope.replay.runner import ReplayConfig, ReplayInput, output_filter, output_time, replay_events
-from periscope.replay.synthetic import ClusterSpec, generate
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from tests.unit.test_replay_owners import reuse_scenario
 

@@ -11,9 +11,9 @@ from typing import Any
 from periscope.bus import codec
 from periscope.bus.topics import TELEMETRY
 from periscope.core.model import NodeInput, NodeTelemetry
+from periscope.devkit.workload import ClusterSpec, generate
 from periscope.replay.document import json_chunks, output_json
 from periscope.replay.runner import PendingTelemetry, ReplayConfig, output_time, paused_gc, replay_events
-from periscope.replay.synthetic import ClusterSpec, generate
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from tests.unit.test_replay_owners import reuse_scenario
 

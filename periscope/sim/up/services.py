@@ -1,7 +1,8 @@
 """The services `periscope up` runs against the simulated cluster: one probe per node, the watcher, the
 joiner and the API, each as the command line and PERISCOPE_* settings (lower-case, without the
-prefix) its process is started with. The broker and clock settings every child shares are added by
-the `Stack`.
+prefix) its process is started with. Each child's settings are checked with that child's own settings
+class (periscope.config.env_for): a misspelt or refused one fails here, not silently in the child. The
+broker and clock settings every child shares are added by the `Stack`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic_settings import BaseSettings
+
+from periscope.config import SettingsError, env_for
 from periscope.core.duration import format_duration_ms
 from periscope.devkit.launch import free_port
+from periscope.settings.api import ApiSettings
+from periscope.settings.joiner import JoinerSettings
+from periscope.settings.probe import ProbeSettings
+from periscope.settings.watcher import WatcherSettings
 from periscope.sim.scenario import Scenario
 
 if TYPE_CHECKING:  # the stack imports this module
@@ -44,6 +52,15 @@ class Tuning:
         return cls(run_dir, bucket_ms, seconds(stale_s), heartbeat_ms)
 
 
+def checked(name: str, cls: type[BaseSettings], values: dict[str, Any]) -> dict[str, str]:
+    """`values` as the child's PERISCOPE_* settings, checked with its class; SettingsError naming the
+    child (the stack reports it as an UpError)."""
+    try:
+        return env_for(cls, **values)
+    except SettingsError as e:
+        raise SettingsError(f"{name}: {e}") from None
+
+
 def py(*args: str) -> list[str]:
     return [sys.executable, "-m", *args]
 
@@ -72,9 +89,9 @@ def services(
             "health_port": str(free_port()),
             "stale_after": tune.stale_after,
         }
-        out.append((f"probe/{node}", py(cli, "probe"), probe))
+        out.append((f"probe/{node}", py(cli, "probe"), checked(f"probe/{node}", ProbeSettings, probe)))
     watcher = {"kubeconfig": ready["kubeconfig"], "health_port": str(free_port())}
-    out.append(("watcher", py(cli, "watch"), watcher))
+    out.append(("watcher", py(cli, "watch"), checked("watcher", WatcherSettings, watcher)))
     # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
     # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
     # worker: there is no one to rebalance with).
@@ -91,10 +108,10 @@ def services(
         "idle_window": format_duration_ms(opts.idle_window_ms),
         "idle_threshold": f"{opts.idle_threshold:g}",
     }
-    out.append(("joiner", py(cli, "join"), joiner))
+    out.append(("joiner", py(cli, "join"), checked("joiner", JoinerSettings, joiner)))
     api_port = api_url.rsplit(":", 1)[1]
     api = {"api_host": "127.0.0.1", "api_port": api_port, "api_stale_after": tune.stale_after}
     if opts.api_auth:
         api |= {"api_auth": "kubernetes", "kubeconfig": ready.get("api_kubeconfig") or ready["kubeconfig"]}
-    out.append(("api", py(cli, "api"), api))
+    out.append(("api", py(cli, "api"), checked("api", ApiSettings, api)))
     return out

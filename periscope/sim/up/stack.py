@@ -28,7 +28,9 @@ from pathlib import Path
 import httpx
 
 from periscope.bus.admin import TopicPlan, ensure_topics
+from periscope.bus.settings import ServiceSettings
 from periscope.clock import ScaledClock
+from periscope.config import SettingsError, env_for
 from periscope.core.duration import format_duration_ms
 from periscope.devkit.brokers import BrokerKind, LocalBroker
 from periscope.devkit.launch import free_port
@@ -97,8 +99,10 @@ class Stack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
         assert self.broker is not None
         principal = name.split("/")[0] if name != "sim" else "admin"
-        shared = {"clock": self.clock.setting(), "log_level": self.opts.log_level,
-                  **self.broker.settings(principal)}
+        # The connection and log level are checked with the class every service's settings derive from;
+        # the clock only the probes and the API read (the joiner's clock is its records' event time).
+        shared = env_for(ServiceSettings, log_level=self.opts.log_level, **self.broker.settings(principal))
+        shared["clock"] = self.clock.setting()
         env |= {f"PERISCOPE_{k.upper()}": v for k, v in (shared | settings).items()}
         env["PYTHONUNBUFFERED"] = "1"
         child = Child(name, argv, env, self.workdir / "run" / name.replace("/", "-"), self.emit, stdin)
@@ -134,7 +138,11 @@ class Stack:
         self._poll((sim / "ready.json").exists, 30, 0.05, "sim did not come up within 30s", "sim")
         ready = json.loads((sim / "ready.json").read_text())
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
-        for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
+        try:
+            children = services(opts, self.scenario, ready, self.api_url, tune)
+        except SettingsError as e:
+            raise UpError(str(e)) from None
+        for name, argv, settings in children:
             self._add(name, argv, settings)
 
     def _say(self, line: str) -> None:

@@ -1,4 +1,6 @@
-"""Consuming domain objects from the bus, with bad records dead-lettered instead of crashing.
+"""Consuming domain objects from the bus, with bad records dead-lettered instead of crashing: the tests'
+reference consumer (the services consume through their own loops: the joiner through Faust, the API in
+services.api.consumer), so it lives in the development kit.
 
 Offsets of a consumer group are committed after each batch has been handled (not on a timer), so a
 crash re-delivers rather than loses records: at-least-once, which the state-based events absorb.

@@ -7,8 +7,8 @@ from collections import Counter
 from periscope.core.engine import EngineConfig
 from periscope.core.model import Finding, GpuState, NodeTelemetry, PodAttribution, PodEvent, XidEvent
 from periscope.core.rows import RowConfig
+from periscope.devkit.workload import ClusterSpec, generate, node_name
 from periscope.replay.runner import ReplayConfig, replay_events
-from periscope.replay.synthetic import ClusterSpec, generate, node_name
 
 SPEC = ClusterSpec(nodes=3, gpus_per_node=4, duration_ms=8 * 60_000, pod_lifetime_ms=180_000, gap_ms=10_000,
                    xid_every_ms=120_000, seed=3)

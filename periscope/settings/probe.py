@@ -1,0 +1,99 @@
+"""Settings of the node probe (env prefix PERISCOPE_, e.g. PERISCOPE_NODE_NAME).
+
+Durations accept the project's duration strings (`1s`, `500ms`, `5s`) or plain seconds. Paths that
+derive from the kubelet root are filled in after validation when left empty, so overriding
+KUBELET_ROOT alone moves the socket and the checkpoint with it.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
+
+from periscope.bus.settings import ServiceSettings
+from periscope.clock import clock_from_setting
+from periscope.config import positive, seconds
+
+
+class ProbeSettings(ServiceSettings):
+    node_name: str = Field(default="", description="this node's name (the record key); empty: the host name")
+    kubelet_root: str = Field(default="/var/lib/kubelet", description="the kubelet's state directory")
+    podresources_socket: str = Field(default="", description=(
+        "the kubelet PodResources socket; empty: <kubelet_root>/pod-resources/kubelet.sock"))
+    checkpoint_path: str = Field(default="", description=(
+        "the device manager checkpoint; empty: <kubelet_root>/device-plugins/kubelet_internal_checkpoint"))
+    proc_root: str = Field(default="/proc", description="the host's /proc (processes' cgroups)")
+    tick: float = Field(default=1.0, description="telemetry period")
+    allocation_interval: float = Field(default=5.0, description=(
+        "an unchanged allocation snapshot is published again after this long"))
+    inventory_interval: float = Field(default=3600.0, description=(
+        "the inventory is republished at least this often even when nothing changed: the API believes GPU "
+        "states only of GPUs an inventory on the topic reported, so one must stay within its retention"))
+    podresources_interval: float | None = Field(default=None, description=(
+        "how often PodResources `List` is asked when nothing signals a change (the checkpoint file changed, "
+        "the socket was replaced, the checkpoint is unusable, a call failed); unset: twice the tick, at most "
+        "allocation_interval. It bounds how late a pod's end or a DRA claim shows in the snapshot"))
+    nvml_backend: str = Field(default="pynvml", description=(
+        "`pynvml` (the NVIDIA driver's NVML), or `fake:<state-file>`: the development kit's simulated GPUs"))
+    buffer_limit: int = Field(default=1000, ge=2, le=1_000_000, description=(
+        "events kept while the broker is unreachable (the oldest telemetry goes first)"))
+    health_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
+    health_port: int = Field(default=9401, ge=0, le=65535, description="their port")
+    send_timeout: float = Field(default=5.0, description=(
+        "how long one publish may take before the broker counts as unreachable"))
+    stale_after: float = Field(default=30.0, description=(
+        "/readyz is 503 while buffered events have waited longer than this for the broker"))
+    clock: str = Field(default="wall", description=(
+        "event-time source: `wall`, or `sim:<origin_ms>:<speed>` when a simulated cluster runs faster"))
+
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval",
+                     mode="before")
+    @classmethod
+    def _parse_duration(cls, value: Any) -> Any:
+        return seconds(value)
+
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        return positive(value)
+
+    @field_validator("podresources_interval", mode="before")
+    @classmethod
+    def _optional_duration(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        parsed = seconds(value)
+        return positive(parsed) if isinstance(parsed, int | float) else parsed
+
+    def podresources_every(self) -> float:
+        """The PodResources List period in effect (see podresources_interval)."""
+        if self.podresources_interval is not None:
+            return self.podresources_interval
+        return min(2 * self.tick, self.allocation_interval)
+
+    @field_validator("nvml_backend")
+    @classmethod
+    def _backend(cls, value: str) -> str:
+        if value != "pynvml" and not (value.startswith("fake:") and len(value) > len("fake:")):
+            raise ValueError("must be 'pynvml' or 'fake:<state-file>'")
+        return value
+
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        clock_from_setting(value)  # raises ValueError naming the bad part
+        return value
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> ProbeSettings:
+        root = Path(self.kubelet_root)
+        if not self.podresources_socket:
+            self.podresources_socket = str(root / "pod-resources" / "kubelet.sock")
+        if not self.checkpoint_path:
+            self.checkpoint_path = str(root / "device-plugins" / "kubelet_internal_checkpoint")
+        if not self.node_name:
+            self.node_name = socket.gethostname()
+        return self
