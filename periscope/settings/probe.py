@@ -37,7 +37,8 @@ class ProbeSettings(ServiceSettings):
         "the socket was replaced, the checkpoint is unusable, a call failed); unset: twice the tick, at most "
         "allocation_interval. It bounds how late a pod's end or a DRA claim shows in the snapshot"))
     nvml_backend: str = Field(default="pynvml", description=(
-        "`pynvml` (the NVIDIA driver's NVML), or `fake:<state-file>`: the development kit's simulated GPUs"))
+        "`pynvml` (the NVIDIA driver's NVML), or `fake:<state-file>`: a registered NVML fake (the "
+        "development kit's simulated GPUs), found through the `periscope.nvml` entry points"))
     buffer_limit: int = Field(default=1000, ge=2, le=1_000_000, description=(
         "events kept while the broker is unreachable (the oldest telemetry goes first)"))
     health_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
@@ -77,8 +78,11 @@ class ProbeSettings(ServiceSettings):
     @field_validator("nvml_backend")
     @classmethod
     def _backend(cls, value: str) -> str:
-        if value != "pynvml" and not (value.startswith("fake:") and len(value) > len("fake:")):
-            raise ValueError("must be 'pynvml' or 'fake:<state-file>'")
+        # `<name>:<argument>`: a stand-in registered under the `periscope.nvml` entry points; whether one
+        # is installed under that name is known only when the probe opens it (services.probe.nvml_source).
+        name, sep, argument = value.partition(":")
+        if value != "pynvml" and not (sep and name.isidentifier() and argument):
+            raise ValueError("must be 'pynvml' or '<registered fake>:<argument>' such as 'fake:<state-file>'")
         return value
 
     @field_validator("clock")

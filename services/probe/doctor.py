@@ -4,57 +4,24 @@ Every check answers `ok`, `warn` (the probe works, with less) or `fail` (it cann
 unless ok, the fix. The checks run the probe's own readers with the probe's own settings
 (`ProbeSettings`, `PodResourcesClient`, `CheckpointSource`, `NvmlBackend` over the module
 `load_nvml` gives, `/proc` as `ProcMapper` reads it), so doctor sees exactly what the probe would.
-NVML and /proc checks live in `doctor_nvml`; this module holds the kubelet checks and the report.
+NVML and /proc checks live in `doctor_nvml`, the verdicts in `doctor_report`; this module holds the
+kubelet checks and runs them all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from grpc import aio
 
 from periscope.settings.probe import ProbeSettings
 from services.probe.allocations import is_gpu_resource
 from services.probe.checkpoint_source import CheckpointSource
+from services.probe.doctor_nvml import nvml_checks, procfs_checks
+from services.probe.doctor_report import STATUSES, Check, DoctorReport, Status
 from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, socket_identity
 
-Status = Literal["ok", "warn", "fail"]
-STATUSES: tuple[Status, ...] = ("ok", "warn", "fail")
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "detail": self.detail, "fix": self.fix}
-
-
-@dataclass(frozen=True, slots=True)
-class DoctorReport:
-    checks: tuple[Check, ...]
-    inputs: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """The probe can work: nothing failed (warnings only cost detail)."""
-        return all(c.status != "fail" for c in self.checks)
-
-    def counts(self) -> dict[str, int]:
-        return {s: sum(1 for c in self.checks if c.status == s) for s in STATUSES}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "summary": self.counts(),
-            "checks": [c.to_json() for c in self.checks],
-            "inputs": self.inputs,
-        }
-
+__all__ = ["STATUSES", "Check", "DoctorReport", "Status", "diagnose"]
 
 _MOUNT_FIX = (
     "mount the host's {dir} into the probe pod (hostPath directory, not the socket file) "
@@ -211,8 +178,6 @@ def checkpoint_check(path: str) -> Check:
 async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorReport:
     """Every check, in the order the probe needs its sources. `nvml` replaces the module the
     settings name (tests); otherwise it is loaded the way the probe loads it."""
-    from services.probe.doctor_nvml import nvml_checks, procfs_checks
-
     checks = await podresources_checks(settings.podresources_socket)
     checks.append(checkpoint_check(settings.checkpoint_path))
     nv_checks, gpu_pids = nvml_checks(settings.nvml_backend, settings.proc_root, nvml)

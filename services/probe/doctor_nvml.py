@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from periscope.core.cgroup import CgroupInfo, parse_cgroup
-from services.probe.doctor import Check
+from services.probe.doctor_report import Check
 from services.probe.mig_profiles import PRIVILEGE_FIX
 from services.probe.nvml import NvmlBackend, NvmlInventory, NvmlUnavailable
+from services.probe.nvml_source import load_nvml
 from services.probe.xid import XidWatcher
 
 _COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
@@ -36,8 +37,6 @@ def nvml_checks(backend: str, proc_root: str, nvml: Any | None = None) -> tuple[
     """NVML checks, and the host PIDs NVML reports on any GPU (for the /proc checks)."""
     try:
         if nvml is None:
-            from services.probe.service import load_nvml
-
             nvml = load_nvml(backend)
     except ImportError as e:
         return [Check("nvml.init", "fail", f"cannot import pynvml ({e})", "install nvidia-ml-py")], set()

@@ -1,6 +1,6 @@
 """NVML backend: device inventory (GPUs and MIG layout) and one telemetry sample of every device.
 
-The `pynvml` module is injected (the real nvidia-ml-py module, or `periscope.sim.nvml.fake_pynvml`),
+The `pynvml` module is injected (the real nvidia-ml-py module, or a stand-in: services.probe.nvml_source),
 so the same code runs against real GPUs and the simulator. Rules from the NVML documentation:
 a metric that answers NotSupported (utilization on MIG, per-process utilization with MIG) becomes
 None; GpuIsLost marks the device lost; any other error is recorded on that device only and the

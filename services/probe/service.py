@@ -41,6 +41,7 @@ from services.probe.health import HealthServer
 from services.probe.kubelet import AllocationReader
 from services.probe.metrics import ProbeMetrics
 from services.probe.nvml import NvmlBackend
+from services.probe.nvml_source import load_nvml
 from services.probe.outbox import Outbox, PublisherLike
 from services.probe.procfs import ProcMapper
 from services.probe.xid import RawXid, XidWatcher
@@ -48,17 +49,6 @@ from services.probe.xid import RawXid, XidWatcher
 log = logging.getLogger("periscope.probe")
 Clock = Callable[[], int]
 _NVML_RETRY_S = 10.0
-
-
-def load_nvml(backend: str) -> Any:
-    """The pynvml module, or the simulator's stand-in for `fake:<state-file>`."""
-    if backend.startswith("fake:"):
-        from periscope.sim.nvml import fake_pynvml
-
-        return fake_pynvml(backend[len("fake:") :])
-    import pynvml
-
-    return pynvml
 
 
 def default_publisher(settings: ProbeSettings) -> Callable[[], PublisherLike]:
