@@ -30,5 +30,8 @@ def test_heartbeat_and_stale_after_follow_the_tick_and_the_speed(scenario: str, 
                                                                      "http://127.0.0.1:1", tune)}
         assert seconds(by_name["joiner"]["heartbeat"]) * 1000 == tune.heartbeat_ms
         assert by_name["api"]["api_stale_after"] == tune.stale_after
+        # /v1/idle without parameters judges by the joiner's rule.
+        for name in ("idle_window", "idle_threshold"):
+            assert by_name["api"][name] == by_name["joiner"][name]
     finally:
         shutil.rmtree(Path(stack.workdir), ignore_errors=True)

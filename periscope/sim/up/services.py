@@ -110,7 +110,9 @@ def services(
     }
     out.append(("joiner", py(cli, "join"), checked("joiner", JoinerSettings, joiner)))
     api_port = api_url.rsplit(":", 1)[1]
-    api = {"api_host": "127.0.0.1", "api_port": api_port, "api_stale_after": tune.stale_after}
+    # /v1/idle judges by the joiner's idle rule where a query names none: the same two settings.
+    api = {"api_host": "127.0.0.1", "api_port": api_port, "api_stale_after": tune.stale_after,
+           "idle_window": joiner["idle_window"], "idle_threshold": joiner["idle_threshold"]}
     if opts.api_auth:
         api |= {"api_auth": "kubernetes", "kubeconfig": ready.get("api_kubeconfig") or ready["kubeconfig"]}
     out.append(("api", py(cli, "api"), checked("api", ApiSettings, api)))
