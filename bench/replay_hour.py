@@ -5,7 +5,11 @@ embedded one or Apache Kafka, bench.common.PROFILE) the way the probes and the w
 (protobuf through periscope.bus.codec, key = node name, the registry's topics and partition counts,
 batched as the broker profile says: one record per batch on the embedded broker, normal batches with
 compression on Kafka), each record stamped with its event time, as if the hour had been recorded
-live. Then the real command runs in its own process,
+live: run.py places the hour so that it ended a minute before the run (`recent_start_ms`). Apache
+Kafka deletes by record time: with the input topics' 7-day retention, an hour stamped with the
+generator's fixed epoch (weeks back) is deleted whole, active segment included, at the broker's first
+retention check (30 s after it starts, then every 5 minutes), while it is being published or replayed.
+Then the real command runs in its own process,
 
     python -m periscope.cli.main replay --bootstrap B --from START --to START+1h --format json
 
@@ -69,6 +73,12 @@ _SUMMARY = re.compile(r"read (\d+) record\(s\), (\d+) event\(s\); (\d+) device s
 GOAL = Goal(">=", 30_000, ">= 30,000 device-samples/s")
 BROKER_SETUP = {"embedded": "embedded (Tansu, memory storage)",
                 "kafka": "Apache Kafka (KRaft, one node, log on the local disk)"}
+
+
+def recent_start_ms(duration_ms: int, now_ms: int | None = None) -> int:
+    """Start of a range of `duration_ms` that ended a minute before now, on a whole second."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return (now_ms - duration_ms - 60_000) // 1000 * 1000
 
 
 def topic_of(ev: NodeInput) -> topics.Topic:

@@ -160,7 +160,8 @@ class Bench:
         from periscope.replay.synthetic import ClusterSpec
 
         p = self.plan
-        spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000)
+        spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000,
+                           start_ms=replay_hour.recent_start_ms(p.hour_s * 1000))
         figures, details = replay_hour.run(spec, self.dir("replay-hour"),
                                            baseline=self.figures.get("replay_device_samples_per_s"))
         if "replay_device_samples_per_s" in self.figures:
