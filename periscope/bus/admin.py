@@ -94,8 +94,13 @@ class TopicPlan:
 
     def configs(self, topic: Topic) -> dict[str, str]:
         retention = self.retention_ms[topic.role]
-        return {"cleanup.policy": "delete", "retention.ms": str(retention),
-                "min.insync.replicas": str(self.min_insync_replicas), "compression.type": self.compression}
+        out = {"cleanup.policy": "delete", "retention.ms": str(retention),
+               "min.insync.replicas": str(self.min_insync_replicas), "compression.type": self.compression}
+        if topic.role == "input":
+            # The broker stamps each input record with the time it took it, which no producer can set:
+            # the joiner rejects a record whose event time is too far ahead of it (PERISCOPE_FUTURE_SKEW).
+            out["message.timestamp.type"] = "LogAppendTime"
+        return out
 
 
 DEFAULT_PLAN = TopicPlan()
