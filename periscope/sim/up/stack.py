@@ -7,9 +7,10 @@ API, each a `Child` sharing one simulated clock (`PERISCOPE_CLOCK=sim:<origin>:<
 times agree at any `--speed`. It waits until the API shows every simulated GPU, starts the scenario
 clock (and the `Sampler` when a truth file is asked for), then supervises: the fault schedule's
 probe/joiner/watcher restarts are executed with SIGTERM and a fresh start, and a child that dies on
-its own is restarted and counted. Stopping takes the services down together, then the simulator,
-then the broker. `UpError` says which part could not be started or kept running, and `banner` is
-what the user reads once it is ready.
+its own is restarted with back-off until it crashes more often than its crash budget allows
+(periscope.sim.up.restarts: five crashes in ten minutes by default). Stopping takes the services
+down together, then the simulator, then the broker. `UpError` says which part could not be started or
+kept running, and `banner` is what the user reads once it is ready.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -37,10 +38,10 @@ from periscope.sim.controlplane.build import ControlPlaneUnavailable
 from periscope.sim.controlplane.cluster import KubeCluster, start_for_scenario
 from periscope.sim.scenario import describe
 from periscope.sim.up.child import Child, Emit
+from periscope.sim.up.restarts import CrashBudget, CrashPolicy
 from periscope.sim.up.sampler import Sampler, snapshots_path
 from periscope.sim.up.services import JOINER_APP_ID, Tuning, py, services
 
-_MAX_CRASHES = 5
 # Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
 # (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
 SERVICES_GRACE_S = 6.0
@@ -65,6 +66,7 @@ class UpOptions:
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
     broker: BrokerKind = "embedded"
     apiserver: str = "sim"  # "kube": the cluster is written into a real kube-apiserver built from source
+    crash_policy: CrashPolicy = field(default_factory=CrashPolicy)  # restart a crashed child, or give up
 
 
 class UpError(RuntimeError):
@@ -87,6 +89,8 @@ class Stack:
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
+        self.budgets: dict[str, CrashBudget] = {}  # per child, its crashes within the policy's window
+        self.restart_at: dict[str, float] = {}  # crashed children waiting out their back-off (monotonic)
         self.kube: KubeCluster | None = None
 
     # ------------------------------------------------------------------ children
@@ -119,7 +123,7 @@ class Stack:
                 raise UpError(f"--apiserver kube: {e}") from None
         tune, sim = self._tuning(), self.workdir / "sim"
         config = {
-            "scenario": self.scenario.source,
+            "scenario": self.scenario.location,  # the simulator runs in another directory
             "workdir": str(sim),
             "clock": self.clock.setting(),
             "truth": str(opts.truth) if opts.truth else None,
@@ -209,23 +213,43 @@ class Stack:
                 f = pending.pop(0)
                 name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.removesuffix("-restart")
                 child, old = self.children[name], self.children[name].pid
+                self.restart_at.pop(name, None)  # a crashed child waiting out its back-off starts now
                 child.stop()
                 child.start()
                 at = format_duration_ms(f.at_ms)
                 self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
-            for name, child in self.children.items():
-                rc = child.exited()
-                if rc is not None and not child.expected_exit:
-                    child.crashes += 1
-                    self.crashed.append(name)
-                    if name == "sim" or child.crashes > _MAX_CRASHES:
-                        raise UpError(f"{name} exited with status {rc} and cannot be kept running")
-                    self.emit(f"[up] {name} exited with status {rc}; restarting it")
-                    child.start()
+            self._restart_crashed()
             if self.opts.exit_at_end and now >= end:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
                 return
             time.sleep(0.05)
+
+    def _restart_crashed(self) -> None:
+        """Notice children that exited on their own and restart them, each after its back-off; UpError
+        when one has spent its crash budget (or is the simulator, whose state a restart would lose)."""
+        now = time.monotonic()
+        for name, child in self.children.items():
+            if name in self.restart_at:
+                if now >= self.restart_at[name]:
+                    del self.restart_at[name]
+                    child.start()
+                continue
+            rc = child.exited()
+            if rc is None or child.expected_exit:
+                continue
+            self.crashed.append(name)
+            policy = self.opts.crash_policy
+            delay = self.budgets.setdefault(name, CrashBudget(policy)).crashed(now) if name != "sim" else None
+            if delay is None:
+                why = f"more than {policy.describe()}" if name != "sim" else "the simulator is not restarted"
+                raise UpError(f"{name} exited with status {rc} and cannot be kept running ({why})")
+            if delay == 0:
+                self.emit(f"[up] {name} exited with status {rc}; restarting it")
+                child.start()
+            else:
+                self.emit(f"[up] {name} exited with status {rc}; restarting it in {delay:g}s "
+                          f"(crash {len(self.budgets[name].recent)} of {policy.describe()})")
+                self.restart_at[name] = now + delay
 
     def stop(self) -> None:
         if self.sampler is not None:
