@@ -108,6 +108,14 @@ def _kafka_toolchain() -> None:
 )
 @click.option("--idle-window", default="10m", help="Window for allocated-but-idle.")
 @click.option(
+    "--retention",
+    default="1h",
+    metavar="DURATION|0",
+    help="History the broker keeps (replay and usage reach this far back). Apache Kafka deletes older "
+    "records; the embedded broker cannot, so it is replaced by a fresh one this often (the services restart "
+    "for a few seconds), which bounds its memory. 0 keeps everything (memory grows for as long as up runs).",
+)
+@click.option(
     "--idle-threshold",
     type=click.FloatRange(0, 100),
     default=5.0,
@@ -153,8 +161,8 @@ def _kafka_toolchain() -> None:
 @click.option("--max-pods", type=click.IntRange(1, 10_000_000), default=DEFAULT_LIMITS.pods,
               help="Refuse a scenario with more pods.")
 @click.pass_context
-def up(ctx: click.Context, idle_window: str, log_level: str, max_nodes: int, max_gpus: int, max_pods: int,
-       **flags: Any) -> None:
+def up(ctx: click.Context, idle_window: str, retention: str, log_level: str, max_nodes: int, max_gpus: int,
+       max_pods: int, **flags: Any) -> None:
     """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
     opts = UpOptions(**flags, log_level=log_level.upper())  # the other flags are UpOptions' own fields
     try:
@@ -174,6 +182,9 @@ def up(ctx: click.Context, idle_window: str, log_level: str, max_nodes: int, max
         except ControlPlaneUnavailable as e:
             raise InputError(f"--apiserver kube: {e}") from None
     window_ms = _duration("--idle-window", idle_window)
+    retention_ms = 0 if retention.strip() == "0" else _duration("--retention", retention)
+    if 0 < retention_ms < 60_000:
+        raise InputError(f"--retention {shown(retention)}: at least 1m (or 0 to keep everything)")
     _port_free("--api-port", opts.api_port)
     _port_free("--broker-port", opts.broker_port)
     if opts.api_port and opts.api_port == opts.broker_port:
@@ -184,7 +195,7 @@ def up(ctx: click.Context, idle_window: str, log_level: str, max_nodes: int, max
         opts = replace(opts, truth=opts.truth.resolve())
     if opts.broker == "kafka":
         _kafka_toolchain()
-    ctx.exit(run_up(replace(opts, idle_window_ms=window_ms), model))
+    ctx.exit(run_up(replace(opts, idle_window_ms=window_ms, retention_ms=retention_ms), model))
 
 
 @click.command("report", context_settings={"show_default": True})

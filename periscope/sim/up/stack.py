@@ -8,7 +8,11 @@ times agree at any `--speed`. It waits until the API shows every simulated GPU, 
 clock (and the `Sampler` when a truth file is asked for), then supervises: the fault schedule's
 probe/joiner/watcher restarts are executed with SIGTERM and a fresh start, and a child that dies on
 its own is restarted with back-off until it crashes more often than its crash budget allows
-(periscope.sim.up.restarts: five crashes in ten minutes by default). Stopping takes the services
+(periscope.sim.up.restarts: five crashes in ten minutes by default). History is bounded by
+`--retention`: Apache Kafka deletes older records itself; the embedded broker applies no retention
+(periscope.bus.profile), so once per retention period the stack renews it (the services stop, a fresh
+broker takes the same address, the topics are created again and the services start again, while the
+simulated cluster runs on), which bounds its memory. Stopping takes the services
 down together, then the simulator, then the broker. `UpError` says which part could not be started or
 kept running, and `banner` is what the user reads once it is ready.
 """
@@ -67,6 +71,7 @@ class UpOptions:
     broker: BrokerKind = "embedded"
     apiserver: str = "sim"  # "kube": the cluster is written into a real kube-apiserver built from source
     crash_policy: CrashPolicy = field(default_factory=CrashPolicy)  # restart a crashed child, or give up
+    retention_ms: int = 3_600_000  # history the broker keeps (0: all of it, unbounded)
 
 
 class UpError(RuntimeError):
@@ -92,6 +97,7 @@ class Stack:
         self.budgets: dict[str, CrashBudget] = {}  # per child, its crashes within the policy's window
         self.restart_at: dict[str, float] = {}  # crashed children waiting out their back-off (monotonic)
         self.kube: KubeCluster | None = None
+        self.renew_at: float | None = None  # when the embedded broker is next renewed (monotonic)
 
     # ------------------------------------------------------------------ children
 
@@ -115,7 +121,7 @@ class Stack:
                                   joiner_app_id=JOINER_APP_ID)
         self.bootstrap = self.broker.start()
         self.credentials = self.broker.credentials(self.workdir / "kafka-credentials")
-        asyncio.run(ensure_topics(self.broker.client("admin"), plan=TopicPlan()))
+        asyncio.run(ensure_topics(self.broker.client("admin"), plan=self.topic_plan()))
         if opts.apiserver == "kube":
             try:
                 self.kube = start_for_scenario(self.scenario.users, say=self._say)
@@ -140,6 +146,14 @@ class Stack:
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
             self._add(name, argv, settings)
+
+    def topic_plan(self) -> TopicPlan:
+        """Every topic keeps `--retention` of history (Kafka: with segments short enough for it to apply)."""
+        ms = self.opts.retention_ms
+        if not ms:
+            return TopicPlan()
+        return TopicPlan(retention_ms={"input": ms, "output": ms, "deadletter": ms},
+                         segment_ms=max(60_000, ms // 4))
 
     def _say(self, line: str) -> None:
         self.emit(f"[up] {line}")
@@ -190,6 +204,9 @@ class Stack:
             time.sleep(max(0, start - self.clock.now_ms()) / 1000 / self.clock.speed)
         self.start_ms = start
         self.children["sim"].send(f"start {start}")
+        assert self.broker is not None
+        if self.opts.retention_ms and not self.broker.client().profile.retention_applied:
+            self.renew_at = time.monotonic() + self.opts.retention_ms / 1000
         if self.opts.truth is not None:
             path = snapshots_path(self.opts.truth)
             self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start,
@@ -219,10 +236,37 @@ class Stack:
                 at = format_duration_ms(f.at_ms)
                 self.emit(f"[up] fault at {at}: restarted {name} (pid {old} -> {child.pid})")
             self._restart_crashed()
+            if self.renew_at is not None and time.monotonic() >= self.renew_at:
+                self.renew_broker()
             if self.opts.exit_at_end and now >= end:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
                 return
             time.sleep(0.05)
+
+    def renew_broker(self) -> None:
+        """A fresh embedded broker at the same address: the services stop, the broker (and all it holds)
+        is replaced, the topics are created again and the services start again; the simulated cluster
+        runs on, so they publish its current state within a few ticks. UpError if it is not ready again."""
+        assert self.broker is not None
+        keep = format_duration_ms(self.opts.retention_ms)
+        self._say(f"embedded broker: replacing it after {keep} (--retention): it keeps every record in "
+                  "memory and applies no retention; the services restart and the history starts again")
+        started = time.monotonic()
+        services = [c for name, c in self.children.items() if name != "sim"]
+        for child in services:
+            child.terminate()
+        deadline = time.monotonic() + SERVICES_GRACE_S
+        for child in services:
+            child.finish(deadline)
+        self.restart_at.clear()  # what waited out a back-off starts with the others
+        self.broker.renew(BROKER_GRACE_S)
+        asyncio.run(ensure_topics(self.broker.client("admin"), plan=self.topic_plan()))
+        for child in services:
+            child.start()
+        self.wait_ready()
+        self.renew_at = time.monotonic() + self.opts.retention_ms / 1000
+        took = time.monotonic() - started
+        self._say(f"embedded broker replaced; the pipeline is ready again after {took:.1f}s")
 
     def _restart_crashed(self) -> None:
         """Notice children that exited on their own and restart them, each after its back-off; UpError
