@@ -660,8 +660,7 @@ def test_api_checks_access_with_reviews_only_and_serves_tls(flavour: str) -> Non
 def test_example_viewer_roles_only_read(flavour: str) -> None:
     docs = _flavour(flavour)
     ns_viewer = _find(docs, "ClusterRole", "periscope-namespace-viewer")
-    # Exactly what the API reviews: `list pods` in a namespace (services/api/auth.py), nothing more.
-    read_pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+    read_pods = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
     assert ns_viewer["rules"] == [read_pods]
     cluster = _find(docs, "ClusterRole", "periscope-cluster-viewer")
     assert cluster["rules"] == [
