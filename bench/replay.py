@@ -4,8 +4,12 @@ Input is the static synthetic cluster (periscope.replay.synthetic via bench.work
 bus's protobuf bytes beforehand (not timed), as the replay tool reads them from the input topics. The
 timed part is what the replay tool does with them: decode every record, then
 `periscope.replay.runner.replay_events` (group by node, order by event time, step the core, flush, keep
-the outputs). A second, core-only figure replays the already decoded objects, to split the cost; a
-third measures the core after an hour of history.
+the outputs), in one process. A second, core-only figure replays the already decoded objects, to split
+the cost; a third measures the core after an hour of history. The parallel figure is what
+`periscope replay --format json` does with what it read, without the broker: telemetry checked and
+kept as bytes, nodes replayed in worker processes that decode, step the core and render their JSON
+items, and the merged document written out; paired, in the same run, with the same work in one
+process (`--workers 1`).
 What limits each figure is read from a cProfile of the same work (top functions by self time).
 """
 
@@ -13,16 +17,21 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
+import resource
 import time
 from typing import Any
 
-from bench.common import JOINER_ROW_GOAL, Figure, Goal, deep_size, median, repeat
+from bench.common import JOINER_ROW_GOAL, Figure, Goal, deep_size, median, repeat, rounded
 from bench.hotspots import top_self
 from bench.workload import T0_MS, NodeShape, cluster_events
 from periscope.bus import codec
+from periscope.bus import topics as t
 from periscope.bus.topics import Topic
 from periscope.core import engine
-from periscope.replay.runner import ReplayResult, replay_events
+from periscope.replay.parallel import cores
+from periscope.replay.runner import PendingTelemetry, ReplayConfig, ReplayInput, ReplayResult, replay_events
+from periscope.replay.timeline import Spool, replay_to_spool, write_document
 
 GOAL = Goal(">=", 100_000, ">= 100,000 device-samples/s")
 
@@ -158,3 +167,76 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
              "and GpuState, and the compressed JSON records in the tables")
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, JOINER_ROW_GOAL, [per_row],
                   f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")
+
+
+def as_read(records: list[tuple[Topic, bytes]]) -> list[ReplayInput]:
+    """What the CLI's reader hands on: telemetry checked and kept as bytes, everything else decoded."""
+    return [PendingTelemetry(codec.decode_meta(topic, data), data) if topic is t.TELEMETRY
+            else codec.decode(topic, data) for topic, data in records]
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that have been waited for."""
+    me, kids = os.times(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.user + me.system + kids.ru_utime + kids.ru_stime
+
+
+def to_document(records: list[tuple[Topic, bytes]], workers: int) -> tuple[float, float, int, int]:
+    """(wall s, CPU s of this process and its workers, device samples, document bytes) of replaying
+    `records` into the timeline document (written to /dev/null) with `workers` processes."""
+    events = as_read(records)
+    cpu, started = _cpu_s(), time.perf_counter()
+    with Spool() as spool, open(os.devnull, "wb") as out:
+        res = replay_to_spool(events, ReplayConfig(), spool, workers=workers)
+        write_document(out, {"from": "a", "to": "b", "items": [], "stats": {}}, spool)
+        size = out.tell()
+    return time.perf_counter() - started, _cpu_s() - cpu, res.device_samples, size
+
+
+def parallel(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape()) -> list[Figure]:
+    """The timeline of `nodes` nodes in memory: one worker per CPU against one process, paired."""
+    records = [(topic, codec.encode(ev)) for topic, ev in cluster_events(nodes, ticks, shape)]
+    workers = cores()
+    runs: dict[int, list[float]] = {workers: [], 1: []}
+    cpu_us: dict[int, list[float]] = {workers: [], 1: []}
+    load: list[float] = []
+    for _ in range(repeats):
+        for w in (1, workers):  # paired and alternating: both see the same machine
+            gc.collect()
+            load.append(os.getloadavg()[0])
+            wall, cpu, samples, _size = to_document(records, w)
+            runs[w].append(samples / wall)
+            cpu_us[w].append(1e6 * cpu / samples)
+    par, ser = median(runs[workers]), median(runs[1])
+    ratios = [p / s for p, s in zip(runs[workers], runs[1], strict=True)]
+    setup: dict[str, Any] = {
+        "nodes": nodes, "gpus_per_node": shape.gpus, "ticks": ticks, "tick": "1s", "records": len(records),
+        "workers": workers, "repeats": repeats,
+        "path": "protobuf bytes in memory -> telemetry kept as bytes, the rest decoded (as the reader does) "
+                "-> periscope.replay.timeline.replay_to_spool (workers decode, step the core, render JSON "
+                "items into the spool) -> write_document to /dev/null",
+        "runs_min_median_max": {"parallel": _mmm(runs[workers]), "one_process": _mmm(runs[1])},
+        "cpu_us_per_device_sample": {"parallel": _mmm(cpu_us[workers]), "one_process": _mmm(cpu_us[1])},
+        "ratio_to_one_process": _mmm(ratios),
+        "load_average_1m_before_runs": _mmm(load),
+    }
+    limit = (f"CPU: {workers} workers on {cores()} CPUs; the parent reads nothing here but merges and "
+             f"writes; {median(cpu_us[workers]):.1f} us of CPU per device sample in all processes against "
+             f"{median(cpu_us[1]):.1f} in one (forking, result hand-back); the machine is shared: the "
+             f"1-minute load average before the runs was {min(load):.1f}-{max(load):.1f}")
+    brief = (f"{nodes} nodes x {shape.gpus} GPUs x {ticks} s ticks, protobuf bytes in memory -> "
+             f"timeline JSON document, {workers} worker processes; median of {repeats}")
+    return [
+        Figure("replay_parallel_device_samples_per_s", par, "device-samples/s", setup, limit, GOAL,
+               runs[workers], brief),
+        Figure("replay_one_process_device_samples_per_s", ser, "device-samples/s",
+               {**setup, "workers": 1}, "CPU, one Python process", None, runs[1],
+               brief.replace(f"{workers} worker processes", "one process (--workers 1)")),
+        Figure("replay_parallel_vs_one_process_ratio", median(ratios), "x", setup, limit, None, ratios,
+               f"replay_parallel / replay_one_process, paired runs of the same work ({workers} workers)"),
+    ]
+
+
+def _mmm(xs: list[float]) -> dict[str, float | None]:
+    s = sorted(xs)
+    return {"min": rounded(s[0]), "median": rounded(median(s)), "max": rounded(s[-1])} if s else {}

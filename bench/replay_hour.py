@@ -13,19 +13,20 @@ Then the real command runs in its own process,
 
     python -m periscope.cli.main replay --bootstrap B --from START --to START+1h --format json
 
-with its output to a file. Measured: publishing (records, seconds), the command's wall time and peak
-memory, and from its stderr summary the device samples it replayed, the seconds in the core and its
-phases (reading, replaying: the core plus rendering each node's records into the spool, writing: the
-merge into the document), which split the wall time. The output is read back (line by line: it is
-gigabytes at full size) to check that it is attribution: items by kind, pods attributed, GPUs with an
-owner. The section
-fails if the command exits non-zero, replays fewer device samples than the spec holds, or prints no
-attribution.
+with its output to a file: with its default workers (one per CPU) and, paired and alternating, with
+`--workers 1` as the same run's baseline. Measured: publishing (records, seconds), the command's wall
+time and peak memory, and from its stderr summary the device samples it replayed, the seconds spent
+replaying and its phases (reading; replaying: the core plus rendering each node's records into the
+spool, in the workers; writing: the merge into the document), which split the wall time. The output is
+read back (line by line: it is gigabytes at full size) to check that it is attribution: items by kind,
+pods attributed, GPUs with an owner. The section fails if the command exits non-zero, replays fewer
+device samples than the spec holds, prints no attribution, or prints different documents in its runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import re
@@ -44,6 +45,7 @@ from bench.common import (
     end_offsets,
     kafka,
     kafka_env,
+    median,
     proc_cpu_s,
     proc_rss_bytes,
     rounded,
@@ -162,13 +164,15 @@ def scan_timeline(path: Path) -> dict[str, Any]:
             "from": doc["from"], "to": doc["to"]}
 
 
-def replay_cli(bootstrap: str, from_ms: int, to_ms: int, out: Path, timeout_s: float = TIMEOUT_S
-               ) -> dict[str, Any]:
-    """Run `periscope replay` for [from, to] with JSON output to `out`; wall time, first output byte,
-    peak memory and CPU of the process, and its stderr summary."""
+def replay_cli(bootstrap: str, from_ms: int, to_ms: int, out: Path, timeout_s: float = TIMEOUT_S,
+               workers: int | None = None) -> dict[str, Any]:
+    """Run `periscope replay` for [from, to] with JSON output to `out` (`--workers` if given); wall time,
+    first output byte, peak memory (the largest of the process and its workers) and CPU (with its
+    workers') of the process, and its stderr summary."""
     err_path = out.with_suffix(".stderr")
     argv = [sys.executable, "-m", "periscope.cli.main", "replay", "--bootstrap", bootstrap,
-            "--from", rfc3339(from_ms), "--to", rfc3339(to_ms), "--format", "json"]
+            "--from", rfc3339(from_ms), "--to", rfc3339(to_ms), "--format", "json",
+            *(["--workers", str(workers)] if workers is not None else [])]
     with open(out, "wb") as stdout, open(err_path, "wb") as stderr:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, cwd=ROOT,
@@ -205,23 +209,49 @@ def replay_cli(bootstrap: str, from_ms: int, to_ms: int, out: Path, timeout_s: f
             "summary": m.group(0), **phases}
 
 
-def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None) -> tuple[list[Figure], dict[str, Any]]:
-    """Publish the spec to a fresh broker of the current kind, replay it with the CLI, check and measure."""
+def digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None, repeats: int = 1
+        ) -> tuple[list[Figure], dict[str, Any]]:
+    """Publish the spec to a fresh broker of the current kind (bench.common.PROFILE), then replay it
+    with the CLI `repeats` times each with its default workers (one per CPU) and with `--workers 1`,
+    paired and alternating; check that every run printed the same document, and that it is
+    attribution; measure."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "replay.json"
     from_ms, to_ms = spec.start_ms, spec.start_ms + spec.duration_ms
+    runs: dict[str, list[dict[str, Any]]] = {"parallel": [], "one_process": []}
+    digests: set[str] = set()
+    scan: dict[str, Any] = {}
     with bench_broker(tmp) as broker:
         assert broker.pid is not None
         cpu0 = proc_cpu_s(broker.pid)
         pub = asyncio.run(publish(broker.bootstrap, spec))
         cpu1 = proc_cpu_s(broker.pid)
         pub["broker_cpu_s"], pub["broker_rss_bytes"] = cpu1 - cpu0, proc_rss_bytes(broker.pid)
-        cli = replay_cli(broker.bootstrap, from_ms, to_ms, out)
-        cli["broker_cpu_s"] = proc_cpu_s(broker.pid) - cpu1
-    try:
-        scan = scan_timeline(out)
-    finally:
-        out.unlink(missing_ok=True)
+        for _ in range(repeats):
+            for mode, workers in (("one_process", 1), ("parallel", None)):
+                load = os.getloadavg()[0]
+                before = proc_cpu_s(broker.pid)
+                try:
+                    cli = replay_cli(broker.bootstrap, from_ms, to_ms, out, workers=workers)
+                    digests.add(digest(out))
+                    if mode == "parallel" and not scan:
+                        scan = scan_timeline(out)
+                finally:
+                    out.unlink(missing_ok=True)
+                cli["broker_cpu_s"], cli["load_average_1m_before"] = proc_cpu_s(broker.pid) - before, load
+                runs[mode].append(cli)
+    if len(digests) != 1:
+        raise RuntimeError(f"the runs printed {len(digests)} different documents (one process and parallel)")
+    by_wall = sorted(runs["parallel"], key=lambda c: c["wall_s"])
+    cli = by_wall[len(by_wall) // 2]  # the median run speaks for the phases
     if pub["stored"] != pub["records"]:
         raise RuntimeError(f"published {pub['records']} records but the broker holds {pub['stored']}")
     in_json = scan["stats"]["device_samples"]
@@ -231,7 +261,43 @@ def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None) -> tuple[l
     if not scan["items"] or not scan["pods"] or not scan["gpus_with_owner"]:
         raise RuntimeError(f"periscope replay returned no attribution: {scan}")
     encode_s, record_bytes = encode_cost(spec)
-    return figures(spec, pub, cli, scan, baseline, encode_s=encode_s, record_bytes=record_bytes)
+    figs, details = figures(spec, pub, cli, scan, baseline, encode_s=encode_s, record_bytes=record_bytes)
+    walls = [c["wall_s"] for c in runs["parallel"]]
+    for f in figs:  # every repeat, not only the median run the setup describes
+        if f.key == "replay_hour_device_samples_per_s":
+            f.runs = [spec.device_samples / w for w in walls]
+        elif f.key == "replay_hour_speedup_vs_realtime":
+            f.runs = [spec.duration_ms / 1000 / w for w in walls]
+    return [*figs, *paired(spec, runs)], {**details, "runs": runs}
+
+
+def paired(spec: ClusterSpec, runs: dict[str, list[dict[str, Any]]]) -> list[Figure]:
+    """The one-process runs (the same run's baseline) and the ratio of each pair."""
+    par = [spec.device_samples / c["wall_s"] for c in runs["parallel"]]
+    one = [spec.device_samples / c["wall_s"] for c in runs["one_process"]]
+    ratios = [p / o for p, o in zip(par, one, strict=True)]
+    command = "python -m periscope.cli.main " + " ".join(runs["one_process"][0]["argv"]) + " > file"
+    loads = [rounded(c["load_average_1m_before"]) for m in runs.values() for c in m]
+    setup = {"command": command,
+             "runs_min_median_max": {"parallel": _mmm(par), "one_process": _mmm(one)},
+             "ratio_min_median_max": _mmm(ratios),
+             "cpu_s": {"parallel": [rounded(c["cpu_s"]) for c in runs["parallel"]],
+                       "one_process": [rounded(c["cpu_s"]) for c in runs["one_process"]]},
+             "load_average_1m_before": loads,
+             "same_document": "every run printed the same bytes (blake2b of the output)"}
+    brief = "the same command with --workers 1, paired and alternating with the default (a worker per CPU)"
+    return [
+        Figure("replay_hour_one_process_device_samples_per_s", median(one), "device-samples/s", setup,
+               "CPU, one Python process (see replay_hour_device_samples_per_s)", None, one, brief),
+        Figure("replay_hour_parallel_vs_one_process_ratio", median(ratios), "x", setup,
+               "the reading (one process: aiokafka, decoding headers) and the merge stay serial; the "
+               "machine is shared", None, ratios, "replay_hour / replay_hour_one_process, paired runs"),
+    ]
+
+
+def _mmm(xs: list[float]) -> dict[str, float | None]:
+    s = sorted(xs)
+    return {"min": rounded(s[0]), "median": rounded(median(s)), "max": rounded(s[-1])} if s else {}
 
 
 def _mem(n: int) -> str:
@@ -290,22 +356,29 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
     }
     if baseline is not None and baseline.value:
         setup["vs_in_memory_replay"] = {
-            "replay_device_samples_per_s": rounded(baseline.value),
+            baseline.key: rounded(baseline.value),
             "ratio": rounded(speed / baseline.value),
             "note": "same run; the in-memory figure is the static cluster of periscope.replay.synthetic "
-                    "(no pod churn), decode + replay_events only, no broker, no JSON",
+                    "(no pod churn), protobuf bytes in memory to the JSON document, no broker",
         }
-    shares = {"reading (start, fetch, decode)": read, "the core": core, "rendering JSON": render,
-              "writing JSON": write}
+    # With workers, the replaying phase (the core and rendering JSON, in the workers) is one share.
+    one = cli["argv"][-2:] == ["--workers", "1"]
+    shares = {"reading (start, fetch, decode)": read}
+    if one:
+        shares |= {"the core": core, "rendering JSON": render}
+    else:
+        shares["replaying (the core and rendering JSON, in the workers)"] = core + render
+    shares["writing JSON"] = write
     top = max(shares, key=lambda k: shares[k])
     items, size = scan["items"], cli["output_bytes"]
-    limit = (f"CPU, one Python process: {cli['cpu_s'] / wall:.0%} of a core over {wall:.0f} s; "
+    limit = (f"CPU: the command and its workers used {cli['cpu_s'] / wall:.0%} of a core over {wall:.0f} s; "
              + ", ".join(f"{k} {v / wall:.0%}" for k, v in shares.items())
-             + f" (most: {top}). The core runs at {cli['reported_device_samples_per_s']:,} device samples/s "
+             + f" (most: {top}). Replaying runs at {cli['reported_device_samples_per_s']:,} device samples/s "
              f"and emits {items / spec.device_samples:.1f} JSON items per device sample, "
              f"~{size / max(1, items):.0f} bytes each ({size / 1e9:.2f} GB in all). "
-             f"Peak memory {_mem(cli['peak_rss_bytes'])}: the decoded events of the range (each node's are "
-             "freed once it is replayed); outputs are spooled to a temporary file as JSON lines")
+             f"Peak memory {_mem(cli['peak_rss_bytes'])} (the largest process): the events of the range "
+             "(telemetry as read, each node's freed once it is replayed); each worker spools its nodes' "
+             "items to a file")
     encode_share = encode_s * pub["records"] / pub["seconds"]
     batching = ("one record per batch, as the services send them there (the embedded broker's end offset "
                 "counts a multi-record last batch as one record, so replay would miss the rest)"

@@ -4,19 +4,23 @@ Prints a table and writes bench/results.json: every figure as a top-level number
 its unit, the broker it went through, goal, the repeats its median came from (and their min and max),
 the same-run figure it is compared with, its setup and what limits it. Sections:
 
-  replay       offline replay through the pure core (and the core after an hour of history)
+  replay       offline replay through the pure core (and the core after an hour of history); the JSON
+               path of `periscope replay` in a worker process per CPU, paired with one process
   replay_hour  `periscope replay` end to end: an hour of 50 nodes x 8 GPUs published to the broker, then
                rebuilt by the CLI in its own process (JSON to a file)
   probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML, publishing to the broker
   api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
   api_auth     p99 of /v1/pods?node= with access control on (warm review cache) vs off
+  api_load     50 concurrent clients on every endpoint incl. /v1/owners (a replay of the broker per
+               query), access control on: p99, 429s
   joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; three workers on
                the same backlog (12 input partitions); memory per row
   freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
   eos          Faust's exactly_once vs at_least_once on Apache Kafka, a minimal worker (bench/eos.py)
 
-The sections that go through a broker (replay_hour, probe, joiner, freshness) run once per broker of
---broker (embedded, kafka or both; default both), the embedded broker first, each on a fresh broker.
+The sections that go through a broker (replay_hour, probe, api_load, joiner, freshness) run once per
+broker of --broker (embedded, kafka or both; default both), the embedded broker first, each on a fresh
+broker.
 Figures measured on the embedded broker keep their names; those measured on Apache Kafka are named
 `kafka_<name>`, and every figure says its broker. eos runs on Apache Kafka only.
 
@@ -50,8 +54,8 @@ from bench.common import Figure, load, machine, rounded  # noqa: E402
 from bench.common import broker as bench_broker  # noqa: E402
 from bench.report import markdown, table  # noqa: E402
 
-SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "joiner", "freshness", "eos")
-BROKER_SECTIONS = ("replay_hour", "probe", "joiner", "freshness")  # run once per broker
+SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "api_load", "joiner", "freshness", "eos")
+BROKER_SECTIONS = ("replay_hour", "probe", "api_load", "joiner", "freshness")  # run once per broker
 KAFKA_ONLY = ("eos",)  # what only Apache Kafka has (transactions)
 BROKERS = ("embedded", "kafka")
 JOINER_PARTITIONS = 12  # input partitions of the joiner section: enough for its three workers
@@ -153,6 +157,7 @@ class Bench:
 
         p = self.plan
         self.add(replay.run(p.replay_nodes, p.replay_ticks, p.repeats))
+        self.add(replay.parallel(p.replay_nodes, p.replay_ticks, p.repeats))
         self.add(list(replay.steady_state(p.steady_nodes, p.steady_min, p.steady_measure_min)))
 
     def replay_hour(self) -> None:
@@ -163,9 +168,15 @@ class Bench:
         spec = ClusterSpec(nodes=p.hour_nodes, duration_ms=p.hour_s * 1000,
                            start_ms=replay_hour.recent_start_ms(p.hour_s * 1000))
         figures, details = replay_hour.run(spec, self.dir("replay-hour"),
-                                           baseline=self.figures.get("replay_device_samples_per_s"))
-        if "replay_device_samples_per_s" in self.figures:
-            figures[0].baseline = "replay_device_samples_per_s"
+                                           baseline=self.figures.get("replay_parallel_device_samples_per_s"),
+                                           repeats=p.repeats)
+        # Same-run baselines (the replay section's, when it ran): the same work in memory, no broker.
+        for f in figures:
+            twin = {"replay_hour_device_samples_per_s": "replay_parallel_device_samples_per_s",
+                    "replay_hour_one_process_device_samples_per_s": "replay_one_process_device_samples_per_s",
+                    }.get(f.key)
+            if twin in self.figures:
+                f.baseline = twin
         self.add(figures)
         self.detail("replay_hour", _round_tree(details))
 
@@ -197,6 +208,25 @@ class Bench:
         figures, details = api_auth.run(p.api_sizes[0], p.api_history_min, 5 * p.api_requests, 2 * p.repeats)
         self.add(figures)
         self.details["api_auth"] = _round_tree(details)
+
+    def api_load(self) -> None:
+        from bench import api_load, replay_hour
+        from periscope.replay.synthetic import ClusterSpec
+
+        p = self.plan
+        # History for /v1/owners to replay, ending a minute ago: Apache Kafka would delete records
+        # stamped with the generator's fixed epoch (weeks back) by retention while they are read.
+        spec = ClusterSpec(nodes=4, duration_ms=600_000, start_ms=replay_hour.recent_start_ms(600_000))
+        with bench_broker(self.tmp) as broker:
+            asyncio.run(replay_hour.publish(broker.bootstrap, spec))
+            seconds = 10.0 if p is QUICK else 30.0
+            figures, details = api_load.run(p.api_sizes[0], p.api_history_min, broker.bootstrap,
+                                            spec.start_ms, spec.duration_ms, seconds)
+        for f in figures:
+            if f.key == "api_load_p99_ms":  # the same clients and endpoints without /v1/owners
+                f.baseline = "api_load_without_owners_p99_ms"
+        self.add(figures)
+        self.detail("api_load", _round_tree(details))
 
     def joiner(self) -> None:
         from bench import joiner

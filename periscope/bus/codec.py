@@ -38,17 +38,26 @@ class DeadLetter:
     error: str
     service: str
     at_ms: int
+    # What the original was when `key`/`value` hold only a prefix (periscope.bus.deadletter).
+    value_size: int = 0
+    value_sha256: bytes = b""
+    key_size: int = 0
+    truncated: bool = False
 
 
 def _dead_letter_to_pb(x: DeadLetter) -> apb.DeadLetter:
     return apb.DeadLetter(topic=x.topic, partition=x.partition, offset=x.offset, key=x.key or b"",
-                          value=x.value, error=x.error, service=x.service, at_ms=x.at_ms)
+                          value=x.value, error=x.error, service=x.service, at_ms=x.at_ms,
+                          value_size=x.value_size, value_sha256=x.value_sha256, key_size=x.key_size,
+                          truncated=x.truncated)
 
 
 def _dead_letter_from_pb(p: apb.DeadLetter) -> DeadLetter:
     # protobuf cannot tell an empty key from a missing one; both read back as None.
     return DeadLetter(topic=p.topic, partition=p.partition, offset=p.offset, key=p.key or None,
-                      value=p.value, error=p.error, service=p.service, at_ms=p.at_ms)
+                      value=p.value, error=p.error, service=p.service, at_ms=p.at_ms,
+                      value_size=p.value_size, value_sha256=p.value_sha256, key_size=p.key_size,
+                      truncated=p.truncated)
 
 
 # ---------------------------------------------------------------- validation of parsed messages

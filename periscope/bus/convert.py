@@ -101,7 +101,8 @@ def entry_to_pb(x: m.AllocationEntry) -> npb.AllocationEntry:
     return npb.AllocationEntry(
         source=_SOURCE_TO_PB[x.source], pod_uid=x.pod_uid, namespace=x.namespace, pod=x.pod,
         container=x.container, resource=x.resource, device_ids=x.device_ids, claim_name=x.claim_name,
-        claim_namespace=x.claim_namespace, driver=x.driver, pool=x.pool, device=x.device)
+        claim_namespace=x.claim_namespace, driver=x.driver, pool=x.pool, device=x.device,
+        visible_devices=x.visible_devices)
 
 
 def entry_from_pb(p: npb.AllocationEntry) -> m.AllocationEntry:
@@ -111,7 +112,8 @@ def entry_from_pb(p: npb.AllocationEntry) -> m.AllocationEntry:
     return m.AllocationEntry(
         source=source, container=p.container, resource=p.resource, device_ids=tuple(p.device_ids),
         pod_uid=p.pod_uid, namespace=p.namespace, pod=p.pod, claim_name=p.claim_name,
-        claim_namespace=p.claim_namespace, driver=p.driver, pool=p.pool, device=p.device)
+        claim_namespace=p.claim_namespace, driver=p.driver, pool=p.pool, device=p.device,
+        visible_devices=tuple(p.visible_devices))
 
 
 def allocation_snapshot_to_pb(x: m.AllocationSnapshot) -> npb.AllocationSnapshot:
@@ -189,16 +191,17 @@ def xid_event_from_pb(p: npb.XidEvent) -> m.XidEvent:
 
 def gpu_info_to_pb(x: m.GpuInfo) -> npb.GpuInfo:
     return npb.GpuInfo(
-        uuid=x.uuid, index=x.index, minor=x.minor, model=x.model, memory_mib=x.memory_mib,
-        mig_enabled=x.mig_enabled, lost=x.lost, pci_bus_id=x.pci_bus_id,
+        uuid=x.uuid, index=x.index, minor=x.minor or 0, minor_unknown=x.minor is None, model=x.model,
+        memory_mib=x.memory_mib, mig_enabled=x.mig_enabled, lost=x.lost, pci_bus_id=x.pci_bus_id,
         mig_devices=[npb.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
                                        memory_mib=d.memory_mib) for d in x.mig_devices])
 
 
 def gpu_info_from_pb(p: npb.GpuInfo) -> m.GpuInfo:
     return m.GpuInfo(
-        uuid=p.uuid, index=p.index, model=p.model, memory_mib=p.memory_mib, minor=p.minor,
-        mig_enabled=p.mig_enabled, lost=p.lost, pci_bus_id=p.pci_bus_id,
+        uuid=p.uuid, index=p.index, model=p.model, memory_mib=p.memory_mib,
+        minor=None if p.minor_unknown else p.minor, mig_enabled=p.mig_enabled, lost=p.lost,
+        pci_bus_id=p.pci_bus_id,
         mig_devices=tuple(m.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
                                           memory_mib=d.memory_mib) for d in p.mig_devices))
 
@@ -221,12 +224,12 @@ def device_inventory_from_pb(p: npb.DeviceInventory) -> m.DeviceInventory:
 
 def container_to_pb(x: m.ContainerInfo) -> cpb.ContainerInfo:
     return cpb.ContainerInfo(name=x.name, container_id=x.container_id, requests=dict(x.requests),
-                             limits=dict(x.limits), claims=x.claims, init=x.init)
+                             limits=dict(x.limits), claims=x.claims, init=x.init, runtime=x.runtime)
 
 
 def container_from_pb(p: cpb.ContainerInfo) -> m.ContainerInfo:
     return m.ContainerInfo(name=p.name, container_id=p.container_id, requests=_pairs(p.requests),
-                           limits=_pairs(p.limits), claims=tuple(p.claims), init=p.init)
+                           limits=_pairs(p.limits), claims=tuple(p.claims), init=p.init, runtime=p.runtime)
 
 
 def pod_info_to_pb(x: m.PodInfo) -> cpb.PodInfo:
@@ -239,7 +242,8 @@ def pod_info_to_pb(x: m.PodInfo) -> cpb.PodInfo:
                         for s in x.claim_statuses],
         mirror_of=x.mirror_of,
         claim_devices=[cpb.ClaimDevice(claim_name=d.claim_name, request=d.request, driver=d.driver,
-                                       pool=d.pool, device=d.device, share_id=d.share_id)
+                                       pool=d.pool, device=d.device, share_id=d.share_id,
+                                       admin_access=d.admin_access)
                        for d in x.claim_devices],
         started_ms=x.started_ms)
 
@@ -254,7 +258,8 @@ def pod_info_from_pb(p: cpb.PodInfo) -> m.PodInfo:
                              for s in p.claim_statuses),
         mirror_of=p.mirror_of,
         claim_devices=tuple(m.ClaimDevice(claim_name=d.claim_name, request=d.request, driver=d.driver,
-                                          pool=d.pool, device=d.device, share_id=d.share_id)
+                                          pool=d.pool, device=d.device, share_id=d.share_id,
+                                          admin_access=d.admin_access)
                             for d in p.claim_devices),
         started_ms=p.started_ms)
 
@@ -288,7 +293,7 @@ def policy_event_to_pb(x: m.PolicyEvent) -> cpb.PolicyEvent:
         operands=[cpb.OperandStatus(name=o.name, component=o.component, present=o.present,
                                     desired=o.desired, ready=o.ready, available=o.available)
                   for o in x.operands],
-        detail=x.detail, dra_available=x.dra_available)
+        detail=x.detail, dra_available=x.dra_available, kind=x.kind, gpu_cluster_crd=x.gpu_cluster_crd)
 
 
 def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
@@ -298,7 +303,7 @@ def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
         operands=tuple(m.OperandStatus(name=o.name, component=o.component, present=o.present,
                                        desired=o.desired, ready=o.ready, available=o.available)
                        for o in p.operands),
-        detail=p.detail, dra_available=p.dra_available)
+        detail=p.detail, dra_available=p.dra_available, kind=p.kind, gpu_cluster_crd=p.gpu_cluster_crd)
 
 
 # ---------------------------------------------------------------- outputs
@@ -321,7 +326,7 @@ def row_to_pb(x: m.AttributionRow) -> apb.AttributionRow:
         power_w=x.power_w, active=x.active, idle=x.idle, first_seen_ms=x.first_seen_ms,
         last_seen_ms=x.last_seen_ms, sources=x.sources, idle_since_ms=x.idle_since_ms,
         avg_util_pct=x.avg_util_pct, wasted_gpu_hours=x.wasted_gpu_hours, gpu_fraction=x.gpu_fraction,
-        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms)
+        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms, unresolved=x.unresolved)
 
 
 def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
@@ -336,7 +341,8 @@ def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
         sources=tuple(p.sources), idle_since_ms=p.idle_since_ms,
         avg_util_pct=p.avg_util_pct if has("avg_util_pct") else None,
         wasted_gpu_hours=p.wasted_gpu_hours, gpu_fraction=p.gpu_fraction,
-        windows=tuple(window_from_pb(w) for w in p.windows), sample_ms=p.sample_ms)
+        windows=tuple(window_from_pb(w) for w in p.windows), sample_ms=p.sample_ms,
+        unresolved=p.unresolved)
 
 
 def pod_attribution_to_pb(x: m.PodAttribution) -> apb.PodAttribution:
@@ -356,7 +362,7 @@ def pod_attribution_from_pb(p: apb.PodAttribution) -> m.PodAttribution:
 def mig_state_to_pb(x: m.MigState) -> apb.MigState:
     return apb.MigState(uuid=x.uuid, profile=x.profile, gi=x.gi, ci=x.ci, fb_used_mib=x.fb_used_mib,
                         fb_total_mib=x.fb_total_mib, owners=[owner_to_pb(o) for o in x.owners],
-                        util_pct=x.util_pct)
+                        util_pct=x.util_pct, monitors=[owner_to_pb(o) for o in x.monitors])
 
 
 def mig_state_from_pb(p: apb.MigState) -> m.MigState:
@@ -366,7 +372,8 @@ def mig_state_from_pb(p: apb.MigState) -> m.MigState:
         fb_used_mib=p.fb_used_mib if has("fb_used_mib") else None,
         fb_total_mib=p.fb_total_mib if has("fb_total_mib") else None,
         owners=tuple(owner_from_pb(o) for o in p.owners),
-        util_pct=p.util_pct if has("util_pct") else None)
+        util_pct=p.util_pct if has("util_pct") else None,
+        monitors=tuple(owner_from_pb(o) for o in p.monitors))
 
 
 def gpu_state_to_pb(x: m.GpuState) -> apb.GpuState:
@@ -376,7 +383,7 @@ def gpu_state_to_pb(x: m.GpuState) -> apb.GpuState:
         mig_devices=[mig_state_to_pb(d) for d in x.mig_devices], sharing=x.sharing, util_pct=x.util_pct,
         fb_used_mib=x.fb_used_mib, fb_total_mib=x.fb_total_mib, power_w=x.power_w, temp_c=x.temp_c,
         owners=[owner_to_pb(o) for o in x.owners], last_xid=xid, sample_ms=x.sample_ms, lost=x.lost,
-        as_of_ms=x.as_of_ms)
+        as_of_ms=x.as_of_ms, monitors=[owner_to_pb(o) for o in x.monitors])
 
 
 def gpu_state_from_pb(p: apb.GpuState) -> m.GpuState:
@@ -391,7 +398,7 @@ def gpu_state_from_pb(p: apb.GpuState) -> m.GpuState:
         power_w=p.power_w if has("power_w") else None,
         temp_c=p.temp_c if has("temp_c") else None,
         owners=tuple(owner_from_pb(o) for o in p.owners), last_xid=xid, sample_ms=p.sample_ms,
-        lost=p.lost, as_of_ms=p.as_of_ms)
+        lost=p.lost, as_of_ms=p.as_of_ms, monitors=tuple(owner_from_pb(o) for o in p.monitors))
 
 
 def finding_to_pb(x: m.Finding) -> apb.Finding:

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 Json = Mapping[str, Any]
 SORTS = ("util", "idle", "memory")
@@ -114,27 +115,36 @@ def _num(v: float | None, digits: int) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _hours(v: float | None) -> str:
+    """GPU-hours to two decimals; a small positive amount (minutes of waste) in two significant digits,
+    so an idle row never reads 0.00 as if it had wasted nothing."""
+    if v is not None and 0 < v < 0.005:
+        return f"{v:.2g}"
+    return _num(v, 2)
+
+
 def summary(snap: Snapshot) -> str:
     pods = len({p["pod_uid"] for p in snap.pods})
     wasted = sum(float(r.get("wasted_gpu_hours") or 0.0) for r in snap.idle)
     return (
         f"as of {snap.as_of or '-'}   GPUs {len(snap.gpus)}   pods holding GPUs {pods}   "
-        f"idle {len(snap.idle)} ({wasted:.2f} GPU-h wasted)"
+        f"idle {len(snap.idle)} ({_hours(wasted)} GPU-h wasted)"
     )
 
 
 def table(snap: Snapshot, sort: str | None = None) -> Table:
-    t = Table(title=summary(snap), title_justify="left", box=None, pad_edge=False, header_style="bold")
+    # Every cell and the title are Text, never markup: a name such as "[red]x" is shown as it is.
+    t = Table(title=Text(summary(snap)), title_justify="left", box=None, pad_edge=False, header_style="bold")
     for name in COLUMNS:
         numeric = name in {"UTIL%", "MEM MiB", "POWER W", "IDLE GPU-h"}
         t.add_column(name, justify="right" if numeric else "left", no_wrap=True)
     for r in sort_rows(rows(snap), sort):
         idle_style = "yellow" if r.wasted is not None else None
-        t.add_row(
+        cells = (
             r.node, f"{r.gpu_index} {r.gpu}" if r.gpu_index >= 0 else r.gpu, r.device, r.namespace, r.pod,
-            r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _num(r.wasted, 2),
-            style=idle_style,
+            r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _hours(r.wasted),
         )
+        t.add_row(*(Text(c) for c in cells), style=idle_style)
     return t
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
@@ -9,7 +10,7 @@ from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
 from periscope.core.rows import RowConfig, RowState
-from periscope.core.usage import Usage, single_usage, split_instance
+from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
@@ -34,11 +35,16 @@ def sharing_config(state: NodeState) -> tuple[str, int]:
 
 
 def attribute_sample(
-    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig
+    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig,
+    monitors: Sequence[Holding] = (),
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
-    findings that hold at this instant."""
+    findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
+    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage."""
     t = tel.meta.time_ms
+    watchers: dict[str, set[str]] = {}
+    for m in monitors:
+        watchers.setdefault(m.device.gpu_uuid, set()).add(m.pod_uid)
     strategy, replicas = sharing_config(state)
     devices = without_mps_daemons(tel.devices, state.pods)
     samples = {d.uuid: d for d in devices}
@@ -62,22 +68,15 @@ def attribute_sample(
                                                  replicas)
             us = [usage[key] for key in keys]
         for h, key, u in zip(hs, keys, us, strict=True):
-            row = rows.get(key)
-            if row is None:
-                row = RowState(
-                    h.pod_uid, h.namespace, h.pod, h.container, h.device.device_id, h.device.gpu_uuid,
-                    h.device.mig, first_seen_ms=t,
-                )
-                rows[key] = row
-            if h.namespace:
-                row.namespace = h.namespace
-            if h.pod:
-                row.pod = h.pod
+            row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
-            findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed))
+            findings.extend(_unattributed(state, t, sample.gpu_uuid, inst, unattributed, watchers))
+    for h in ix.unresolved:  # held, but no known GPU: a row that says so, with no usage
+        u = Usage(None, None, None, sharing_of((h,), strategy), "none", 1.0, False)
+        _row(rows, h, h.key, t).observe(t, u, h.sources, cfg)
     mig_parents: set[str] | None = None
     for d in devices:
         # Processes on a device nobody holds (the parent of MIG instances lists theirs again: skip it).
@@ -86,7 +85,7 @@ def attribute_sample(
                 mig_parents = {d.parent_uuid for d in devices if d.parent_uuid}
             if d.uuid in mig_parents:
                 continue
-            findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes)))
+            findings.extend(_unattributed(state, t, d.gpu_uuid, d.uuid, list(d.processes), watchers))
     # Every held row was observed above: their pods changed, and rows no longer held deactivate.
     touched = set(ix.held_pods)
     if ix.held_rows < len(rows):
@@ -95,6 +94,27 @@ def attribute_sample(
             if key not in current and row.deactivate():
                 touched.add(key[0])
     return touched, findings
+
+
+RowKey = tuple[str, str, str]
+
+
+def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowState:
+    """The row of holding `h`, created at its first sample; it follows the holding's device resolution
+    (an ID unresolved before the node's inventory arrived resolves later, under the same key)."""
+    row = rows.get(key)
+    d = h.device
+    if row is None:
+        row = RowState(h.pod_uid, h.namespace, h.pod, h.container, d.device_id, d.gpu_uuid, d.mig,
+                       first_seen_ms=t, unresolved=d.unresolved)
+        rows[key] = row
+    elif row.gpu_uuid != d.gpu_uuid or row.unresolved != d.unresolved:
+        row.gpu_uuid, row.mig, row.unresolved = d.gpu_uuid, d.mig, d.unresolved
+    if h.namespace:
+        row.namespace = h.namespace
+    if h.pod:
+        row.pod = h.pod
+    return row
 
 
 _SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
@@ -134,10 +154,14 @@ def _ambiguous(node: str, t: int, h: Holding) -> Finding:
 
 
 def _unattributed(
-    state: NodeState, t: int, gpu_uuid: str, instance: str, procs: list[ProcessSample]
+    state: NodeState, t: int, gpu_uuid: str, instance: str, procs: list[ProcessSample],
+    watchers: dict[str, set[str]],
 ) -> list[Finding]:
     by_pod: dict[str, list[int]] = {}
+    watching = watchers.get(gpu_uuid, ()) if watchers else ()
     for p in procs:
+        if p.pod_uid and p.pod_uid in watching:
+            continue
         by_pod.setdefault(p.pod_uid, []).append(p.pid)
     out = []
     for uid in sorted(by_pod):

@@ -9,7 +9,9 @@ adds a container leaf: containerd `cri-containerd-<id>.scope` or `<parent>/<id>`
 controllers systemd does not delegate), that line keeps the raw cgroupsPath `<pod>.slice:<prefix>:<id>`
 as one component; it is read as `<pod>.slice/<prefix>-<id>.scope`. A reader in a private cgroup
 namespace sees `..` for every level above its root, so the parser matches path components, never a
-fixed prefix.
+fixed prefix. With the cgroupfs driver containerd and cri-dockerd both leave a bare `<pod>/<id>`: the
+path cannot tell them apart, so the runtime is `unknown` there (the pod's containerID scheme tells it:
+the watcher's ContainerInfo.runtime).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Literal
 
 Qos = Literal["guaranteed", "burstable", "besteffort"]
 Runtime = Literal["containerd", "crio", "docker"]
+SeenRuntime = Literal["containerd", "crio", "docker", "unknown"]  # what a path can tell
 Driver = Literal["systemd", "cgroupfs"]
 
 _HEX_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
@@ -41,7 +44,7 @@ class CgroupInfo:
     pod_uid: str | None
     container_id: str | None
     qos: Qos | None
-    runtime: Runtime | None
+    runtime: SeenRuntime | None
     driver: Driver | None
     version: Literal[1, 2]
     path: str
@@ -64,7 +67,7 @@ class _PathInfo:
     pod_uid: str | None
     container_id: str | None
     qos: Qos | None
-    runtime: Runtime | None
+    runtime: SeenRuntime | None
     driver: Driver | None
 
     @property
@@ -131,7 +134,7 @@ def _describe(path: str) -> _PathInfo:
         break  # the pod level appears once; a nested "pod…" name further down belongs to the workload
 
     container_id: str | None = None
-    runtime: Runtime | None = None
+    runtime: SeenRuntime | None = None
     for part in reversed(parts[pod_at + 1 :]):
         if _CONMON.match(part):
             runtime = "crio"
@@ -144,7 +147,7 @@ def _describe(path: str) -> _PathInfo:
         if kind:
             runtime = _RUNTIME[kind]
         elif pod_at >= 0:
-            runtime = "containerd"  # <pod>/<id>: containerd with cgroupfs (dockershim is gone since 1.24)
+            runtime = "unknown"  # <pod>/<id>: containerd or cri-dockerd with cgroupfs, the same path
         elif "docker" in parts:
             runtime = "docker"
         if driver is None:

@@ -6,7 +6,13 @@ checkpoint). Which physical GPU or MIG slice an ID names depends on the plugin t
 - NVIDIA k8s-device-plugin: the NVML UUID, `GPU-<uuid>` or `MIG-<uuid>`; time-slicing/MPS replicas
   append `::<n>` (`GPU-<uuid>::3`).
 - Drivers R450/R460 named MIG devices `MIG-GPU-<gpu-uuid>/<gi>/<ci>`: the parent is in the name.
-- GKE's own plugin: `nvidia<index>`, `nvidia<index>/gi<gi>` (MIG) and `/vgpu<n>` (time-sharing).
+- HAMi's device plugin splits each card into virtual devices `GPU-<uuid>-<n>` (`%v-%v` of the card's
+  UUID and a slot number): shared like a time-slicing replica. The kubelet picks the slot, HAMi's
+  scheduler the card, so the card named here can differ from the one the container got (the AllocResp's
+  NVIDIA_VISIBLE_DEVICES says which; periscope.core.allocation prefers it).
+- GKE's own plugin: `nvidia<minor>`, `nvidia<minor>/gi<gi>` (MIG) and `/vgpu<n>` (time-sharing). The
+  number is the device minor (`/dev/nvidia<minor>`, nvmlDeviceGetMinorNumber), not the NVML index: the
+  plugin formats `nvidia%d` from the minor and finds MIG devices under `capabilities/gpu<minor>/mig/gi<G>`.
 
 UUIDs must have the canonical 8-4-4-4-12 hex shape NVML prints; anything else is rejected rather than
 guessed at, because a wrong parse would attribute a GPU to the wrong pod.
@@ -26,7 +32,8 @@ _REPLICA = re.compile(rf"^(?P<base>.*)::(?P<replica>{_NUM})$")
 _GPU = re.compile(rf"^GPU-{_UUID}$")
 _MIG = re.compile(rf"^MIG-{_UUID}$")
 _MIG_OLD = re.compile(rf"^MIG-(?P<parent>GPU-{_UUID})/(?P<gi>{_NUM})/(?P<ci>{_NUM})$")
-_GKE = re.compile(rf"^nvidia(?P<index>{_NUM})(?:/gi(?P<gi>{_NUM}))?(?:/vgpu(?P<vgpu>{_NUM}))?$")
+_HAMI = re.compile(rf"^(?P<base>GPU-{_UUID})-(?P<replica>{_NUM})$")
+_GKE = re.compile(rf"^nvidia(?P<minor>{_NUM})(?:/gi(?P<gi>{_NUM}))?(?:/vgpu(?P<vgpu>{_NUM}))?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +47,23 @@ class DeviceId:
     parent_uuid: str | None = None
     gi: int | None = None
     ci: int | None = None
-    index: int | None = None
+    minor: int | None = None  # device minor (GKE IDs)
 
     @property
     def base(self) -> str:
-        """The ID without its sharing replica (`::N`, or GKE's `/vgpuN`): the device itself."""
+        """The ID without its sharing replica (`::N`, HAMi's `-N`, GKE's `/vgpuN`): the device itself."""
         if self.replica is None:
             return self.raw
         if self.kind in ("gke-gpu", "gke-mig"):
             return self.raw.rsplit("/vgpu", 1)[0]
+        if self.hami:
+            return self.raw.rsplit("-", 1)[0]
         return self.raw.rsplit("::", 1)[0]
+
+    @property
+    def hami(self) -> bool:
+        """A HAMi virtual device (`GPU-<uuid>-<n>`)."""
+        return self.kind == "gpu" and self.replica is not None and "::" not in self.raw
 
     @property
     def gpu_uuid(self) -> str | None:
@@ -65,7 +79,9 @@ class DeviceId:
             "parent_uuid": self.parent_uuid,
             "gi": self.gi,
             "ci": self.ci,
-            "index": self.index,
+            # GKE's N, under the name the JSON always had: it is the device minor, as `minor` says
+            "index": self.minor,
+            "minor": self.minor,
         }
 
 
@@ -84,7 +100,7 @@ def parse_device_id(raw: str) -> DeviceId:
         return DeviceId(
             raw=raw,
             kind="gke-mig" if gi is not None else "gke-gpu",
-            index=int(m.group("index")),
+            minor=int(m.group("minor")),
             gi=int(gi) if gi is not None else None,
             replica=int(vgpu) if vgpu is not None else None,
         )
@@ -98,6 +114,9 @@ def parse_device_id(raw: str) -> DeviceId:
 
     if _GPU.match(base):
         return DeviceId(raw=raw, kind="gpu", uuid=base, replica=replica)
+    hami = _HAMI.match(raw)
+    if hami is not None:
+        return DeviceId(raw=raw, kind="gpu", uuid=hami.group("base"), replica=int(hami.group("replica")))
     if _MIG.match(base):
         return DeviceId(raw=raw, kind="mig", uuid=base, replica=replica)
     old = _MIG_OLD.match(base)
@@ -113,4 +132,6 @@ def parse_device_id(raw: str) -> DeviceId:
         )
     if base.startswith(("GPU-", "MIG-")):
         raise ValueError(f"malformed UUID in device ID {raw!r} (expected GPU-/MIG- and 8-4-4-4-12 hex)")
-    raise ValueError(f"not a device ID: {raw!r} (expected GPU-..., MIG-..., MIG-GPU-.../gi/ci or nvidiaN...)")
+    raise ValueError(
+        f"not a device ID: {raw!r} (expected GPU-..., GPU-...-N, MIG-..., MIG-GPU-.../gi/ci or nvidiaN...)"
+    )

@@ -1,8 +1,9 @@
 """Device identity: resolve a kubelet device ID to the physical GPU (and MIG instance) it names.
 
-Kubelet IDs come as GPU-<uuid>, GPU-<uuid>::N (time-slicing/MPS replica), MIG-<uuid>, the old
-MIG-GPU-<uuid>/<gi>/<ci>, or GKE's nvidia<N>[/gi<M>]. MIG UUIDs differ from the parent's, so the node's
-device inventory is needed to find the parent.
+Kubelet IDs come as GPU-<uuid>, GPU-<uuid>::N (time-slicing/MPS replica), GPU-<uuid>-N (HAMi),
+MIG-<uuid>, the old MIG-GPU-<uuid>/<gi>/<ci>, or GKE's nvidia<minor>[/gi<G>][/vgpu<N>]. MIG UUIDs differ
+from the parent's, and GKE names GPUs by device minor, so the node's device inventory is needed. An ID
+that cannot be resolved is never guessed at: it resolves to gpu_uuid "" with the reason in `unresolved`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class Resolved:
     gpu_uuid: str  # physical GPU; "" when it cannot be resolved
     mig: MigRef | None = None
     replica: int | None = None
+    unresolved: str = ""  # why gpu_uuid is "" ("" when resolved)
 
     @property
     def instance(self) -> str:
@@ -39,15 +41,21 @@ class DeviceMap:
     models: dict[str, str] = field(default_factory=dict)
     indexes: dict[str, int] = field(default_factory=dict)
     minors: dict[int, str] = field(default_factory=dict)
+    known: bool = False  # an inventory was seen
+    minors_unknown: int = 0  # GPUs whose minor NVML did not report
 
     @classmethod
     def from_inventory(cls, inv: DeviceInventory | None) -> DeviceMap:
         m = cls()
         if inv is None:
             return m
+        m.known = True
         for g in inv.gpus:
             m.by_index[g.index] = g.uuid
-            m.minors[g.minor] = g.uuid
+            if g.minor is None:
+                m.minors_unknown += 1
+            else:
+                m.minors[g.minor] = g.uuid
             m.gpu_memory[g.uuid] = g.memory_mib
             m.models[g.uuid] = g.model
             m.indexes[g.uuid] = g.index
@@ -62,8 +70,8 @@ class DeviceMap:
     def resolve(self, device_id: str) -> Resolved:
         try:
             d = parse_device_id(device_id)
-        except ValueError:
-            return Resolved(device_id=device_id, gpu_uuid="")
+        except ValueError as e:
+            return Resolved(device_id=device_id, gpu_uuid="", unresolved=str(e))
         if d.kind == "gpu":
             return Resolved(device_id, d.uuid or "", None, d.replica)
         if d.kind == "mig":
@@ -76,14 +84,23 @@ class DeviceMap:
                 )
                 return Resolved(device_id, d.parent_uuid, ref, d.replica)
             # A MIG device the inventory does not (yet) know: keep its own UUID, parent unknown.
-            return Resolved(device_id, "", MigRef(uuid=d.uuid or device_id), d.replica)
-        if d.index is not None and d.index in self.by_index:
-            gpu = self.by_index[d.index]
-            if d.kind == "gke-mig" and d.gi is not None:
-                ref = self.mig_by_gi.get((gpu, d.gi)) or MigRef(uuid=f"{gpu}/gi{d.gi}", gi=d.gi)
-                return Resolved(device_id, gpu, ref, d.replica)
-            return Resolved(device_id, gpu, None, d.replica)
-        return Resolved(device_id, "", None, d.replica)
+            why = "MIG device not in the node's NVML inventory" if self.known else _NO_INVENTORY
+            return Resolved(device_id, "", MigRef(uuid=d.uuid or device_id), d.replica, why)
+        gpu = self.minors.get(d.minor) if d.minor is not None else None
+        if gpu is None:
+            return Resolved(device_id, "", None, d.replica, self._no_minor(d.minor))
+        if d.kind == "gke-mig" and d.gi is not None:
+            ref = self.mig_by_gi.get((gpu, d.gi)) or MigRef(uuid=f"{gpu}/gi{d.gi}", gi=d.gi)
+            return Resolved(device_id, gpu, ref, d.replica)
+        return Resolved(device_id, gpu, None, d.replica)
+
+    def _no_minor(self, minor: int | None) -> str:
+        if not self.known:
+            return _NO_INVENTORY
+        why = f"no GPU with device minor {minor} in the node's NVML inventory"
+        if self.minors_unknown:
+            why += f" ({self.minors_unknown} GPUs did not report their minor)"
+        return why
 
     def gpu_for_minor(self, minor: int) -> str | None:
         return self.minors.get(minor)
@@ -95,3 +112,6 @@ class DeviceMap:
         total = self.gpu_memory.get(r.gpu_uuid, 0.0)
         part = self.mig_memory.get(r.mig.uuid, 0.0)
         return round(part / total, 4) if total > 0 and part > 0 else 1.0
+
+
+_NO_INVENTORY = "no NVML inventory from the node's probe yet"

@@ -4,6 +4,9 @@ State-based inputs (allocation snapshots, pods, inventory, node labels) update t
 they arrive. Telemetry and XIDs are buffered and processed in event-time order once the node's
 watermark (the newest probe event time seen) has passed them by `lateness_ms`, so small reorderings
 between topics do not change the result, and the live joiner and replay compute the same outputs.
+With `EngineConfig.align`, they also wait until the node's other input streams have been read through
+their time or are at their end (periscope.core.watermark), so a consumer that is behind and reads the
+topics at different speeds joins them as event-time order would.
 Each sample is joined against the allocation snapshot and pod registry *as of the sample's time*.
 An output is published when it changed beyond its thresholds since the last one published under its
 key, or when a heartbeat of event time passed (periscope.core.changes); windows when they close.
@@ -11,10 +14,12 @@ key, or when a heartbeat of event time passed (periscope.core.changes); windows 
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from dataclasses import dataclass, field, replace
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from periscope.core.allocation import Holding, reconcile
+from periscope.core import history
+from periscope.core.allocation import Holding, reconcile_all, unresolved_health
 from periscope.core.attribution import attribute_sample
 from periscope.core.changes import ChangeConfig
 from periscope.core.devices import DeviceMap
@@ -39,6 +44,7 @@ from periscope.core.repeats import AllocKey, Repeats
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.sharing import Pool, collect, share
 from periscope.core.views import gpu_states, pod_attribution, rows_by_pod, xid_finding
+from periscope.core.watermark import OPEN, Inputs, Stream, gate, holding
 
 PRUNE_EVERY_MS = 60_000
 
@@ -50,6 +56,9 @@ class EngineConfig:
     history_ms: int = 3_600_000  # allocation history kept (XID owners "as of" the error)
     retention_ms: int = 3_600_000  # deleted pods' attribution kept this long
     changes: ChangeConfig = field(default_factory=ChangeConfig)  # what is worth publishing again
+    # Streams a sample or an XID waits for (periscope.core.watermark); none: the watermark alone.
+    align: frozenset[Stream] = frozenset()
+    max_hold_ms: int = 600_000  # an aligned stream silent this long (event time) stops holding the others
 
 
 DEFAULT_CONFIG = EngineConfig()
@@ -64,6 +73,8 @@ class Counters:
     device_samples: int = 0
     unattributed_samples: int = 0
     ambiguous_joins: int = 0
+    input_stalls: int = 0  # times an aligned stream fell silent past max_hold_ms and stopped holding
+    unaligned: int = 0  # samples and XIDs joined before an aligned stream was read through their time
 
 
 Pending = NodeTelemetry | XidEvent
@@ -73,14 +84,13 @@ Pending = NodeTelemetry | XidEvent
 class NodeState:
     node: str
     pods: PodRegistry = field(default_factory=PodRegistry)
-    # Allocation history as runs of equal content: `allocs` holds each run's first snapshot, sorted by
-    # event time, and `alloc_repeats` the (time, epoch, seq) of the run's later snapshots. Keeping the
-    # repeats' times is what lets a late snapshot of other content split a run exactly where it should.
+    # Allocation history as runs of equal content (periscope.core.history): each run's first snapshot,
+    # and the (time, epoch, seq) of its later ones.
     allocs: list[AllocationSnapshot] = field(default_factory=list)
     alloc_repeats: dict[AllocKey, Repeats] = field(default_factory=dict)
     inventory: DeviceInventory | None = None
     node_event: NodeEvent | None = None
-    pending: list[Pending] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)  # sorted by pending_key
     watermark_ms: int = 0
     processed_ms: int = 0
     pruned_ms: int = 0
@@ -91,10 +101,12 @@ class NodeState:
     emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
     counters: Counters = field(default_factory=Counters)
     devmap: DeviceMap = field(default_factory=DeviceMap)
+    inputs: Inputs = field(default_factory=Inputs)  # how far each input stream was read (alignment)
     # holdings cache: (snapshot id, pods.version, inventory id) and the event-time span it is valid for
     _hold_key: tuple[object, ...] = ()
     _hold_span: tuple[int, int] = (0, -1)
     _holdings: list[Holding] = field(default_factory=list)
+    _monitors: list[Holding] = field(default_factory=list)  # admin-access DRA devices, same span
     # Caches: the groupings of `_holdings` (one entry), and node_event's sharing labels.
     _index: list[HoldingIndex] = field(default_factory=list, compare=False, repr=False)
     _sharing: tuple[NodeEvent | None, str, int] = field(default=(None, "time-slicing", 0), compare=False,
@@ -109,11 +121,32 @@ def _meta_key(ev: NodeInput) -> tuple[str, int, int]:
     return (ev.meta.source, ev.meta.epoch, ev.meta.seq)
 
 
+def pending_key(p: Pending) -> tuple[int, int, str, int, int]:
+    """Processing order: event time, XIDs before samples of the same instant, then producer order."""
+    m = p.meta
+    return (m.time_ms, 0 if isinstance(p, XidEvent) else 1, m.source, m.epoch, m.seq)
+
+
+def _buffer(state: NodeState, ev: Pending) -> None:
+    """Insert in processing order; the same record again (same key) is a duplicate. Records nearly
+    always come in order (an append), and a node that is behind can hold many (no scan)."""
+    pending, key = state.pending, pending_key(ev)
+    if not pending or key > pending_key(pending[-1]):
+        pending.append(ev)
+        return
+    i = bisect_left(pending, key, key=pending_key)
+    if i < len(pending) and pending_key(pending[i]) == key:
+        state.counters.duplicates += 1
+    else:
+        pending.insert(i, ev)
+
+
 def step(
     state: NodeState, event: NodeInput, config: EngineConfig = DEFAULT_CONFIG
 ) -> tuple[NodeState, list[Output]]:
     """Apply one input event; return the state and the outputs it caused (possibly none)."""
     state.counters.events += 1
+    state.inputs.read(event)
     out: list[Output] = []
     if isinstance(event, PodEvent):
         if state.pods.apply(event):
@@ -140,66 +173,68 @@ def step(
                 state.counters.duplicates += 1
             else:
                 state.counters.late_dropped += 1
-        elif isinstance(event, XidEvent) and t <= state.processed_ms:
+        elif isinstance(event, XidEvent) and t <= state.processed_ms and not config.align:
             out.extend(_process_xid(state, event, config))  # never drop an XID
-        elif any(_meta_key(p) == _meta_key(event) for p in state.pending):
-            state.counters.duplicates += 1
-        else:
-            state.pending.append(event)
+        else:  # (aligned, a late XID too waits until the node's inputs were read through its time)
+            _buffer(state, event)
         _advance_watermark(state, t)
-    out.extend(_drain(state, state.watermark_ms - config.lateness_ms, config))
+    out.extend(_release(state, config))
     return state, out
 
 
 def advance(state: NodeState, t_ms: int, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
     """Move the watermark to t (e.g. when a node has gone quiet) and process what that releases."""
     _advance_watermark(state, t_ms)
-    return _drain(state, state.watermark_ms - config.lateness_ms, config)
+    return _release(state, config)
+
+
+def mark_inputs(state: NodeState, config: EngineConfig = DEFAULT_CONFIG, *,
+                at_end: Mapping[Stream, bool] | None = None,
+                through_ms: Mapping[Stream, int] | None = None) -> list[Output]:
+    """The host's word on the node's input streams: a stream's partition is at its end (True) or has
+    records not yet stepped (False); a stream was read through an event time (never moves back). Say
+    everything known at once (e.g. every stream after a restart or a rebalance). Returns the outputs of
+    the samples and XIDs this releases (with alignment on)."""
+    for stream, end in (at_end or {}).items():
+        state.inputs.mark(stream, at_end=end)
+    for stream, t in (through_ms or {}).items():
+        state.inputs.mark(stream, through_ms=t)
+    return _release(state, config)
+
+
+def waiting_for(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> tuple[Stream, ...]:
+    """The aligned streams the oldest buffered sample or XID waits for (for a host that wants to read
+    those first); empty when nothing waits for an input stream."""
+    if not state.pending or not config.align:
+        return ()
+    return holding(state.inputs, config.align, state.pending[0].meta.time_ms)
 
 
 def flush(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
     """Process everything still buffered (end of a replay, shutdown)."""
-    return _drain(state, max([p.meta.time_ms for p in state.pending], default=0), config)
+    return _drain(state, state.pending[-1].meta.time_ms if state.pending else 0, config)
 
 
 def _advance_watermark(state: NodeState, t_ms: int) -> None:
     if t_ms > state.watermark_ms:
+        if not state.watermark_ms:
+            state.inputs.opened_ms = t_ms
         state.watermark_ms = t_ms
 
 
-def _alloc_key(snap: AllocationSnapshot) -> AllocKey:
-    return (snap.meta.time_ms, snap.meta.epoch, snap.meta.seq)
+def _release(state: NodeState, config: EngineConfig) -> list[Output]:
+    """Process the buffered samples and XIDs the watermark and, with alignment, the inputs allow."""
+    upto = state.watermark_ms - config.lateness_ms
+    if not config.align:
+        return _drain(state, upto, config)
+    bound, aligned, stalls = gate(state.inputs, config.align, state.watermark_ms, config.max_hold_ms)
+    state.counters.input_stalls += stalls
+    return _drain(state, min(upto, bound), config, aligned)
 
 
 def _add_snapshot(state: NodeState, snap: AllocationSnapshot) -> None:
-    """Insert into the run-length history so that any arrival order gives the same runs."""
-    key = _alloc_key(snap)
-    keys = [_alloc_key(s) for s in state.allocs]
-    i = bisect_right(keys, key)  # state.allocs[:i] start at or before the new snapshot
-    run = state.alloc_repeats.get(keys[i - 1]) if i else None
-    if (i and keys[i - 1] == key) or (run is not None and key in run):
+    if not history.add(state.allocs, state.alloc_repeats, snap, lambda s: share(s, _pool(state))):
         state.counters.duplicates += 1
-        return
-    prev = state.allocs[i - 1] if i else None
-    if prev is not None and _same_content(prev, snap):
-        state.alloc_repeats.setdefault(keys[i - 1], Repeats()).add(key)
-        return
-    if prev is not None and run is not None:
-        # New content inside prev's run: the run's members after it resume prev's content after it.
-        after = run.split_after(key)
-        if after:
-            if not run:
-                del state.alloc_repeats[keys[i - 1]]
-            t, epoch, seq = after[0]
-            state.allocs.insert(i, replace(prev, meta=replace(prev.meta, time_ms=t, epoch=epoch, seq=seq)))
-            if after[1:]:
-                state.alloc_repeats[after[0]] = Repeats(after[1:])
-    snap = share(snap, _pool(state))
-    state.allocs.insert(i, snap)
-    if i + 1 < len(state.allocs) and _same_content(snap, state.allocs[i + 1]):
-        # The next run has the new snapshot's content: it is now part of the new snapshot's run.
-        nxt = _alloc_key(state.allocs.pop(i + 1))
-        state.alloc_repeats[key] = Repeats([nxt, *state.alloc_repeats.pop(nxt, Repeats())])
 
 
 def _pool(state: NodeState) -> Pool:
@@ -213,18 +248,8 @@ def _pool(state: NodeState) -> Pool:
     return pool
 
 
-def _same_content(a: AllocationSnapshot, b: AllocationSnapshot) -> bool:
-    return a.entries == b.entries and a.allocatable == b.allocatable and a.health == b.health
-
-
 def snapshot_at(state: NodeState, t_ms: int) -> AllocationSnapshot | None:
-    best: AllocationSnapshot | None = None
-    for s in state.allocs:
-        if s.meta.time_ms <= t_ms:
-            best = s
-        else:
-            break
-    return best
+    return history.at(state.allocs, t_ms)
 
 
 def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
@@ -233,7 +258,7 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
     lo, hi = state._hold_span
     if key == state._hold_key and lo <= t_ms < hi:
         return state._holdings
-    state._holdings = reconcile(snap, state.pods, state.devmap, t_ms)
+    state._holdings, state._monitors = reconcile_all(snap, state.pods, state.devmap, t_ms)
     # Pod lifetimes change the answer only at start/deletion times: cache until the next boundary.
     bounds = sorted({b for r in state.pods.pods.values() for b in (r.start_ms, r.deleted_ms) if b})
     lo = max((b for b in bounds if b <= t_ms), default=-(2**62))
@@ -242,15 +267,20 @@ def holdings_at(state: NodeState, t_ms: int) -> list[Holding]:
     return state._holdings
 
 
-def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]:
+def monitors_at(state: NodeState, t_ms: int) -> list[Holding]:
+    """The pods with admin (monitoring) access to the node's devices at t: never holders."""
+    holdings_at(state, t_ms)
+    return state._monitors
+
+
+def _drain(state: NodeState, upto_ms: int, config: EngineConfig, aligned_ms: int = OPEN) -> list[Output]:
     pending = state.pending
-    ready = [p for p in pending if p.meta.time_ms <= upto_ms] if pending else pending
-    if not ready:
+    if not pending or pending[0].meta.time_ms > upto_ms:
         return []
-    state.pending = [p for p in pending if p.meta.time_ms > upto_ms] if len(ready) < len(pending) else []
-    if len(ready) > 1:
-        # XIDs before samples of the same instant; then by producer order.
-        ready.sort(key=lambda p: (p.meta.time_ms, 0 if isinstance(p, XidEvent) else 1, _meta_key(p)))
+    n = bisect_right(pending, upto_ms, key=_time_of)
+    ready, state.pending = (pending[:n], pending[n:]) if n < len(pending) else (pending, [])
+    if aligned_ms < upto_ms:  # a silent stream let these through
+        state.counters.unaligned += n - bisect_right(ready, aligned_ms, key=_time_of)
     out: list[Output] = []
     for ev in ready:
         if isinstance(ev, XidEvent):
@@ -260,6 +290,10 @@ def _drain(state: NodeState, upto_ms: int, config: EngineConfig) -> list[Output]
         else:
             state.counters.late_dropped += 1
     return out
+
+
+def _time_of(p: Pending) -> int:
+    return p.meta.time_ms
 
 
 def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[Output]:
@@ -278,7 +312,8 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.last_telemetry = tel
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
-    touched, findings = attribute_sample(state, tel, holdings_at(state, t), config.rows)
+    holdings, monitors = holdings_at(state, t), monitors_at(state, t)
+    touched, findings = attribute_sample(state, tel, holdings, config.rows, monitors)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
     by_pod = rows_by_pod(state)
@@ -286,7 +321,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
         att = pod_attribution(state, uid, t, by_pod.get(uid, []))
         if att is not None:
             outs.append(att)
-    outs.extend(gpu_states(state, tel, holdings_at(state, t)))
+    outs.extend(gpu_states(state, tel, holdings_at(state, t), monitors))
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
@@ -296,7 +331,9 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:
     """Kubelet-side health as of the sample (it rides on allocation snapshots), then the probe's own."""
     snap = snapshot_at(state, t_ms)
-    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ())]
+    devices = unresolved_health(holdings_at(state, t_ms))
+    return [*(snap.health if snap else ()), *(state.inventory.health if state.inventory else ()),
+            *((devices,) if devices else ())]
 
 
 def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
@@ -306,14 +343,7 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
         del state.rows[key]
     for uid in gone:
         state.emitted.pop("pod/" + uid, None)
-    cutoff = t_ms - config.history_ms
-    keep_from = 0
-    for i, s in enumerate(state.allocs):
-        if s.meta.time_ms <= cutoff:
-            keep_from = i  # keep the last snapshot before the cutoff: it is "as of" the cutoff
-    for s in state.allocs[:keep_from]:
-        state.alloc_repeats.pop(_alloc_key(s), None)
-    del state.allocs[:keep_from]
+    history.prune(state.allocs, state.alloc_repeats, t_ms - config.history_ms)
 
 
 def current_view(state: NodeState) -> list[Output]:
@@ -326,6 +356,6 @@ def current_view(state: NodeState) -> list[Output]:
         if att is not None:
             outs.append(att)
     if state.last_telemetry is not None:
-        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t)))
+        outs.extend(gpu_states(state, state.last_telemetry, holdings_at(state, t), monitors_at(state, t)))
     outs.extend(state.findings.active())
     return outs

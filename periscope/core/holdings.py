@@ -30,6 +30,7 @@ class HoldingIndex:
     by_instance: dict[str, tuple[tuple[Holding, ...], tuple[tuple[str, str, str], ...]]] = field(
         default_factory=dict)
     ambiguous: tuple[Holding, ...] = ()  # holders not identified unambiguously
+    unresolved: tuple[Holding, ...] = ()  # identified holders of a device no known GPU stands for
     by_gpu: dict[str, tuple[Holding, ...]] = field(default_factory=dict)  # every holding, per physical GPU
     held_rows: int = 0  # how many distinct row keys `by_instance` holds (their set: `held_keys`)
     held_pods: tuple[str, ...] = ()  # and their pods, each once (a tuple: a set of them costs ~6x)
@@ -41,6 +42,7 @@ class HoldingIndex:
         ix = cls(holdings)
         by_gpu: dict[str, list[Holding]] = {}
         ambiguous: list[Holding] = []
+        unresolved: list[Holding] = []
         by_instance: dict[str, tuple[list[Holding], list[tuple[str, str, str]]]] = {}
         for h in holdings:
             by_gpu.setdefault(h.device.gpu_uuid, []).append(h)
@@ -50,10 +52,14 @@ class HoldingIndex:
                 hs, keys = by_instance.setdefault(h.device.instance, ([], []))
                 hs.append(h)
                 keys.append(h.key)
+            else:
+                unresolved.append(h)
         ix.by_gpu = {g: tuple(hs) for g, hs in by_gpu.items()}
         ix.ambiguous = tuple(ambiguous)
+        ix.unresolved = tuple(unresolved)
         ix.by_instance = {i: (tuple(hs), tuple(keys)) for i, (hs, keys) in by_instance.items()}
         held = {k: None for _, keys in ix.by_instance.values() for k in keys}  # distinct, in order
+        held.update((h.key, None) for h in unresolved)
         ix.held_rows = len(held)
         ix.held_pods = tuple({k[0]: None for k in held})
         return ix
@@ -63,7 +69,8 @@ class HoldingIndex:
         nobody holds: most of the time every row is held, and the set would only cost memory)."""
         got = self._held_keys
         if got is None:
-            got = self._held_keys = frozenset(k for _, keys in self.by_instance.values() for k in keys)
+            held = [k for _, keys in self.by_instance.values() for k in keys]
+            got = self._held_keys = frozenset([*held, *(h.key for h in self.unresolved)])
         return got
 
     def owners(self, gpu_uuid: str) -> tuple[Owner, ...]:

@@ -29,7 +29,7 @@ class Meta:
 
 @dataclass(frozen=True, slots=True)
 class SourceHealth:
-    source: str  # podresources | checkpoint | nvml | procfs | dra
+    source: str  # podresources | checkpoint | nvml | mig | procfs | dra | device-ids (the joiner's)
     state: str  # ok | absent | corrupt | unavailable | error | disabled
     detail: str = ""
 
@@ -59,6 +59,9 @@ class AllocationEntry:
     driver: str = ""
     pool: str = ""
     device: str = ""
+    # checkpoint only: NVIDIA_VISIBLE_DEVICES of the entry's AllocResp, split at commas (what the
+    # container was given; for HAMi it can differ from the card its device IDs name)
+    visible_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +133,7 @@ class GpuInfo:
     index: int
     model: str = ""
     memory_mib: float = 0.0
-    minor: int = 0
+    minor: int | None = 0  # N in /dev/nvidiaN; None when NVML could not tell it (never guessed)
     mig_enabled: bool = False
     mig_devices: tuple[MigDeviceInfo, ...] = ()
     lost: bool = False
@@ -157,6 +160,7 @@ class ContainerInfo:
     limits: tuple[tuple[str, str], ...] = ()
     claims: tuple[str, ...] = ()
     init: bool = False
+    runtime: str = ""  # from the containerID scheme: containerd | crio | docker | other scheme | ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +177,7 @@ class ClaimDevice:
     pool: str
     device: str
     share_id: str = ""
+    admin_access: bool = False  # allocated for administrative access (monitoring): never a holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +248,8 @@ class PolicyEvent:
     operands: tuple[OperandStatus, ...] = ()
     detail: str = ""
     dra_available: bool = False
+    kind: str = ""  # the CR in force: ClusterPolicy | GPUCluster | "" (none)
+    gpu_cluster_crd: str = ""  # gpuclusters.nvidia.com: installed | not-installed | error | "" (not asked)
 
 
 NodeInput = AllocationSnapshot | NodeTelemetry | XidEvent | DeviceInventory | PodEvent | NodeEvent
@@ -291,6 +298,7 @@ class AttributionRow:
     gpu_fraction: float = 1.0
     windows: tuple[WindowStat, ...] = ()
     sample_ms: int = 0
+    unresolved: str = ""  # why the device ID names no known GPU ("" when it does; gpu_uuid is then "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +326,7 @@ class MigState:
     fb_total_mib: float | None = None
     owners: tuple[Owner, ...] = ()
     util_pct: float | None = None
+    monitors: tuple[Owner, ...] = ()  # pods with admin (monitoring) access: not owners
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +353,7 @@ class GpuState:
     sample_ms: int = 0
     lost: bool = False
     as_of_ms: int = 0
+    monitors: tuple[Owner, ...] = ()  # pods with admin (monitoring) access to the GPU: not owners
 
 
 FINDING_KINDS = ("idle", "xid-owner", "unattributed-usage", "ambiguous-join", "source-health")

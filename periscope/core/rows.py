@@ -58,6 +58,7 @@ class RowState:
     idle: bool = False
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
+    unresolved: str = ""  # why gpu_uuid is "" (the device ID names no known GPU)
     # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
     _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
                                                        repr=False)
@@ -211,6 +212,7 @@ class RowState:
             self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
             self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
             self.closed_unpublished() if len(self.windows) > W or not self.active else (), self.sample_ms,
+            self.unresolved,
         )
 
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from periscope.core.devices import DeviceMap
-from periscope.core.engine import Counters, NodeState
+from periscope.core.engine import Counters, NodeState, pending_key
 from periscope.core.findings import FindingBook
 from periscope.core.model import (
     AllocationSnapshot,
@@ -32,6 +32,7 @@ from periscope.core.repeats import Repeats
 from periscope.core.rows import RowState, W
 from periscope.core.serde import from_jsonable, from_positional, to_jsonable, to_positional
 from periscope.core.usage import Usage
+from periscope.core.watermark import from_record, to_record
 
 FORMAT = 1
 
@@ -50,6 +51,7 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
         "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
         "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
+        **({"unres": r.unresolved} if r.unresolved else {}),
     }
 
 
@@ -77,6 +79,7 @@ def _row_from(d: dict[str, Any]) -> RowState:
         usage=from_jsonable(Usage | None, d["usage"]), windows=windows, published_ms=published,
         idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
+        unresolved=d.get("unres", ""),
     )
 
 
@@ -117,6 +120,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         "node_event": to_jsonable(state.node_event),
         "pending": [_pending_to(p) for p in state.pending],
         "watermark": state.watermark_ms,
+        "inputs": to_record(state.inputs),
         "processed": state.processed_ms,
         "pruned": state.pruned_ms,
         "last_xid": {k: to_jsonable(v) for k, v in sorted(state.last_xid.items())},
@@ -152,7 +156,7 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         alloc_repeats={_alloc_key(k): _repeats(v) for k, v in node.get("alloc_repeats", [])},
         inventory=inventory,
         node_event=from_jsonable(NodeEvent | None, node["node_event"]),
-        pending=[_pending_from(p) for p in node["pending"]],
+        pending=sorted((_pending_from(p) for p in node["pending"]), key=pending_key),
         watermark_ms=node["watermark"],
         processed_ms=node["processed"],
         pruned_ms=node["pruned"],
@@ -161,6 +165,8 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         findings=FindingBook({f["id"]: from_jsonable(Finding, f) for f in node["findings"]}),
         counters=from_jsonable(Counters, node["counters"]),
         devmap=DeviceMap.from_inventory(inventory),
+        # absent in records written before alignment: no stream counts as read (each holds until it is)
+        inputs=from_record(node.get("inputs"), node["watermark"]),
     )
     for uuid, g in node.get("pub_gpus", {}).items():
         state.emitted["gpu/" + uuid] = from_positional(GpuState, g)

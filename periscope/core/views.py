@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from periscope.core.allocation import Holding
@@ -49,7 +50,11 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
                           info.owner_name, info.phase, info.created_ms, deleted_ms, t_ms)
 
 
-def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) -> list[GpuState]:
+def gpu_states(
+    state: NodeState, tel: NodeTelemetry, holdings: list[Holding], monitors: Sequence[Holding] = ()
+) -> list[GpuState]:
+    """One GpuState per physical GPU in the sample: its owners, and apart from them the pods with
+    monitoring (admin-access) claims on it or its MIG instances."""
     t = tel.meta.time_ms
     strategy, _ = sharing_config(state)
     out: list[GpuState] = []
@@ -60,20 +65,25 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
         if m.parent_uuid and m.mig is not None:
             children.setdefault(m.parent_uuid, []).append(m)
     node, models, last_xid = state.node, state.devmap.models, state.last_xid
+    watching: dict[str, list[Holding]] = {}
+    for h in monitors:
+        watching.setdefault(h.device.gpu_uuid, []).append(h)
     for d in tel.devices:
         if d.parent_uuid:
             continue
         on_gpu = by_gpu.get(d.uuid, ())
+        watch = watching.get(d.uuid, ()) if watching else ()
         migs: list[MigState] = []
         for m in children.get(d.uuid, ()) if children else ():
             if m.mig is None:
                 continue
             mine = [h for h in on_gpu if h.device.mig is not None and h.device.mig.uuid == m.uuid]
+            seen = [h for h in watch if h.device.mig is not None and h.device.mig.uuid == m.uuid]
             migs.append(
                 MigState(
                     uuid=m.uuid, profile=m.mig.profile, gi=m.mig.gi, ci=m.mig.ci,
                     fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=owners_of(mine),
-                    util_pct=m.util_pct,
+                    util_pct=m.util_pct, monitors=owners_of(seen),
                 )
             )
         if migs:
@@ -85,7 +95,7 @@ def gpu_states(state: NodeState, tel: NodeTelemetry, holdings: list[Holding]) ->
         out.append(GpuState(
             node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
             d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
-            t, d.lost, t,
+            t, d.lost, t, owners_of([h for h in watch if h.device.mig is None]) if watch else (),
         ))
     return out
 

@@ -1,11 +1,14 @@
 """`periscope replay`: rebuild attribution for a past range, or name who owned what at an instant.
 
     periscope replay --from T --to T [--pod UID] [--gpu UUID] [--node N] [--format json|table]
+                     [--workers N]
     periscope replay --at T [--gpu UUID] [--node N] [--format json|table]
 
 Reads the input topics (never committing), runs them through the same core as the live joiner and
 prints the records it emits in [from, to] (JSON: {"from", "to", "items", "stats"}), or the owners at
-T (JSON: {"at", "items"}). Warnings, the speed summary and the progress bar go to stderr.
+T (JSON: {"at", "items"}). For JSON, nodes are replayed side by side in worker processes (one per CPU
+unless told otherwise); the document is the same byte for byte. Warnings, the speed summary and the
+progress bar go to stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from periscope.bus.clients import Kafka
 from periscope.cli.errors import InputError, one_line
 from periscope.core.duration import parse_duration_ms
 from periscope.replay.owners import owners_with_stats
+from periscope.replay.parallel import workers_for
+from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.render import (
     ProgressBar,
@@ -36,7 +41,6 @@ from periscope.replay.render import (
 )
 from periscope.replay.runner import (
     PendingTelemetry,
-    ReadPlan,
     ReplayConfig,
     ReplayInput,
     ReplayResult,
@@ -137,10 +141,10 @@ def _emit_spooled(doc: Json, spool: Spool) -> None:
     sys.stdout.flush()
     out = getattr(sys.stdout, "buffer", None)
     if out is not None:
-        write_document(out, doc, spool.merged())
+        write_document(out, doc, spool)
         return
     buf = io.BytesIO()  # a text-only stdout (an embedding program's): render, then write as text
-    write_document(buf, doc, spool.merged())
+    write_document(buf, doc, spool)
     sys.stdout.write(buf.getvalue().decode())
     sys.stdout.flush()
 
@@ -175,10 +179,13 @@ def _summary(quiet: bool, what: str, stats: ReadStats, result: ReplayResult | No
 @click.option("--window-lookback", metavar="DURATION",
               help="Telemetry read before --from to warm windows and idle state "
                    "(default PERISCOPE_REPLAY_WINDOW_LOOKBACK, 10m).")
+@click.option("--workers", type=click.IntRange(min=0), metavar="N",
+              help="Processes replaying nodes side by side for --format json (default "
+                   "PERISCOPE_REPLAY_WORKERS, 0: one per CPU; 1: none). The output is the same.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, warnings or summary on stderr.")
 def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | None, pod: str | None,
             gpu: str | None, node: str | None, fmt: str, lookback: str | None, window_lookback: str | None,
-            quiet: bool) -> None:
+            workers: int | None, quiet: bool) -> None:
     """Rebuild attribution for a past time range from the input topics (or the owners at --at T)."""
     settings = _settings()
     # aiokafka logs every failed connection attempt; the outcome is reported here, once, instead.
@@ -191,6 +198,8 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     if from_ms is not None and to_ms is not None and from_ms > to_ms:
         raise InputError(f"--from {from_} is after --to {to}")
     updates: dict[str, float] = {}
+    if workers is not None:
+        updates["replay_workers"] = workers
     if lookback is not None:
         updates["replay_lookback"] = _duration("--lookback", lookback) / 1000
     if window_lookback is not None:
@@ -265,9 +274,11 @@ def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings,
     total = len(events)
     config = range_config(from_ms, to_ms, settings, filters)
     progress = lambda n: bar.update("replaying", n, total)  # noqa: E731
-    if spool is None:
+    if spool is None:  # a table for a person to read: the outputs are needed here, as objects
         result = replay_events(events, config, progress=progress, on_error=failed)
         return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
-    result = replay_to_spool(events, config, spool, progress=progress, on_error=failed)
+    # JSON: each worker renders its nodes' items into the spool
+    workers = workers_for(settings.replay_workers)
+    result = replay_to_spool(events, config, spool, progress=progress, on_error=failed, workers=workers)
     doc = {**_document_head(from_ms, to_ms, filters), "items": [], "stats": _document_stats(result, stats)}
     return doc, stats, result

@@ -13,8 +13,9 @@ from typing import Any
 from periscope.bus.clients import Kafka
 from periscope.core.allocation import Holding
 from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, holdings_at
+from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import Progress, ReadStats, Warn, read_inputs
-from periscope.replay.runner import ReadPlan, ReplayConfig, ReplayInput, replay_events
+from periscope.replay.runner import ReplayConfig, ReplayInput, replay_events
 from periscope.replay.settings import ReplaySettings
 from periscope.wirejson import mig_json, rfc3339
 

@@ -31,17 +31,8 @@ from periscope.bus.clients import Kafka
 from periscope.bus.diagnosis import check_connection
 from periscope.bus.security import KafkaSecurityError
 from periscope.core.model import NodeInput
-from periscope.replay.runner import (
-    SAMPLES,
-    SNAPSHOTS,
-    STATE,
-    PendingTelemetry,
-    ReadPlan,
-    ReplayInput,
-    node_of,
-    nodes_needing_snapshots,
-    select,
-)
+from periscope.replay.plan import SAMPLES, SNAPSHOTS, STATE, ReadPlan, nodes_needing_snapshots, select
+from periscope.replay.runner import PendingTelemetry, ReplayInput, node_of
 
 _PROBE_FETCH_BYTES = 64 * 1024
 _FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range

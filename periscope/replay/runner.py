@@ -2,8 +2,11 @@
 
 The live joiner calls the same `step` per node as records arrive; replay has the whole range at hand,
 so it orders each node's events by event time first (state-based events before samples of the same
-instant), steps them, and flushes what the core still buffers. The same events in any arrival order
-give the same outputs. Also here: which input events a replay of a range needs (`ReadPlan`, `select`).
+instant), steps them, and flushes what the core still buffers (node by node, or nodes side by side in
+worker processes: the same outputs). The same events in any arrival order
+give the same outputs. Fed in event-time order, every input stream of a node is read through the event
+being stepped: replay declares each stream at its end, so with the core's input alignment on
+(`EngineConfig.align`) a sample waits for the lateness only, exactly as without it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,16 @@ from dataclasses import dataclass, field
 
 from periscope.bus import codec
 from periscope.bus import topics as t
-from periscope.core.engine import DEFAULT_CONFIG, EngineConfig, NodeState, flush, new_state, output_key, step
+from periscope.core.engine import (
+    DEFAULT_CONFIG,
+    EngineConfig,
+    NodeState,
+    flush,
+    mark_inputs,
+    new_state,
+    output_key,
+    step,
+)
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -32,6 +44,7 @@ from periscope.core.model import (
     PodEvent,
     XidEvent,
 )
+from periscope.replay.parallel import can_fork, map_nodes, portable
 
 # Order of event kinds that share an instant: what the world looked like, then what happened in it.
 _RANK: dict[type, int] = {PodEvent: 0, NodeEvent: 1, DeviceInventory: 2, AllocationSnapshot: 3, XidEvent: 4,
@@ -75,7 +88,7 @@ class ReplayResult:
     device_samples: int = 0  # device readings in those samples
     emitted: int = 0  # outputs the core emitted (kept or not)
     failed: int = 0  # events the core raised on (skipped)
-    seconds: float = 0.0  # wall time spent in the core
+    seconds: float = 0.0  # wall time spent replaying (see replay_nodes)
 
     def __iter__(self) -> Iterator[Output]:
         return iter(self.outputs)
@@ -149,6 +162,57 @@ def paused_gc() -> Iterator[None]:
                 gc.enable()
 
 
+@dataclass(slots=True)
+class NodeReplay:
+    """One node replayed: its kept outputs in emission order, its final state, what it counted."""
+
+    node: str
+    kept: list[Output]
+    state: NodeState | None  # None unless asked for
+    events: int = 0  # events the core took
+    samples: int = 0
+    device_samples: int = 0
+    emitted: int = 0  # outputs the core emitted (kept or not)
+    seconds: float = 0.0
+    errors: list[tuple[int, BaseException]] = field(default_factory=list)  # (event index, what it raised)
+    rendered: object = None  # what a `finish` made of `kept` where the node was replayed
+
+
+def replay_node(node: str, events: list[ReplayInput], config: ReplayConfig, *, keep_state: bool = True,
+                progress: Callable[[int], None] | None = None) -> NodeReplay:
+    """Replay one node's events (in event-time order, as `by_node` sorts them) from an empty state."""
+    cfg = config
+    started = time.perf_counter()
+    state = new_state(node)
+    if cfg.engine.align:  # event-time order: each stream is read through the event being fed
+        mark_inputs(state, cfg.engine, at_end=dict.fromkeys(cfg.engine.align, True))
+    res = NodeReplay(node, [], None)
+    kept, pending = res.kept, 0
+    for i, ev in enumerate(events):
+        try:
+            state, outs = step(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
+        except Exception as e:  # a core bug on one event must not lose the whole replay
+            res.errors.append((i, e))
+            continue
+        if outs:
+            res.emitted += len(outs)
+            _keep(outs, cfg, kept)
+        res.events += 1
+        pending += 1
+        if pending >= 1000 and progress is not None:
+            progress(pending)
+            pending = 0
+    last = flush(state, cfg.engine)
+    res.emitted += len(last)
+    _keep(last, cfg, kept)
+    res.samples, res.device_samples = state.counters.samples, state.counters.device_samples
+    res.state = state if keep_state else None
+    res.seconds = time.perf_counter() - started
+    if progress is not None and pending:
+        progress(pending)
+    return res
+
+
 def replay_nodes(
     groups: dict[str, list[ReplayInput]],
     config: ReplayConfig,
@@ -157,47 +221,52 @@ def replay_nodes(
     progress: Callable[[int], None] | None = None,
     on_error: OnError | None = None,
     keep_states: bool = True,
-) -> Iterator[tuple[str, list[Output]]]:
-    """Replay node by node (in name order), yielding each node's kept outputs in emission order.
-    Each node's events are taken out of `groups` as it is replayed, so they can be freed; counters
-    and (with keep_states) the final states go to `result`, the time spent in the core to its
-    `seconds`."""
-    cfg = config
-    for node in sorted(groups):
-        events = groups.pop(node)
-        started = time.perf_counter()
-        state = new_state(node)
-        kept: list[Output] = []
-        pending = 0
-        for ev in events:
-            try:
-                state, outs = step(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
-            except Exception as e:  # a core bug on one event must not lose the whole replay
-                result.failed += 1
-                if on_error is not None:
-                    on_error(ev, e)
-                continue
-            if outs:
-                _keep(outs, cfg, result, kept)
-            result.events += 1
-            pending += 1
-            if pending >= 1000 and progress is not None:
-                progress(pending)
-                pending = 0
-        _keep(flush(state, cfg.engine), cfg, result, kept)
+    workers: int = 1,
+    finish: Callable[[NodeReplay], NodeReplay] | None = None,
+) -> Iterator[NodeReplay]:
+    """Replay node by node, yielding each node's result in node-name order; with more than one worker,
+    nodes run side by side in forked processes (periscope.replay.parallel) and what they yield is the
+    same. `finish` runs on each node's result where the node was replayed, before it is handed back
+    (e.g. to render its outputs in the worker). Each node's events are taken out of `groups` once it is
+    done (with workers, once all are), so they can be freed; counters and (with keep_states) the final
+    states go to `result`, and to its `seconds` the time spent replaying (node by node in the core;
+    with workers, the wall time until the last node came back, `finish` included)."""
+    started = time.perf_counter()
+    parallel = workers > 1 and len(groups) > 1 and can_fork()
+
+    def one(node: str, events: list[ReplayInput]) -> NodeReplay:
+        res = replay_node(node, events, config, keep_state=keep_states,
+                          progress=None if parallel else progress)
+        if parallel:  # it travels back pickled: so must what the core raised
+            res.errors = [(i, portable(e)) for i, e in res.errors]
+        return finish(res) if finish is not None else res
+
+    for node, res in map_nodes(one, groups, workers if parallel else 1):
+        # While workers run, their parent leaves the events alone: freeing them would write to memory
+        # the workers share with it, and so copy it. They go once every worker is done.
+        events = groups[node] if parallel else groups.pop(node)
+        result.failed += len(res.errors)
+        if on_error is not None:
+            for i, e in res.errors:
+                on_error(events[i], e)  # type: ignore[arg-type]
         del events
-        if keep_states:
-            result.states[node] = state
-        result.samples += state.counters.samples
-        result.device_samples += state.counters.device_samples
-        result.seconds += time.perf_counter() - started
-        if progress is not None and pending:
-            progress(pending)
-        yield node, kept
+        result.events += res.events
+        result.samples += res.samples
+        result.device_samples += res.device_samples
+        result.emitted += res.emitted
+        if keep_states and res.state is not None:
+            result.states[node] = res.state
+        if parallel:
+            result.seconds = time.perf_counter() - started
+            if progress is not None:
+                progress(res.events + len(res.errors))
+        else:
+            result.seconds += res.seconds
+        yield res
+    groups.clear()
 
 
-def _keep(outs: list[Output], cfg: ReplayConfig, result: ReplayResult, kept: list[Output]) -> None:
-    result.emitted += len(outs)
+def _keep(outs: list[Output], cfg: ReplayConfig, kept: list[Output]) -> None:
     for o in outs:
         if cfg.from_ms is not None and output_time(o) < cfg.from_ms:
             continue
@@ -212,22 +281,26 @@ def replay_events(
     *,
     progress: Callable[[int], None] | None = None,
     on_error: OnError | None = None,
+    workers: int = 1,
 ) -> ReplayResult:
     """Run `events` through the core and return the outputs (and per-node states) it produced.
 
     `progress(n)` is told every so often how many more events were fed. An event the core raises on
-    is skipped and counted (and handed to `on_error`), so one bad event cannot end a replay.
+    is skipped and counted (and handed to `on_error`), so one bad event cannot end a replay. With more
+    than one worker, nodes are replayed in that many forked processes: the same result, but the
+    outputs and states come back pickled, which costs about as much as computing them (worth it for
+    states, not for millions of outputs; the timeline renders its outputs in the workers instead).
     """
     cfg = config or ReplayConfig()
     result = ReplayResult()
     latest: dict[str, Output] = {}
     with paused_gc():
         groups = by_node(events, cfg.to_ms)
-        for _, outs in replay_nodes(groups, cfg, result, progress=progress, on_error=on_error):
+        for res in replay_nodes(groups, cfg, result, progress=progress, on_error=on_error, workers=workers):
             if cfg.latest_only:
-                latest.update((output_key(o), o) for o in outs)
+                latest.update((output_key(o), o) for o in res.kept)
             else:
-                result.outputs += outs
+                result.outputs += res.kept
     if cfg.latest_only:
         result.outputs = sorted(latest.values(), key=lambda o: (output_time(o), output_key(o)))
     return result
@@ -258,72 +331,3 @@ def output_filter(pod_uid: str | None = None, gpu_uuid: str | None = None,
                 and (gpu_uuid is None or gpu_ok(o)))
 
     return keep
-
-
-# ---------------------------------------------------------------- which events a replay needs
-# (what the reader fetches from the input topics for a range; the reading itself is in reader.py)
-
-STATE = (t.PODS, t.NODES)  # from the beginning
-SNAPSHOTS = (t.ALLOCATIONS, t.INVENTORY)  # from a lookback, at least one per node at or before the anchor
-SAMPLES = (t.TELEMETRY, t.XID)  # [anchor, to]
-
-
-@dataclass(frozen=True, slots=True)
-class ReadPlan:
-    anchor_ms: int  # first instant whose samples the core must see
-    to_ms: int  # last instant replayed
-    lookback_ms: int = 3_600_000
-    late_slack_ms: int = 300_000  # a time-ranged partition is read until a record this far past `to`
-    samples: bool = True  # read telemetry and XIDs (ownership at an instant needs neither)
-    node: str | None = None
-
-    @property
-    def cut_ms(self) -> int:
-        return self.anchor_ms - self.lookback_ms
-
-
-def nodes_needing_snapshots(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> set[str]:
-    """Nodes the replay will need allocation/inventory state for."""
-    if plan.node is not None:
-        return {plan.node}
-    nodes: set[str] = set()
-    last_pod: dict[str, PodEvent] = {}
-    for topic, ev in events:
-        if topic in SAMPLES or (topic in SNAPSHOTS and ev.meta.time_ms >= plan.cut_ms):
-            nodes.add(node_of(ev))
-        elif isinstance(ev, PodEvent) and ev.meta.time_ms <= plan.to_ms:
-            prev = last_pod.get(ev.pod.uid)
-            if prev is None or ev.meta.time_ms >= prev.meta.time_ms:
-                last_pod[ev.pod.uid] = ev
-    nodes |= {node_of(e) for e in last_pod.values() if not e.deleted}
-    nodes.discard("")
-    return nodes
-
-
-def select(events: list[tuple[t.Topic, ReplayInput]], plan: ReadPlan) -> list[ReplayInput]:
-    """The events the replay feeds, independent of how far before the range the reading started:
-    state up to `to`; snapshots in [cut, to] plus, where a node has none in [cut, anchor], its latest
-    before the cut; samples in [anchor, to]."""
-    out: list[ReplayInput] = []
-    older: dict[tuple[str, str], ReplayInput] = {}
-    covered: set[tuple[str, str]] = set()
-    for topic, ev in events:
-        tm = ev.meta.time_ms
-        if tm > plan.to_ms:
-            continue
-        if topic in STATE:
-            out.append(ev)
-        elif topic in SAMPLES:
-            if tm >= plan.anchor_ms:
-                out.append(ev)
-        elif tm >= plan.cut_ms:
-            out.append(ev)
-            if tm <= plan.anchor_ms:
-                covered.add((topic.name, node_of(ev)))
-        else:
-            key = (topic.name, node_of(ev))
-            prev = older.get(key)
-            if prev is None or tm >= prev.meta.time_ms:
-                older[key] = ev
-    out += [ev for key, ev in sorted(older.items(), key=lambda kv: kv[0]) if key not in covered]
-    return out

@@ -29,6 +29,8 @@ class ReplaySettings(ServiceSettings):
     replay_window_lookback: float = 600.0
     # A partition is read until a record this far past --to (records arrive a little out of order).
     replay_late_slack: float = 300.0
+    # Worker processes replaying nodes side by side (0: one per CPU this process may use; 1: none).
+    replay_workers: int = Field(default=0, ge=0)
     # The joiner's engine settings (same environment variables, same defaults).
     window: float = 60.0
     window_keep: float = 3600.0

@@ -87,6 +87,7 @@ class AttributionRow(_message.Message):
     GPU_FRACTION_FIELD_NUMBER: _builtins.int
     WINDOWS_FIELD_NUMBER: _builtins.int
     SAMPLE_MS_FIELD_NUMBER: _builtins.int
+    UNRESOLVED_FIELD_NUMBER: _builtins.int
     container: _builtins.str
     device_id: _builtins.str
     """kubelet device ID"""
@@ -113,6 +114,10 @@ class AttributionRow(_message.Message):
     """share of a physical GPU this row holds"""
     sample_ms: _builtins.int
     """event time of the sample behind the usage numbers"""
+    unresolved: _builtins.str
+    """Why the device ID could not be resolved to a GPU ("" when it was): gpu_uuid is then "", the usage
+    numbers are null, and the node's `device-ids` source health says the same.
+    """
     @_builtins.property
     def mig(self) -> _common_pb2.MigRef: ...
     @_builtins.property
@@ -150,10 +155,11 @@ class AttributionRow(_message.Message):
         gpu_fraction: _builtins.float = ...,
         windows: _abc.Iterable[Global___WindowStat] | None = ...,
         sample_ms: _builtins.int = ...,
+        unresolved: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "avg_util_pct", b"avg_util_pct", "fb_used_mib", b"fb_used_mib", "mig", b"mig", "power_w", b"power_w", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sources", b"sources", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sources", b"sources", "unresolved", b"unresolved", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__avg_util_pct: _TypeAlias = _typing.Literal["avg_util_pct"]  # noqa: Y015
     _WhichOneofArgType__avg_util_pct: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct"]  # noqa: Y015
@@ -237,6 +243,7 @@ class MigState(_message.Message):
     FB_TOTAL_MIB_FIELD_NUMBER: _builtins.int
     OWNERS_FIELD_NUMBER: _builtins.int
     UTIL_PCT_FIELD_NUMBER: _builtins.int
+    MONITORS_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     profile: _builtins.str
     gi: _builtins.int
@@ -246,6 +253,10 @@ class MigState(_message.Message):
     util_pct: _builtins.float
     @_builtins.property
     def owners(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]: ...
+    @_builtins.property
+    def monitors(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]:
+        """admin-access (monitoring) DRA claims on the instance: not owners"""
+
     def __init__(
         self,
         *,
@@ -257,10 +268,11 @@ class MigState(_message.Message):
         fb_total_mib: _builtins.float | None = ...,
         owners: _abc.Iterable[_common_pb2.Owner] | None = ...,
         util_pct: _builtins.float | None = ...,
+        monitors: _abc.Iterable[_common_pb2.Owner] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "ci", b"ci", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gi", b"gi", "owners", b"owners", "profile", b"profile", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_util_pct", b"_util_pct", "ci", b"ci", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gi", b"gi", "monitors", b"monitors", "owners", b"owners", "profile", b"profile", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fb_total_mib: _TypeAlias = _typing.Literal["fb_total_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_total_mib: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib"]  # noqa: Y015
@@ -319,6 +331,7 @@ class GpuState(_message.Message):
     SAMPLE_MS_FIELD_NUMBER: _builtins.int
     LOST_FIELD_NUMBER: _builtins.int
     AS_OF_MS_FIELD_NUMBER: _builtins.int
+    MONITORS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     gpu_uuid: _builtins.str
     model: _builtins.str
@@ -340,6 +353,12 @@ class GpuState(_message.Message):
     def owners(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]: ...
     @_builtins.property
     def last_xid(self) -> Global___XidRef: ...
+    @_builtins.property
+    def monitors(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Owner]:
+        """Pods whose DRA claim got the GPU with adminAccess (DCGM, dcgm-exporter, the operator's validator):
+        monitoring access, which neither owns the GPU nor takes a share of its usage.
+        """
+
     def __init__(
         self,
         *,
@@ -359,10 +378,11 @@ class GpuState(_message.Message):
         sample_ms: _builtins.int = ...,
         lost: _builtins.bool = ...,
         as_of_ms: _builtins.int = ...,
+        monitors: _abc.Iterable[_common_pb2.Owner] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "last_xid", b"last_xid", "power_w", b"power_w", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "as_of_ms", b"as_of_ms", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gpu_uuid", b"gpu_uuid", "index", b"index", "last_xid", b"last_xid", "lost", b"lost", "mig_devices", b"mig_devices", "model", b"model", "node", b"node", "owners", b"owners", "power_w", b"power_w", "sample_ms", b"sample_ms", "sharing", b"sharing", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "as_of_ms", b"as_of_ms", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "gpu_uuid", b"gpu_uuid", "index", b"index", "last_xid", b"last_xid", "lost", b"lost", "mig_devices", b"mig_devices", "model", b"model", "monitors", b"monitors", "node", b"node", "owners", b"owners", "power_w", b"power_w", "sample_ms", b"sample_ms", "sharing", b"sharing", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fb_total_mib: _TypeAlias = _typing.Literal["fb_total_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_total_mib: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib"]  # noqa: Y015
@@ -484,6 +504,10 @@ class DeadLetter(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     SERVICE_FIELD_NUMBER: _builtins.int
     AT_MS_FIELD_NUMBER: _builtins.int
+    VALUE_SIZE_FIELD_NUMBER: _builtins.int
+    VALUE_SHA256_FIELD_NUMBER: _builtins.int
+    KEY_SIZE_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     offset: _builtins.int
@@ -492,6 +516,17 @@ class DeadLetter(_message.Message):
     error: _builtins.str
     service: _builtins.str
     at_ms: _builtins.int
+    value_size: _builtins.int
+    """A dead letter always fits the topic (periscope.bus.deadletter): a key or value too large to copy
+    is cut to a prefix, and these fields say what the original was.
+    bytes of the original value
+    """
+    value_sha256: _builtins.bytes
+    """SHA-256 of the original value"""
+    key_size: _builtins.int
+    """bytes of the original key"""
+    truncated: _builtins.bool
+    """key and/or value hold only a prefix of the original"""
     def __init__(
         self,
         *,
@@ -503,10 +538,14 @@ class DeadLetter(_message.Message):
         error: _builtins.str = ...,
         service: _builtins.str = ...,
         at_ms: _builtins.int = ...,
+        value_size: _builtins.int = ...,
+        value_sha256: _builtins.bytes = ...,
+        key_size: _builtins.int = ...,
+        truncated: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "error", b"error", "key", b"key", "offset", b"offset", "partition", b"partition", "service", b"service", "topic", b"topic", "value", b"value"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["at_ms", b"at_ms", "error", b"error", "key", b"key", "key_size", b"key_size", "offset", b"offset", "partition", b"partition", "service", b"service", "topic", b"topic", "truncated", b"truncated", "value", b"value", "value_sha256", b"value_sha256", "value_size", b"value_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

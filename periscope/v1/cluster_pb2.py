@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from periscope.v1 import common_pb2 as periscope_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aperiscope/v1/cluster.proto\x12\x0cperiscope.v1\x1a\x19periscope/v1/common.proto\"\xa7\x02\n\rContainerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12;\n\x08requests\x18\x03 \x03(\x0b\x32).periscope.v1.ContainerInfo.RequestsEntry\x12\x37\n\x06limits\x18\x04 \x03(\x0b\x32\'.periscope.v1.ContainerInfo.LimitsEntry\x12\x0e\n\x06\x63laims\x18\x05 \x03(\t\x12\x0c\n\x04init\x18\x06 \x01(\x08\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x0ePodClaimStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1b\n\x13resource_claim_name\x18\x02 \x01(\t\"r\n\x0b\x43laimDevice\x12\x12\n\nclaim_name\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\t\x12\x0e\n\x06\x64river\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\x10\n\x08share_id\x18\x06 \x01(\t\"\xee\x03\n\x07PodInfo\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\r\n\x05phase\x18\x05 \x01(\t\x12\x0b\n\x03qos\x18\x06 \x01(\t\x12\x12\n\nowner_kind\x18\x07 \x01(\t\x12\x12\n\nowner_name\x18\x08 \x01(\t\x12\x31\n\x06labels\x18\t \x03(\x0b\x32!.periscope.v1.PodInfo.LabelsEntry\x12\x12\n\ncreated_ms\x18\n \x01(\x03\x12\x13\n\x0b\x64\x65letion_ms\x18\x0b \x01(\x03\x12\x18\n\x10resource_version\x18\x0c \x01(\t\x12/\n\ncontainers\x18\r \x03(\x0b\x32\x1b.periscope.v1.ContainerInfo\x12\x34\n\x0e\x63laim_statuses\x18\x0e \x03(\x0b\x32\x1c.periscope.v1.PodClaimStatus\x12\x11\n\tmirror_of\x18\x0f \x01(\t\x12\x30\n\rclaim_devices\x18\x10 \x03(\x0b\x32\x19.periscope.v1.ClaimDevice\x12\x12\n\nstarted_ms\x18\x11 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"v\n\x08PodEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\"\n\x03pod\x18\x02 \x01(\x0b\x32\x15.periscope.v1.PodInfo\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12\x0e\n\x06relist\x18\x04 \x01(\x08\"\xb8\x03\n\tNodeEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x33\n\x06labels\x18\x03 \x03(\x0b\x32#.periscope.v1.NodeEvent.LabelsEntry\x12\x37\n\x08\x63\x61pacity\x18\x04 \x03(\x0b\x32%.periscope.v1.NodeEvent.CapacityEntry\x12=\n\x0b\x61llocatable\x18\x05 \x03(\x0b\x32(.periscope.v1.NodeEvent.AllocatableEntry\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12\x15\n\runschedulable\x18\x07 \x01(\x08\x12\r\n\x05ready\x18\x08 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\rOperandStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x65sired\x18\x04 \x01(\x05\x12\r\n\x05ready\x18\x05 \x01(\x05\x12\x11\n\tavailable\x18\x06 \x01(\x05\"?\n\rComponentSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x07\x65nabled\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_enabled\"\xf8\x01\n\x0bPolicyEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\x0b\n\x03\x63rd\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12/\n\ncomponents\x18\x06 \x03(\x0b\x32\x1b.periscope.v1.ComponentSpec\x12-\n\x08operands\x18\x07 \x03(\x0b\x32\x1b.periscope.v1.OperandStatus\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x15\n\rdra_available\x18\t \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1aperiscope/v1/cluster.proto\x12\x0cperiscope.v1\x1a\x19periscope/v1/common.proto\"\xb8\x02\n\rContainerInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0c\x63ontainer_id\x18\x02 \x01(\t\x12;\n\x08requests\x18\x03 \x03(\x0b\x32).periscope.v1.ContainerInfo.RequestsEntry\x12\x37\n\x06limits\x18\x04 \x03(\x0b\x32\'.periscope.v1.ContainerInfo.LimitsEntry\x12\x0e\n\x06\x63laims\x18\x05 \x03(\t\x12\x0c\n\x04init\x18\x06 \x01(\x08\x12\x0f\n\x07runtime\x18\x07 \x01(\t\x1a/\n\rRequestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a-\n\x0bLimitsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\";\n\x0ePodClaimStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1b\n\x13resource_claim_name\x18\x02 \x01(\t\"\x88\x01\n\x0b\x43laimDevice\x12\x12\n\nclaim_name\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\t\x12\x0e\n\x06\x64river\x18\x03 \x01(\t\x12\x0c\n\x04pool\x18\x04 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x05 \x01(\t\x12\x10\n\x08share_id\x18\x06 \x01(\t\x12\x14\n\x0c\x61\x64min_access\x18\x07 \x01(\x08\"\xee\x03\n\x07PodInfo\x12\x0b\n\x03uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\r\n\x05phase\x18\x05 \x01(\t\x12\x0b\n\x03qos\x18\x06 \x01(\t\x12\x12\n\nowner_kind\x18\x07 \x01(\t\x12\x12\n\nowner_name\x18\x08 \x01(\t\x12\x31\n\x06labels\x18\t \x03(\x0b\x32!.periscope.v1.PodInfo.LabelsEntry\x12\x12\n\ncreated_ms\x18\n \x01(\x03\x12\x13\n\x0b\x64\x65letion_ms\x18\x0b \x01(\x03\x12\x18\n\x10resource_version\x18\x0c \x01(\t\x12/\n\ncontainers\x18\r \x03(\x0b\x32\x1b.periscope.v1.ContainerInfo\x12\x34\n\x0e\x63laim_statuses\x18\x0e \x03(\x0b\x32\x1c.periscope.v1.PodClaimStatus\x12\x11\n\tmirror_of\x18\x0f \x01(\t\x12\x30\n\rclaim_devices\x18\x10 \x03(\x0b\x32\x19.periscope.v1.ClaimDevice\x12\x12\n\nstarted_ms\x18\x11 \x01(\x03\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"v\n\x08PodEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\"\n\x03pod\x18\x02 \x01(\x0b\x32\x15.periscope.v1.PodInfo\x12\x0f\n\x07\x64\x65leted\x18\x03 \x01(\x08\x12\x0e\n\x06relist\x18\x04 \x01(\x08\"\xb8\x03\n\tNodeEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x33\n\x06labels\x18\x03 \x03(\x0b\x32#.periscope.v1.NodeEvent.LabelsEntry\x12\x37\n\x08\x63\x61pacity\x18\x04 \x03(\x0b\x32%.periscope.v1.NodeEvent.CapacityEntry\x12=\n\x0b\x61llocatable\x18\x05 \x03(\x0b\x32(.periscope.v1.NodeEvent.AllocatableEntry\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\x12\x15\n\runschedulable\x18\x07 \x01(\x08\x12\r\n\x05ready\x18\x08 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rCapacityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41llocatableEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"t\n\rOperandStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\x12\x0f\n\x07\x64\x65sired\x18\x04 \x01(\x05\x12\r\n\x05ready\x18\x05 \x01(\x05\x12\x11\n\tavailable\x18\x06 \x01(\x05\"?\n\rComponentSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x07\x65nabled\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\n\n\x08_enabled\"\x9f\x02\n\x0bPolicyEvent\x12%\n\x04meta\x18\x01 \x01(\x0b\x32\x17.periscope.v1.EventMeta\x12\x0b\n\x03\x63rd\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\r\n\x05state\x18\x04 \x01(\t\x12\x11\n\tnamespace\x18\x05 \x01(\t\x12/\n\ncomponents\x18\x06 \x03(\x0b\x32\x1b.periscope.v1.ComponentSpec\x12-\n\x08operands\x18\x07 \x03(\x0b\x32\x1b.periscope.v1.OperandStatus\x12\x0e\n\x06\x64\x65tail\x18\x08 \x01(\t\x12\x15\n\rdra_available\x18\t \x01(\x08\x12\x0c\n\x04kind\x18\n \x01(\t\x12\x17\n\x0fgpu_cluster_crd\x18\x0b \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,33 +45,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODEEVENT_ALLOCATABLEENTRY']._loaded_options = None
   _globals['_NODEEVENT_ALLOCATABLEENTRY']._serialized_options = b'8\001'
   _globals['_CONTAINERINFO']._serialized_start=72
-  _globals['_CONTAINERINFO']._serialized_end=367
-  _globals['_CONTAINERINFO_REQUESTSENTRY']._serialized_start=273
-  _globals['_CONTAINERINFO_REQUESTSENTRY']._serialized_end=320
-  _globals['_CONTAINERINFO_LIMITSENTRY']._serialized_start=322
-  _globals['_CONTAINERINFO_LIMITSENTRY']._serialized_end=367
-  _globals['_PODCLAIMSTATUS']._serialized_start=369
-  _globals['_PODCLAIMSTATUS']._serialized_end=428
-  _globals['_CLAIMDEVICE']._serialized_start=430
-  _globals['_CLAIMDEVICE']._serialized_end=544
-  _globals['_PODINFO']._serialized_start=547
-  _globals['_PODINFO']._serialized_end=1041
-  _globals['_PODINFO_LABELSENTRY']._serialized_start=996
-  _globals['_PODINFO_LABELSENTRY']._serialized_end=1041
-  _globals['_PODEVENT']._serialized_start=1043
-  _globals['_PODEVENT']._serialized_end=1161
-  _globals['_NODEEVENT']._serialized_start=1164
-  _globals['_NODEEVENT']._serialized_end=1604
-  _globals['_NODEEVENT_LABELSENTRY']._serialized_start=996
-  _globals['_NODEEVENT_LABELSENTRY']._serialized_end=1041
-  _globals['_NODEEVENT_CAPACITYENTRY']._serialized_start=1505
-  _globals['_NODEEVENT_CAPACITYENTRY']._serialized_end=1552
-  _globals['_NODEEVENT_ALLOCATABLEENTRY']._serialized_start=1554
-  _globals['_NODEEVENT_ALLOCATABLEENTRY']._serialized_end=1604
-  _globals['_OPERANDSTATUS']._serialized_start=1606
-  _globals['_OPERANDSTATUS']._serialized_end=1722
-  _globals['_COMPONENTSPEC']._serialized_start=1724
-  _globals['_COMPONENTSPEC']._serialized_end=1787
-  _globals['_POLICYEVENT']._serialized_start=1790
-  _globals['_POLICYEVENT']._serialized_end=2038
+  _globals['_CONTAINERINFO']._serialized_end=384
+  _globals['_CONTAINERINFO_REQUESTSENTRY']._serialized_start=290
+  _globals['_CONTAINERINFO_REQUESTSENTRY']._serialized_end=337
+  _globals['_CONTAINERINFO_LIMITSENTRY']._serialized_start=339
+  _globals['_CONTAINERINFO_LIMITSENTRY']._serialized_end=384
+  _globals['_PODCLAIMSTATUS']._serialized_start=386
+  _globals['_PODCLAIMSTATUS']._serialized_end=445
+  _globals['_CLAIMDEVICE']._serialized_start=448
+  _globals['_CLAIMDEVICE']._serialized_end=584
+  _globals['_PODINFO']._serialized_start=587
+  _globals['_PODINFO']._serialized_end=1081
+  _globals['_PODINFO_LABELSENTRY']._serialized_start=1036
+  _globals['_PODINFO_LABELSENTRY']._serialized_end=1081
+  _globals['_PODEVENT']._serialized_start=1083
+  _globals['_PODEVENT']._serialized_end=1201
+  _globals['_NODEEVENT']._serialized_start=1204
+  _globals['_NODEEVENT']._serialized_end=1644
+  _globals['_NODEEVENT_LABELSENTRY']._serialized_start=1036
+  _globals['_NODEEVENT_LABELSENTRY']._serialized_end=1081
+  _globals['_NODEEVENT_CAPACITYENTRY']._serialized_start=1545
+  _globals['_NODEEVENT_CAPACITYENTRY']._serialized_end=1592
+  _globals['_NODEEVENT_ALLOCATABLEENTRY']._serialized_start=1594
+  _globals['_NODEEVENT_ALLOCATABLEENTRY']._serialized_end=1644
+  _globals['_OPERANDSTATUS']._serialized_start=1646
+  _globals['_OPERANDSTATUS']._serialized_end=1762
+  _globals['_COMPONENTSPEC']._serialized_start=1764
+  _globals['_COMPONENTSPEC']._serialized_end=1827
+  _globals['_POLICYEVENT']._serialized_start=1830
+  _globals['_POLICYEVENT']._serialized_end=2117
 # @@protoc_insertion_point(module_scope)

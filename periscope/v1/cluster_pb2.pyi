@@ -69,11 +69,17 @@ class ContainerInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     CLAIMS_FIELD_NUMBER: _builtins.int
     INIT_FIELD_NUMBER: _builtins.int
+    RUNTIME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     container_id: _builtins.str
     """CRI ID without the runtime:// prefix; "" until started"""
     init: _builtins.bool
     """a restartable init (sidecar) container"""
+    runtime: _builtins.str
+    """The runtime, from the status containerID scheme: containerd | crio (cri-o://) | docker
+    (docker://, cri-dockerd) | any other scheme as written | "" until started. A cgroupfs path cannot
+    tell containerd from cri-dockerd; this can.
+    """
     @_builtins.property
     def requests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """only extended resources (nvidia.com/*) and DRA"""
@@ -93,10 +99,11 @@ class ContainerInfo(_message.Message):
         limits: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         claims: _abc.Iterable[_builtins.str] | None = ...,
         init: _builtins.bool = ...,
+        runtime: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "container_id", b"container_id", "init", b"init", "limits", b"limits", "name", b"name", "requests", b"requests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claims", b"claims", "container_id", b"container_id", "init", b"init", "limits", b"limits", "name", b"name", "requests", b"requests", "runtime", b"runtime"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -138,12 +145,17 @@ class ClaimDevice(_message.Message):
     POOL_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     SHARE_ID_FIELD_NUMBER: _builtins.int
+    ADMIN_ACCESS_FIELD_NUMBER: _builtins.int
     claim_name: _builtins.str
     request: _builtins.str
     driver: _builtins.str
     pool: _builtins.str
     device: _builtins.str
     share_id: _builtins.str
+    admin_access: _builtins.bool
+    """adminAccess of the allocation result (or, where an older apiserver left it out, of the request):
+    monitoring access to the device, which "ignores all ordinary claims to the device". Never a holder.
+    """
     def __init__(
         self,
         *,
@@ -153,10 +165,11 @@ class ClaimDevice(_message.Message):
         pool: _builtins.str = ...,
         device: _builtins.str = ...,
         share_id: _builtins.str = ...,
+        admin_access: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_name", b"claim_name", "device", b"device", "driver", b"driver", "pool", b"pool", "request", b"request", "share_id", b"share_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admin_access", b"admin_access", "claim_name", b"claim_name", "device", b"device", "driver", b"driver", "pool", b"pool", "request", b"request", "share_id", b"share_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -475,6 +488,8 @@ class PolicyEvent(_message.Message):
     OPERANDS_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     DRA_AVAILABLE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    GPU_CLUSTER_CRD_FIELD_NUMBER: _builtins.int
     crd: _builtins.str
     """installed | not-installed | error"""
     name: _builtins.str
@@ -486,6 +501,12 @@ class PolicyEvent(_message.Message):
     detail: _builtins.str
     dra_available: _builtins.bool
     """resource.k8s.io/v1 served"""
+    kind: _builtins.str
+    """The CR in force: ClusterPolicy | GPUCluster (GPU Operator v26.7's DRA stack,
+    gpuclusters.nvidia.com/v1alpha1) | "" (none). name/state/namespace/components are that CR's.
+    """
+    gpu_cluster_crd: _builtins.str
+    """installed | not-installed | error | "" (not asked)"""
     @_builtins.property
     def meta(self) -> _common_pb2.EventMeta:
         """meta.node = "cluster" """
@@ -506,10 +527,12 @@ class PolicyEvent(_message.Message):
         operands: _abc.Iterable[Global___OperandStatus] | None = ...,
         detail: _builtins.str = ...,
         dra_available: _builtins.bool = ...,
+        kind: _builtins.str = ...,
+        gpu_cluster_crd: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["meta", b"meta"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["components", b"components", "crd", b"crd", "detail", b"detail", "dra_available", b"dra_available", "meta", b"meta", "name", b"name", "namespace", b"namespace", "operands", b"operands", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["components", b"components", "crd", b"crd", "detail", b"detail", "dra_available", b"dra_available", "gpu_cluster_crd", b"gpu_cluster_crd", "kind", b"kind", "meta", b"meta", "name", b"name", "namespace", b"namespace", "operands", b"operands", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

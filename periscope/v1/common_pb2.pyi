@@ -66,7 +66,7 @@ class SourceHealth(_message.Message):
     STATE_FIELD_NUMBER: _builtins.int
     DETAIL_FIELD_NUMBER: _builtins.int
     source: _builtins.str
-    """podresources | checkpoint | nvml | procfs | dra"""
+    """podresources | checkpoint | nvml | mig | procfs | dra | device-ids (joiner)"""
     state: _builtins.str
     """ok | absent | corrupt | unavailable | error | disabled"""
     detail: _builtins.str

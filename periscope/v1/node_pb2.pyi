@@ -63,6 +63,7 @@ class AllocationEntry(_message.Message):
     DRIVER_FIELD_NUMBER: _builtins.int
     POOL_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
+    VISIBLE_DEVICES_FIELD_NUMBER: _builtins.int
     source: Global___AllocationSource.ValueType
     pod_uid: _builtins.str
     """checkpoint only"""
@@ -85,6 +86,12 @@ class AllocationEntry(_message.Message):
     def device_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """kubelet device IDs as given (GPU-..., GPU-...::2, MIG-...)"""
 
+    @_builtins.property
+    def visible_devices(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Checkpoint only: NVIDIA_VISIBLE_DEVICES of the container's AllocResp, split at commas. HAMi's
+        scheduler picks the card and its plugin names it here, whatever card its device IDs name.
+        """
+
     def __init__(
         self,
         *,
@@ -100,10 +107,11 @@ class AllocationEntry(_message.Message):
         driver: _builtins.str = ...,
         pool: _builtins.str = ...,
         device: _builtins.str = ...,
+        visible_devices: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_name", b"claim_name", "claim_namespace", b"claim_namespace", "container", b"container", "device", b"device", "device_ids", b"device_ids", "driver", b"driver", "namespace", b"namespace", "pod", b"pod", "pod_uid", b"pod_uid", "pool", b"pool", "resource", b"resource", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["claim_name", b"claim_name", "claim_namespace", b"claim_namespace", "container", b"container", "device", b"device", "device_ids", b"device_ids", "driver", b"driver", "namespace", b"namespace", "pod", b"pod", "pod_uid", b"pod_uid", "pool", b"pool", "resource", b"resource", "source", b"source", "visible_devices", b"visible_devices"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -413,6 +421,7 @@ class GpuInfo(_message.Message):
     MIG_DEVICES_FIELD_NUMBER: _builtins.int
     LOST_FIELD_NUMBER: _builtins.int
     PCI_BUS_ID_FIELD_NUMBER: _builtins.int
+    MINOR_UNKNOWN_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     index: _builtins.int
     minor: _builtins.int
@@ -422,6 +431,8 @@ class GpuInfo(_message.Message):
     mig_enabled: _builtins.bool
     lost: _builtins.bool
     pci_bus_id: _builtins.str
+    minor_unknown: _builtins.bool
+    """NVML did not report the minor: `minor` means nothing (never guessed)"""
     @_builtins.property
     def mig_devices(self) -> _containers.RepeatedCompositeFieldContainer[Global___MigDeviceInfo]: ...
     def __init__(
@@ -436,10 +447,11 @@ class GpuInfo(_message.Message):
         mig_devices: _abc.Iterable[Global___MigDeviceInfo] | None = ...,
         lost: _builtins.bool = ...,
         pci_bus_id: _builtins.str = ...,
+        minor_unknown: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "lost", b"lost", "memory_mib", b"memory_mib", "mig_devices", b"mig_devices", "mig_enabled", b"mig_enabled", "minor", b"minor", "model", b"model", "pci_bus_id", b"pci_bus_id", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "lost", b"lost", "memory_mib", b"memory_mib", "mig_devices", b"mig_devices", "mig_enabled", b"mig_enabled", "minor", b"minor", "minor_unknown", b"minor_unknown", "model", b"model", "pci_bus_id", b"pci_bus_id", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -61,20 +61,25 @@ def split_owners(owners: Iterable[Json], scope: Scope) -> tuple[list[Json], list
 
 def gpu_row(row: Json, scope: Scope) -> Json:
     """A /v1/gpus row without other namespaces' owners, on the GPU and on its MIG instances;
-    `hidden_owners` counts the distinct owners left out."""
+    `hidden_owners` counts the distinct owners left out. Monitors (admin-access pods, usually in the
+    operator's namespace) of other namespaces are left out without a count: they hold nothing."""
     if scope.cluster:
         return row
     hidden: set[tuple[Any, ...]] = set()
     owners, gone = split_owners(row.get("owners") or (), scope)
+    monitors, unseen = split_owners(row.get("monitors") or (), scope)
     hidden.update(_owner_id(o) for o in gone)
     migs = []
+    changed = bool(unseen)
     for m in row.get("mig_devices") or ():
         m_owners, m_gone = split_owners(m.get("owners") or (), scope)
+        m_monitors, m_unseen = split_owners(m.get("monitors") or (), scope)
         hidden.update(_owner_id(o) for o in m_gone)
-        migs.append({**m, "owners": m_owners} if m_gone else m)
-    if not hidden:
+        changed = changed or bool(m_gone or m_unseen)
+        migs.append({**m, "owners": m_owners, "monitors": m_monitors} if m_gone or m_unseen else m)
+    if not hidden and not changed:
         return row
-    return {**row, "owners": owners, "mig_devices": migs, "hidden_owners": len(hidden)}
+    return {**row, "owners": owners, "monitors": monitors, "mig_devices": migs, "hidden_owners": len(hidden)}
 
 
 def xid_row(row: Json, scope: Scope) -> Json:

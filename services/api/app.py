@@ -17,9 +17,10 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.api import queries, schemas, webview
+from services.api import apidocs, queries, schemas, webview
 from services.api.auth import Gate, caller
 from services.api.findings_series import FindingsCollector
+from services.api.headers import SecurityHeaders
 from services.api.metrics import PodSeries, ViewCollector
 from services.api.queries import ApiError, only
 from services.api.render import rfc3339
@@ -32,6 +33,8 @@ Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 # Documented on every guarded route, so /docs (and a schema check) knows what access control answers.
 AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": schemas.Error, "description": "no bearer token, or one the apiserver rejects"},
+    429: {"model": schemas.Error, "description": "too many rejected tokens from this client, or too many "
+          "access reviews for this user: try again after Retry-After seconds"},
     503: {"model": schemas.Error, "description": "access cannot be checked (apiserver unreachable)"},
 }
 CLUSTER_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -70,7 +73,13 @@ def create_app(
         version="1",
         lifespan=lifespan,
         dependencies=[Depends(caller)],  # closed by default: a new route is checked too
+        # FastAPI's pages load scripts from a CDN: /docs is served by services.api.apidocs instead,
+        # and there is no /redoc or OAuth2 redirect page (no OAuth2 flow here).
+        docs_url=None,
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
+    app.add_middleware(SecurityHeaders)
     app.state.view = view
     app.state.status = status
     app.state.gate = gate
@@ -82,7 +91,7 @@ def create_app(
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status, exc.message)
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> Response:
@@ -90,6 +99,7 @@ def create_app(
 
     app.include_router(queries.router(view), responses=AUTH_RESPONSES)
     app.include_router(webview.router())
+    app.include_router(apidocs.router())
     for r in extra_routers:
         app.include_router(r, responses=AUTH_RESPONSES)
 
@@ -152,6 +162,11 @@ def create_app(
             "pending_partitions": len(status.pending),
             "data_age_s": round(status.data_age_s(), 3),
             "stale": status.is_stale(),
+            # Records not believed (services.api.evidence): they do not make the view unready, but
+            # someone wrote them, so they are said here and counted on /metrics.
+            "refused": status.refused,
+            "held_for_inventory": status.held,
+            "last_refusal": status.last_refusal or None,
         }
         return JSONResponse(body, status_code=200 if serving else 503)
 

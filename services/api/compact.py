@@ -28,8 +28,9 @@ _MANY, _ONE, _NONE = 0, 1, 2  # a tuple of records, an optional record, always e
 _NESTED: dict[type, dict[str, tuple[int, type | None]]] = {
     PodAttribution: {"rows": (_MANY, AttributionRow)},
     AttributionRow: {"mig": (_ONE, MigRef), "windows": (_NONE, None)},
-    GpuState: {"mig_devices": (_MANY, MigState), "owners": (_MANY, Owner), "last_xid": (_ONE, XidRef)},
-    MigState: {"owners": (_MANY, Owner)},
+    GpuState: {"mig_devices": (_MANY, MigState), "owners": (_MANY, Owner), "last_xid": (_ONE, XidRef),
+               "monitors": (_MANY, Owner)},
+    MigState: {"owners": (_MANY, Owner), "monitors": (_MANY, Owner)},
     MigRef: {},
     Owner: {},
     XidRef: {},

@@ -26,17 +26,20 @@ from periscope.bus.deadletter import DeadLetters
 from periscope.bus.recovery import CALL_TIMEOUT_S, stop_within
 from periscope.bus.retry import Backoff
 from periscope.bus.security import KafkaSecurityError
+from periscope.core.model import DeviceInventory, Finding, GpuState, PodAttribution
 from periscope.logs import Trouble
+from services.api.evidence import Evidence
 from services.api.status import ConsumerStatus
 from services.api.view import View
 
 log = logging.getLogger(__name__)
 
 SERVICE = "api"
-TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES)
-# The joiner's outputs: it publishes on change plus a heartbeat (5 s event time by default), so even a
-# quiet cluster keeps sending, and any new one of them means data moves.
-FRESH_TOPICS = (t.ATTRIBUTION, t.GPUS, t.FINDINGS)
+# The inventory is not shown: it is the evidence GPU states are checked against (services.api.evidence).
+TOPICS: tuple[t.Topic, ...] = (t.ATTRIBUTION, t.GPUS, t.FINDINGS, t.POLICY, t.NODES, t.INVENTORY)
+# Freshness: the joiner publishes its outputs on change plus a heartbeat (5 s event time by default), so
+# even a quiet cluster keeps sending, and any new one of them means data moves.
+FRESH_TYPES = (PodAttribution, GpuState, Finding)
 _LAG_EVERY_S = 1.0
 _EVICT_EVERY_S = 60.0
 _TOPICS_EVERY_S = 2.0  # how often to look for output topics created after start
@@ -58,8 +61,11 @@ class ViewConsumer:
         retention_ms: int = 24 * 3_600_000,
         window_retention_ms: int = 3_600_000,
         stale_after_s: float = 30.0,
+        evidence: Evidence | None = None,
     ) -> None:
         self.view = view
+        # Without one: the wall clock, 10 minutes of skew, GPUs checked against the inventory.
+        self.evidence = evidence or Evidence(lambda: time.time_ns() // 1_000_000, 600_000)
         self.kafka = kafka
         self.topics = tuple(topics)
         self.status = ConsumerStatus(group_id=group_id(group_prefix), stale_after_s=stale_after_s)
@@ -125,6 +131,9 @@ class ViewConsumer:
                     if records:
                         self._next[tp] = records[-1].offset + 1
                 await self._progress(consumer, assigned)
+                ev = self.evidence
+                self.status.refused, self.status.held = dict(ev.refused), len(ev.held)
+                self.status.last_refusal = ev.last_refusal
                 await asyncio.sleep(0)  # let HTTP requests in between batches
         finally:
             await stop_within(consumer, CALL_TIMEOUT_S)
@@ -170,6 +179,15 @@ class ViewConsumer:
         except DecodeError as e:
             await self._dead_letter(rec, value, str(e))
             return
+        if isinstance(obj, DeviceInventory):
+            for held in self.evidence.learn(obj):
+                await self._apply(rec, value, held)
+            return
+        if self.evidence.verdict(obj):
+            await self._apply(rec, value, obj)
+
+    async def _apply(self, rec: ConsumerRecord[Any, Any], value: bytes, obj: object) -> None:
+        s = self.status
         try:
             changed = self.view.apply(obj)
         except Exception as e:  # a bug applying one record must not stop the stream
@@ -178,7 +196,7 @@ class ViewConsumer:
             return
         if changed:
             s.applied += 1
-            if topic in FRESH_TOPICS:
+            if isinstance(obj, FRESH_TYPES):
                 s.newest_at = time.monotonic()
         else:
             s.stale += 1
@@ -191,6 +209,8 @@ class ViewConsumer:
                 pos = max(pos, await consumer.position(tp))
             if pos >= self.status.pending[key]:
                 del self.status.pending[key]
+        if self._targets is not None and not any(k[0] == t.INVENTORY.name for k in self.status.pending):
+            self.evidence.caught_up()
         self._check_ready()
         now = time.monotonic()
         if now - self._lag_at < _LAG_EVERY_S:

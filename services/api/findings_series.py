@@ -16,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from periscope.core.model import FINDING_KINDS
+from services.api.metrics import label, labels
 from services.api.view import XID_KIND, View
 
 SOURCE_HEALTH_KIND = "source-health"
@@ -53,7 +54,7 @@ class FindingsCollector(Collector):
             nodes.add(f.node)
             if f.kind == SOURCE_HEALTH_KIND:
                 source, state = _source_and_state(f.id, f.message)
-                unhealthy.add_metric([f.node, source, state], 1.0)
+                unhealthy.add_metric(labels((f.node, source, state)), 1.0)
         active = GaugeMetricFamily(
             "periscope_findings_active",
             "Conditions the joiner flags that still hold (XIDs are events: see periscope_xid_errors_total)",
@@ -63,7 +64,7 @@ class FindingsCollector(Collector):
             if kind == XID_KIND:
                 continue
             for node in sorted(nodes):  # zeros too, so "none" is a value and not a missing series
-                active.add_metric([kind, node], counts[(kind, node)])
+                active.add_metric([kind, label(node)], counts[(kind, node)])
         yield active
         yield unhealthy
 
@@ -74,13 +75,13 @@ class FindingsCollector(Collector):
                 continue
             owners = [(o.pod_uid, o.namespace, o.pod, o.container) for o in f.owners] or [("", "", "", "")]
             for o in owners:
-                key = (f.node, f.gpu_uuid, str(f.xid_code), *o)
-                newest[key] = max(newest.get(key, 0), f.at_ms)
+                series = (f.node, f.gpu_uuid, str(f.xid_code), *o)
+                newest[series] = max(newest.get(series, 0), f.at_ms)
         fam = GaugeMetricFamily(
             "periscope_xid_last_timestamp_seconds",
             "Event time of the latest XID error per device, code and the pod that owned the device then",
             labels=["node", "gpu_uuid", "code", "pod_uid", "namespace", "pod", "container"],
         )
-        for labels, at_ms in sorted(newest.items()):
-            fam.add_metric(list(labels), at_ms / 1000)
+        for key, at_ms in sorted(newest.items()):
+            fam.add_metric(labels(key), at_ms / 1000)
         return fam

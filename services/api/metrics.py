@@ -12,14 +12,16 @@ scrape timeout, while the label values of a row almost never change between scra
 
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from periscope.core.model import AttributionRow, PodAttribution
 from periscope.wirejson import num
+from services.api.evidence import REASONS
 from services.api.status import ConsumerStatus
 from services.api.view import XID_KIND, RowKey, View
 
@@ -34,8 +36,21 @@ def _g(name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels)
 
 
+def label(v: str) -> str:
+    """A label value without control characters: the values come from records anyone who can write
+    to the broker may have forged, and a scrape is often read on a terminal. A newline stays: the
+    exposition format writes it escaped, as `\\n`."""
+    if v.isprintable():  # the common case, and cheap
+        return v
+    return "".join(c for c in v if c.isprintable() or c == "\n" or unicodedata.category(c) == "Zs")
+
+
+def labels(values: Iterable[str]) -> list[str]:
+    return [label(v) for v in values]
+
+
 def _escape(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    return label(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 # (name, help, row -> value or None); a None value exports no sample (unknown is not zero).
@@ -135,7 +150,7 @@ class ViewCollector(Collector):
         )
         for key in self.view.gpu_keys():
             g = self.view.gpus[key[2]]
-            labels = [g.node, g.gpu_uuid, g.model, str(g.index)]
+            gl = labels((g.node, g.gpu_uuid, g.model, str(g.index)))
             for fam, v, scale in (
                 (util, g.util_pct, 1.0),
                 (fb, g.fb_used_mib, _MIB),
@@ -144,13 +159,13 @@ class ViewCollector(Collector):
                 (temp, g.temp_c, 1.0),
             ):
                 if (x := num(v)) is not None:
-                    fam.add_metric(labels, x * scale)
-            owners.add_metric(labels, len(g.owners) + sum(len(m.owners) for m in g.mig_devices))
-            lost.add_metric(labels, 1.0 if g.lost else 0.0)
+                    fam.add_metric(gl, x * scale)
+            owners.add_metric(gl, len(g.owners) + sum(len(m.owners) for m in g.mig_devices))
+            lost.add_metric(gl, 1.0 if g.lost else 0.0)
             if g.last_xid is not None:
-                last_xid.add_metric(labels, g.last_xid.code)
+                last_xid.add_metric(gl, g.last_xid.code)
             for m in g.mig_devices:
-                mig.add_metric([*labels, m.profile, str(m.gi), str(m.ci)], len(m.owners))
+                mig.add_metric([*gl, label(m.profile), str(m.gi), str(m.ci)], len(m.owners))
         yield from (util, fb, fb_total, power, temp, owners, lost, last_xid, mig)
 
     def _xids(self) -> Iterator[Metric]:
@@ -165,8 +180,8 @@ class ViewCollector(Collector):
         xid = CounterMetricFamily(
             "periscope_xid_errors", "XID errors by the pods that owned the device then", labels=XID_LABELS
         )
-        for labels, n in sorted(counts.items()):
-            xid.add_metric(list(labels), n)
+        for key, n in sorted(counts.items()):
+            xid.add_metric(labels(key), n)
         yield xid
 
     def _consumer(self) -> Iterator[Metric]:
@@ -188,7 +203,7 @@ class ViewCollector(Collector):
         yield age
         consumed = CounterMetricFamily("periscope_api_records_consumed", "Records read", labels=["topic"])
         for topic, n in sorted(s.consumed.items()):
-            consumed.add_metric([topic], n)
+            consumed.add_metric([label(topic)], n)
         applied = CounterMetricFamily("periscope_api_records_applied", "Records that changed the view")
         applied.add_metric([], s.applied)
         stale = CounterMetricFamily("periscope_api_records_stale", "Duplicate or older records ignored")
@@ -199,10 +214,20 @@ class ViewCollector(Collector):
         evicted.add_metric([], s.evicted)
         dead = CounterMetricFamily("periscope_api_dead_letters", "Records that could not be decoded/applied")
         dead.add_metric([], s.dead_letters)
+        refused = CounterMetricFamily(
+            "periscope_api_records_refused",
+            "Records not believed when they arrived: event time too far ahead of the clock (future), or "
+            "a GPU no probe's inventory reported (unknown-gpu; held until one does)",
+            labels=["reason"],
+        )
+        for reason in REASONS:
+            refused.add_metric([reason], s.refused.get(reason, 0))
+        held = _g("periscope_api_records_held", "Records waiting for an inventory that names their GPU", [])
+        held.add_metric([], s.held)
         lag = _g("periscope_api_consumer_lag", "Records behind the end of the topic", ["topic"])
         per_topic: Counter[str] = Counter()
         for (topic, _), n in s.lag.items():
             per_topic[topic] += n
         for topic, n in sorted(per_topic.items()):
             lag.add_metric([topic], n)
-        yield from (consumed, applied, stale, evicted, dead, lag)
+        yield from (consumed, applied, stale, evicted, dead, refused, held, lag)

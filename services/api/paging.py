@@ -17,6 +17,9 @@ K = TypeVar("K", bound=tuple[Any, ...])
 T = TypeVar("T")
 
 
+MAX_TOKEN_CHARS = 4096  # a real token is a key of a few short strings; anything longer is not ours
+
+
 class BadToken(ValueError):
     pass
 
@@ -28,10 +31,12 @@ def encode_token(kind: str, key: tuple[Any, ...]) -> str:
 
 def decode_token(kind: str, token: str, shape: tuple[type, ...]) -> tuple[Any, ...]:
     """Back to a key of the given element types; BadToken if it was not made by this endpoint."""
+    if len(token) > MAX_TOKEN_CHARS:
+        raise BadToken("invalid continue token (too long)")
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         data = json.loads(raw)
-    except (binascii.Error, ValueError):
+    except (binascii.Error, ValueError, RecursionError):  # RecursionError: deeply nested JSON
         raise BadToken("invalid continue token") from None
     if not isinstance(data, list) or len(data) != len(shape) + 1 or data[0] != kind:
         raise BadToken("invalid continue token (it belongs to another listing)")

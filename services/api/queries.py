@@ -11,13 +11,15 @@ from typing import Any, Literal, get_args
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from periscope.core.duration import format_duration_ms, parse_duration_ms
+from periscope.core.duration import format_duration_ms
 from periscope.core.model import FINDING_KINDS
-from periscope.wirejson import num, parse_time_ms
+from periscope.wirejson import num
 from services.api import access, idle, schemas
 from services.api.access import Scope
 from services.api.auth import caller
+from services.api.errors import ApiError
 from services.api.paging import BadToken, decode_token, encode_token, page
+from services.api.params import duration_ms, instant_or_ago_ms
 from services.api.render import (
     Json,
     finding_json,
@@ -37,15 +39,6 @@ _ROW_SHAPE = (str, str, str, str, str, int)
 _GPU_SHAPE = (str, int, str)
 _XID_SHAPE = (int, str, str, str)
 _FINDING_SHAPE = (int, str)
-
-
-class ApiError(Exception):
-    """Rendered as {"error": message} with the given status by the app's handler."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def only(*allowed: str) -> Callable[[Request], None]:
@@ -79,28 +72,6 @@ def _listing(
         "continue": None if next_key is None else encode_token(kind, next_key),
         **extra,
     }
-
-
-def _duration(name: str, text: str) -> int:
-    try:
-        ms = parse_duration_ms(text)
-    except ValueError as e:
-        raise ApiError(400, f"{name}: {e}") from None
-    if ms <= 0:
-        raise ApiError(400, f"{name}: must be longer than 0s")
-    return ms
-
-
-def _since(view: View, text: str) -> int:
-    """An RFC 3339 time, or a duration meaning that long before the view's newest event."""
-    try:
-        return parse_time_ms(text)
-    except ValueError:
-        pass
-    try:
-        return view.as_of_ms - parse_duration_ms(text)
-    except ValueError:
-        raise ApiError(400, f"since: not an RFC 3339 time or a duration: {text!r}") from None
 
 
 _LIMIT = Query(None, ge=1, le=MAX_LIMIT, description="page size; all rows when absent")
@@ -227,7 +198,7 @@ def router(view: View) -> APIRouter:
         after = _after("pods", cont, _ROW_SHAPE)
         recompute = threshold_pct is not None or window is not None
         th = idle.DEFAULT_THRESHOLD_PCT if threshold_pct is None else threshold_pct
-        win_ms = idle.DEFAULT_WINDOW_MS if window is None else _duration("window", window)
+        win_ms = idle.DEFAULT_WINDOW_MS if window is None else duration_ms("window", window)
 
         def select(k: RowKey) -> Json | None:
             pod, row = view.row(k)
@@ -272,7 +243,7 @@ def router(view: View) -> APIRouter:
     ) -> Json:
         """XID errors in time order, with the pods that owned the device when it happened."""
         after = _after("xid", cont, _XID_SHAPE)
-        since_ms = None if since is None else _since(view, since)
+        since_ms = None if since is None else instant_or_ago_ms("since", since, view.as_of_ms)
 
         def select(k: XidKey) -> Json | None:
             f = view.findings[k[3]]

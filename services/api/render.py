@@ -56,6 +56,7 @@ def pod_row(pod: PodAttribution, row: AttributionRow) -> Json:
         "sources": list(row.sources),
         "gpu_fraction": num(row.gpu_fraction),
         "sample_at": rfc3339(row.sample_ms),
+        "unresolved": row.unresolved or None,
     }
 
 
@@ -102,6 +103,7 @@ def mig_state_json(m: MigState) -> Json:
         "gi": m.gi,
         "ci": m.ci,
         "owners": [owner_json(o) for o in m.owners],
+        "monitors": [owner_json(o) for o in m.monitors],
         "util_pct": num(m.util_pct),
         "fb_used_mib": num(m.fb_used_mib),
         "fb_total_mib": num(m.fb_total_mib),
@@ -123,6 +125,8 @@ def gpu_row(g: GpuState) -> Json:
         "temp_c": num(g.temp_c),
         "owners": [owner_json(o) for o in g.owners],
         "hidden_owners": 0,  # set by services.api.access for a namespace-scoped caller
+        # admin-access (monitoring) DRA claims: they neither own the GPU nor take a share of it
+        "monitors": [owner_json(o) for o in g.monitors],
         "last_xid": {"code": g.last_xid.code, "at": rfc3339(g.last_xid.at_ms)} if g.last_xid else None,
         "sample_at": rfc3339(g.sample_ms),
         "lost": g.lost,

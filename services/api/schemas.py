@@ -43,6 +43,9 @@ class PodRow(BaseModel):
     sources: list[str]
     gpu_fraction: float | None
     sample_at: str | None
+    unresolved: str | None = Field(
+        None, description="why the device ID names no known GPU (gpu_uuid is then empty); null when it does"
+    )
 
 
 class IdleRow(PodRow):
@@ -91,6 +94,9 @@ class PodDetail(BaseModel):
 
 class MigDevice(Mig):
     owners: list[Owner]
+    monitors: list[Owner] = Field(
+        default_factory=list, description="pods with admin-access (monitoring) claims: not owners"
+    )
     util_pct: float | None
     fb_used_mib: float | None
     fb_total_mib: float | None
@@ -115,6 +121,11 @@ class GpuRow(BaseModel):
     temp_c: float | None
     owners: list[Owner]
     hidden_owners: int = Field(0, description="owners in namespaces the caller may not see, left out")
+    monitors: list[Owner] = Field(
+        default_factory=list,
+        description="pods whose DRA claim has admin (monitoring) access to the GPU: they own nothing and "
+        "take no share of its usage",
+    )
     last_xid: LastXid | None
     sample_at: str | None
     lost: bool
@@ -202,9 +213,15 @@ class Component(BaseModel):
 
 class Policy(BaseModel):
     cluster_policy: ClusterPolicy | None
+    gpu_cluster: ClusterPolicy | None = Field(
+        None, description="the GPUCluster in force (GPU Operator v26.7's DRA stack), not a ClusterPolicy"
+    )
     components: list[Component]
     crd: str | None = Field(None, description="ClusterPolicy CRD: installed | not-installed | error; "
                                               "null before the watcher reported")
+    gpu_cluster_crd: str | None = Field(
+        None, description="GPUCluster CRD: installed | not-installed | error; null before any report"
+    )
     namespace: str = Field("", description="namespace of the GPU Operator's operands")
     dra_available: bool = Field(False, description="the cluster serves DRA ResourceClaims")
     detail: str = Field("", description="why the policy could not be read, when it could not")
@@ -225,3 +242,9 @@ class Ready(BaseModel):
     data_age_s: float | None = Field(None, description="seconds since the view last took a new attribution")
     stale: bool | None = Field(None, description="no new attribution within API_STALE_AFTER, or the broker "
                                                  "unreachable")
+    refused: dict[str, int] | None = Field(None, description="records not believed, by reason: `future` "
+                                           "(event time too far ahead of the clock), `unknown-gpu` (a GPU "
+                                           "no probe's inventory reported)")
+    held_for_inventory: int | None = Field(None, description="records waiting for an inventory that "
+                                           "names their GPU")
+    last_refusal: str | None = Field(None, description="why the last refused record was refused")

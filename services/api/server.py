@@ -18,6 +18,7 @@ from fastapi import APIRouter, FastAPI
 from services.api.app import create_app
 from services.api.auth import Gate
 from services.api.consumer import ViewConsumer
+from services.api.owners import OwnerQueries, ProcessLookup
 from services.api.owners import router as owners_router
 from services.api.reviews import KubeReviews, kube_configuration
 from services.api.settings import ApiSettings
@@ -62,6 +63,7 @@ class ApiServer:
                 retention_ms=settings.retention_ms,
                 window_retention_ms=settings.window_retention_ms,
                 stale_after_s=settings.api_stale_after,
+                evidence=settings.evidence(),
             )
             if consume
             else None
@@ -70,12 +72,16 @@ class ApiServer:
         gate = None
         if settings.api_auth == "kubernetes":
             self.reviews = KubeReviews(kube_configuration(settings.kubeconfig))
-            gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size)
+            gate = Gate(self.reviews, ttl_s=settings.auth_ttl_s, max_entries=settings.api_auth_cache_size,
+                        review_budget=settings.api_auth_review_budget,
+                        failure_budget=settings.api_auth_failure_budget)
+        limits = settings.owners_limits()
+        self.replays = ProcessLookup(settings.kafka(), limits.concurrency)
+        self.owner_queries = OwnerQueries(self.replays, limits)
         self.app = create_app(
             self.view,
             self.consumer.status if self.consumer else None,
-            extra_routers=[*extra_routers,
-                           owners_router(settings.kafka())],
+            extra_routers=[*extra_routers, owners_router(self.owner_queries)],
             lifespan=self._lifespan,
             gate=gate,
         )
@@ -88,6 +94,7 @@ class ApiServer:
         async with contextlib.AsyncExitStack() as cleanup:
             if self.reviews is not None:
                 cleanup.push_async_callback(self.reviews.close)
+            cleanup.callback(self.replays.close)
             async with self._consuming():
                 yield
 

@@ -21,6 +21,10 @@ class ConsumerStatus:
     stale: int = 0  # duplicates and older states, ignored
     dead_letters: int = 0
     evicted: int = 0  # finished pods, GPUs, findings dropped after the retention
+    # Records not believed (services.api.evidence): per reason, those held for evidence, the last why.
+    refused: dict[str, int] = field(default_factory=dict)
+    held: int = 0
+    last_refusal: str = ""
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
     # Freshness: the view is stale once no new joiner output (attribution, GPU state or finding) was
     # applied for longer than `stale_after_s`, counted from the start until the first one (monotonic s).

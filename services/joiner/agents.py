@@ -31,9 +31,9 @@ from typing import Any
 
 from periscope.bus import codec
 from periscope.bus.codec import DecodeError
-from periscope.bus.topics import BY_NAME, NODE_INPUTS
+from periscope.bus.topics import ALLOCATIONS, BY_NAME, INVENTORY, NODE_INPUTS, NODES, PODS, TELEMETRY, XID
 from periscope.core.changes import carry_windows
-from periscope.core.engine import Counters, EngineConfig, advance, output_key, step
+from periscope.core.engine import Counters, EngineConfig, advance, mark_inputs, output_key, step
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -43,6 +43,7 @@ from periscope.core.model import (
     Output,
     PodEvent,
 )
+from periscope.core.watermark import Stream
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.output import OutputSender, is_one_shot, record_of, time_of
 from services.joiner.slots import Message, Rejected, Slot, TableIO, node_of, state_mark
@@ -51,6 +52,11 @@ from services.joiner.state import decode_mark, encode_mark, plan_persist, restor
 log = logging.getLogger(__name__)
 
 INPUT_TOPICS = {t.name: t for t in NODE_INPUTS}
+STREAM_OF_TOPIC: dict[str, Stream] = {
+    ALLOCATIONS.name: Stream.ALLOCATIONS, TELEMETRY.name: Stream.TELEMETRY, XID.name: Stream.XID,
+    INVENTORY.name: Stream.INVENTORY, PODS.name: Stream.PODS, NODES.name: Stream.NODES,
+}
+Flags = tuple[tuple[Stream, bool], ...]
 
 
 @dataclass(slots=True)
@@ -62,6 +68,7 @@ class _Touched:
     outs: list[Output] = field(default_factory=list)
     probe: bool = False  # a probe record arrived (the node is not quiet)
     persist: bool = False  # a state-based input changed the state: persist at once
+    watermark_ms: int = 0  # the node's event time before the batch
 
 
 class Joiner:
@@ -69,8 +76,13 @@ class Joiner:
                  nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender,
                  dead_letter: Callable[[Message, str], Awaitable[None]],
                  rebalancing: Callable[[], bool], on_error: Callable[[BaseException], Awaitable[None]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, future_skew_ms: int = 600_000,
+                 event_ms_of: Callable[[float], int] = int, stalled_after_s: float = 30.0) -> None:
         self.config = config
+        # A record's event time may be at most this far ahead of the broker's time of it (event_ms_of
+        # turns a record's timestamp into event time: the identity, or a simulated clock's).
+        self.future_skew_ms, self._event_ms_of = future_skew_ms, event_ms_of
+        self.stalled_after_s = stalled_after_s
         self.persist_interval_s = persist_interval_s
         self.metrics = metrics
         self.nodes, self.pods, self.marks = nodes, pods, marks
@@ -88,6 +100,12 @@ class Joiner:
         self.epoch = 0  # bumps on every rebalance: persists started before it are abandoned
         self.stopping = False
         self.processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> last offset handled
+        # Where an input partition ends on the broker, and where it was positioned when no record of it
+        # was handled yet (set by the app from its consumer); with them, whether each of a partition's
+        # streams is at its end, which the core's event-time alignment needs (core/watermark.py).
+        self.end_of: Callable[[str, int], int | None] = lambda topic, partition: None
+        self.start_of: Callable[[str, int], int | None] = lambda topic, partition: None
+        self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
         self._tasks: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------ events
@@ -125,6 +143,7 @@ class Joiner:
                     raise DecodeError("record has no value")
                 obj: NodeInput = codec.decode(topic, msg.value)
                 node = node_of(msg.key, obj)
+                self._plausible(obj, msg)
             except (DecodeError, Rejected) as e:
                 rejected.append((event, msg, str(e)))
                 continue
@@ -134,7 +153,9 @@ class Joiner:
             t = touched.get(node)
             if t is None:
                 slot = self._slot(node, msg.partition)
-                t = touched[node] = _Touched(slot, replace(slot.state.counters))
+                t = touched[node] = _Touched(slot, replace(slot.state.counters),
+                                             watermark_ms=slot.state.watermark_ms)
+                t.outs.extend(self._tell(slot, self._flags.get(slot.partition)))
             slot = t.slot
             state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
             mark = state_mark(slot.state) if state_input else None
@@ -162,6 +183,7 @@ class Joiner:
             t.outs.extend(outs)
             if state_input and state_mark(slot.state) != mark:
                 t.persist = True  # state-based inputs are persisted at once
+        self._mark_partitions({t.slot.partition for t in touched.values()}, touched)
         self.metrics.batches.inc()
         for topic_name, n in counts.items():
             self.metrics.events_in.labels(topic_name).inc(n)
@@ -176,6 +198,8 @@ class Joiner:
             self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
             if t.probe:
                 slot.last_probe = now
+                if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
+                    slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -238,6 +262,69 @@ class Joiner:
         self.metrics.nodes.set(len(self.slots))
         return slot
 
+    def _plausible(self, obj: NodeInput, msg: Message) -> None:
+        """Reject a record stamped further ahead of the broker's time of it than the allowed skew."""
+        stamped = getattr(msg, "timestamp", None)
+        if not stamped or self.future_skew_ms <= 0:
+            return
+        ahead = obj.meta.time_ms - self._event_ms_of(stamped * 1000.0)
+        if ahead > self.future_skew_ms:
+            self.metrics.future_records.inc()
+            raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
+                           f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
+
+    def stalled(self) -> list[str]:
+        """Nodes whose probe records keep arriving while their event time does not move."""
+        now = self._clock()
+        return sorted(s.node for s in self.slots.values()
+                      if s.advanced_at and s.last_probe - s.advanced_at > self.stalled_after_s
+                      and now - s.last_probe < self.stalled_after_s)
+
+    # ------------------------------------------------------------------ input alignment
+
+    def flags(self, partition: int) -> Flags:
+        """Whether each input stream of `partition` is at its end: every record up to the broker's end
+        offset handled (unknown ends count as not at the end, so a stream holds until told)."""
+        out = []
+        for topic, stream in STREAM_OF_TOPIC.items():
+            end = self.end_of(topic, partition)
+            done = self.processed.get((topic, partition))
+            position = done + 1 if done is not None else self.start_of(topic, partition)
+            out.append((stream, end is not None and position is not None and position >= end))
+        return tuple(out)
+
+    def _tell(self, slot: Slot, flags: Flags | None) -> list[Output]:
+        if not self.config.align or flags is None:
+            return []
+        return mark_inputs(slot.state, self.config, at_end=dict(flags))
+
+    def _mark_partitions(self, partitions: Iterable[int], touched: dict[str, _Touched] | None = None
+                         ) -> None:
+        """Tell the nodes of `partitions` where their streams stand, when that changed; the outputs the
+        core releases go with the batch's (`touched`) or out at once."""
+        if not self.config.align:
+            return
+        changed = {}
+        for p in partitions:
+            flags = self.flags(p)
+            if flags != self._flags.get(p):
+                self._flags[p] = changed[p] = flags
+        if not changed:
+            return
+        for slot in list(self.slots.values()):
+            told = changed.get(slot.partition)
+            if told is None:
+                continue
+            t = touched.get(slot.node) if touched is not None else None
+            before = slot.state.counters if t is not None else replace(slot.state.counters)
+            outs = self._tell(slot, told)
+            if t is not None:
+                t.outs.extend(outs)
+            elif outs or before != slot.state.counters:
+                slot.dirty = True
+                self.metrics.count_engine(before, slot.state.counters, redelivered=False)
+                self._emit(slot, outs)
+
     # ------------------------------------------------------------------ outputs
 
     def _fresh(self, slot: Slot, outs: Iterable[Output]) -> list[Output]:
@@ -283,6 +370,7 @@ class Joiner:
         """Release the samples of nodes that went quiet, end replays, persist what is due."""
         if self.stopping or self._rebalancing():
             return
+        self._mark_partitions({slot.partition for slot in self.slots.values()})
         now = self._clock()
         quiet_after = 2 * self.config.lateness_ms / 1000.0
         for slot in list(self.slots.values()):
@@ -357,6 +445,7 @@ class Joiner:
         self.epoch += 1
         self.slots.clear()
         self.processed.clear()
+        self._flags.clear()
         self.metrics.nodes.set(0)
 
     async def on_revoked(self, timeout_s: float) -> None:

@@ -72,6 +72,26 @@ class JoinerMetrics:
         self.duplicates = Counter(
             "periscope_joiner_duplicate_events", "Input events recognised as duplicates", registry=r
         )
+        self.future_records = Counter(
+            "periscope_joiner_future_records",
+            "Input records dead-lettered for an event time too far ahead of their broker timestamp",
+            registry=r,
+        )
+        self.stalled_nodes = Gauge(
+            "periscope_joiner_stalled_nodes",
+            "Nodes whose probe records keep arriving while their event time does not move",
+            registry=r,
+        )
+        self.input_stalls = Counter(
+            "periscope_joiner_input_stalls",
+            "Times a node's input stream fell silent past PERISCOPE_MAX_HOLD and stopped holding the others",
+            registry=r,
+        )
+        self.unaligned = Counter(
+            "periscope_joiner_unaligned_samples",
+            "Samples and XIDs joined before every input stream of their node was read through their time",
+            registry=r,
+        )
         self.redelivered = Counter(
             "periscope_joiner_redelivered_events",
             "Input events seen again after a restart or rebalance (already in the recovered state)",
@@ -109,6 +129,8 @@ class JoinerMetrics:
             (self.duplicates, after.duplicates - before.duplicates),
             (self.unattributed, after.unattributed_samples - before.unattributed_samples),
             (self.ambiguous, after.ambiguous_joins - before.ambiguous_joins),
+            (self.input_stalls, after.input_stalls - before.input_stalls),
+            (self.unaligned, after.unaligned - before.unaligned),
         ):
             if delta > 0:
                 counter.inc(delta)

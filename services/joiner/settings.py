@@ -6,14 +6,16 @@ attribution knobs (windows, idle detection, lateness, heartbeat) become the pure
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from periscope.clock import clock_from_setting
 from periscope.config import ServiceSettings, seconds
 from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
+from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
 
 
 def _ms(seconds: float) -> int:
@@ -27,6 +29,17 @@ class JoinerSettings(ServiceSettings):
     idle_window: float = 600.0  # a row is idle when its average utilization over this span ...
     idle_threshold: float = Field(default=5.0, ge=0.0, le=100.0)  # ... stays below this percentage
     lateness: float = 1.0  # how far behind a node's newest probe event a sample may arrive
+    # Event-time alignment across a node's input topics (periscope/core/watermark.py): a sample or an
+    # XID is joined only once the node's other inputs were read through its time or are at their end.
+    # `all` joins in event-time order whatever the delivery (live outputs equal replay's); `owners` waits
+    # for allocations and pods only; `off` joins on arrival (a lagging worker names wrong owners).
+    align: Literal["all", "owners", "off"] = "all"
+    max_hold: float = 600.0  # an input stream silent this long (event time) stops holding the others
+    # A record whose event time is further ahead of the broker's time of the record is dead-lettered: one
+    # record stamped years ahead would otherwise move its node's event time so far that every real
+    # sample after it looks late. The broker's time is read through `clock` (see periscope.clock).
+    future_skew: float = 600.0
+    clock: str = "wall"  # "wall", or "sim:<origin_ms>:<speed>" under `periscope up` (a faster simulation)
     # An unchanged pod attribution or GPU state is published again after this much event time (changes
     # beyond the core's thresholds, ownership and closed windows are published at once).
     heartbeat: float = Field(default=5.0, ge=0.0)
@@ -44,13 +57,14 @@ class JoinerSettings(ServiceSettings):
 
     @field_validator(
         "window", "window_keep", "idle_window", "lateness", "heartbeat", "state_persist_interval",
-        "session_timeout", "stale_after", mode="before",
+        "session_timeout", "stale_after", "max_hold", "future_skew", mode="before",
     )
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return seconds(value)
 
-    @field_validator("window", "window_keep", "idle_window", "state_persist_interval")
+    @field_validator("window", "window_keep", "idle_window", "state_persist_interval", "max_hold",
+                     "future_skew")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
@@ -69,6 +83,12 @@ class JoinerSettings(ServiceSettings):
     def _session(cls, value: float) -> float:
         if value < 1:
             raise ValueError("must be at least 1s")
+        return value
+
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        clock_from_setting(value)  # raises ValueError naming the bad part
         return value
 
     @field_validator("app_id")
@@ -97,4 +117,6 @@ class JoinerSettings(ServiceSettings):
             ),
             lateness_ms=_ms(self.lateness),
             changes=ChangeConfig(heartbeat_ms=_ms(self.heartbeat)),
+            align={"all": ALL_STREAMS, "owners": OWNER_STREAMS, "off": frozenset()}[self.align],
+            max_hold_ms=_ms(self.max_hold),
         )

@@ -82,15 +82,24 @@ class ProgressWatch:
     def positions(self) -> Iterator[tuple[TP, int, int | None]]:
         """(partition, end offset on the broker, next offset this worker will process if known)."""
         for tp in assigned_inputs(self.app):
-            try:
-                fetched = self.app.consumer.highwater(tp)  # from fetch responses: no request of its own
-            except Exception:
-                fetched = None
-            end = max(fetched if fetched is not None else -1, self.ends.get(tp, -1))
-            if end < 0:
+            end = self.end_of(tp.topic, tp.partition)  # from fetch responses, and asked where exact
+            if end is None:
                 continue
             done = self.joiner.processed.get((tp.topic, tp.partition))
             yield tp, end, done + 1 if done is not None else self.start.get(tp)
+
+    def end_of(self, topic: str, partition: int) -> int | None:
+        """The partition's end offset as last known (fetch responses, or asked), None when unknown."""
+        tp = TP(topic, partition)
+        try:
+            fetched = self.app.consumer.highwater(tp)
+        except Exception:  # not assigned (any more), or no consumer yet
+            fetched = None
+        end = max(fetched if fetched is not None else -1, self.ends.get(tp, -1))
+        return end if end >= 0 else None
+
+    def start_of(self, topic: str, partition: int) -> int | None:
+        return self.start.get(TP(topic, partition))
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         for tp, end, position in self.positions():

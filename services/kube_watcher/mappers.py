@@ -23,7 +23,15 @@ from periscope.core.model import (
     PodInfo,
     PolicyEvent,
 )
-from periscope.core.policy import DAEMONSET_COMPONENT, GPU_PRESENT_LABEL, OPERANDS
+from periscope.core.policy import (
+    CLUSTER_POLICY,
+    DAEMONSET_COMPONENT,
+    GPU_PRESENT_LABEL,
+    GPUCLUSTER,
+    OPERANDS,
+    Operand,
+    operands_of,
+)
 
 Obj = Mapping[str, Any]
 ClaimIndex = Mapping[tuple[str, str], Obj]  # (namespace, name) -> ResourceClaim
@@ -93,6 +101,20 @@ def strip_container_id(raw: Any) -> str:
     return text.split("://", 1)[1] if "://" in text else text
 
 
+# containerID schemes (ContainerStatus.containerID "<type>://<container_id>", the CRI runtime's name).
+_RUNTIMES = {"containerd": "containerd", "cri-o": "crio", "docker": "docker"}
+
+
+def container_runtime(raw: Any) -> str:
+    """The runtime a containerID names: containerd, crio, docker (cri-dockerd), another scheme as is,
+    or "" before the container started."""
+    text = _str(raw)
+    if "://" not in text:
+        return ""
+    scheme = text.split("://", 1)[0]
+    return _RUNTIMES.get(scheme, scheme)
+
+
 def _resources(container: Obj, field: str) -> dict[str, str]:
     return {str(k): _str(v) for k, v in _dict(_dict(container.get("resources")).get(field)).items()}
 
@@ -152,9 +174,11 @@ def _extended(resources: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 def _container(c: Obj, statuses: Mapping[str, Obj], init: bool) -> ContainerInfo:
     name = _str(c.get("name"))
     claims = tuple(_str(_dict(x).get("name")) for x in _list(_dict(c.get("resources")).get("claims")))
+    raw_id = _dict(statuses.get(name)).get("containerID")
     return ContainerInfo(
         name=name,
-        container_id=strip_container_id(_dict(statuses.get(name)).get("containerID")),
+        container_id=strip_container_id(raw_id),
+        runtime=container_runtime(raw_id),
         requests=_extended(_resources(c, "requests")),
         limits=_extended(_resources(c, "limits")),
         claims=claims,
@@ -195,10 +219,23 @@ def pod_claim_names(pod: Obj) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
+def _admin_requests(claim: Obj) -> set[str]:
+    """Names of the requests asking for admin access: `exactly.adminAccess` in v1/v1beta2, the request's
+    own `adminAccess` in v1beta1 (firstAvailable subrequests have none)."""
+    requests = _list(_dict(_dict(claim.get("spec")).get("devices")).get("requests"))
+    return {
+        _str(r.get("name"))
+        for r in (_dict(x) for x in requests)
+        if r.get("adminAccess") is True or _dict(r.get("exactly")).get("adminAccess") is True
+    }
+
+
 def claim_devices(claim: Obj) -> tuple[ClaimDevice, ...]:
-    """The devices allocated to a ResourceClaim (status.allocation.devices.results)."""
+    """The devices allocated to a ResourceClaim (status.allocation.devices.results), each with its
+    adminAccess: the result's echo, else (an apiserver that does not echo it) the request's."""
     name = _str(_dict(claim.get("metadata")).get("name"))
     results = _dict(_dict(_dict(claim.get("status")).get("allocation")).get("devices")).get("results")
+    admin = _admin_requests(claim)
     return tuple(
         ClaimDevice(
             claim_name=name,
@@ -207,6 +244,10 @@ def claim_devices(claim: Obj) -> tuple[ClaimDevice, ...]:
             pool=_str(r.get("pool")),
             device=_str(r.get("device")),
             share_id=_str(r.get("shareID")),
+            admin_access=(
+                r["adminAccess"] if isinstance(r.get("adminAccess"), bool)
+                else _str(r.get("request")).split("/", 1)[0] in admin
+            ),
         )
         for r in (_dict(x) for x in _list(results))
     )
@@ -340,15 +381,17 @@ def operand_name(ds: Obj) -> str:
     return name
 
 
-def operand_statuses(daemonsets: Iterable[Obj]) -> tuple[OperandStatus, ...]:
-    """Every known operand (present or not), then any other DaemonSet in the operator namespace.
+def operand_statuses(
+    daemonsets: Iterable[Obj], table: tuple[Operand, ...] = OPERANDS
+) -> tuple[OperandStatus, ...]:
+    """Every operand of `table` (present or not), then any other DaemonSet in the operator namespace.
     An operand run as several DaemonSets (the driver, one per node pool) is reported as their sum."""
     by_name: dict[str, list[Obj]] = {}
     for d in daemonsets:
         by_name.setdefault(operand_name(d), []).append(d)
     names = [
-        *(o.daemonset for o in OPERANDS),
-        *sorted(n for n in by_name if n not in {o.daemonset for o in OPERANDS}),
+        *(o.daemonset for o in table),
+        *sorted(n for n in by_name if n not in {o.daemonset for o in table}),
     ]
     out: list[OperandStatus] = []
     for name in names:
@@ -375,6 +418,12 @@ def _error_condition(status: Obj) -> str:
     return ""
 
 
+def pick_gpucluster(crs: Iterable[Obj]) -> Obj | None:
+    """The GPUCluster in force: a singleton, which the CRD's validation names gpu-cluster."""
+    return min(crs, key=lambda c: (_str(_dict(c.get("metadata")).get("name")) != "gpu-cluster",
+                                   _str(_dict(c.get("metadata")).get("name"))), default=None)  # fmt: skip
+
+
 def policy_event(
     meta: Meta,
     *,
@@ -384,11 +433,22 @@ def policy_event(
     namespace: str,
     dra_available: bool,
     detail: str = "",
+    gpuclusters: Iterable[Obj] = (),
+    gpucluster_crd: str = "",
 ) -> PolicyEvent:
-    """One full PolicyEvent: the ClusterPolicy in force (if any), its component switches
-    (None = unset, Helm default) and the status of the operand DaemonSets."""
-    all_policies = list(policies)
+    """One full PolicyEvent: the ClusterPolicy or GPUCluster in force (if any), its component switches
+    (None = unset: the operator's own default, periscope.core.policy) and the status of the operand
+    DaemonSets. A cluster runs one or the other; the GPUCluster controller refuses to reconcile while a
+    ClusterPolicy exists, so with both the ClusterPolicy is in force."""
+    all_policies, all_clusters = list(policies), list(gpuclusters)
     chosen = pick_policy(all_policies) if crd == "installed" else None
+    kind = CLUSTER_POLICY
+    if chosen is None and gpucluster_crd == "installed":
+        chosen, kind = pick_gpucluster(all_clusters), GPUCLUSTER
+    elif chosen is not None and all_clusters and gpucluster_crd == "installed" and not detail:
+        other = _str(_dict(_dict(pick_gpucluster(all_clusters)).get("metadata")).get("name"))
+        detail = (f"GPUCluster {other} exists beside the ClusterPolicy; "
+                  "the operator reconciles only the latter")
     if chosen is None:
         return PolicyEvent(
             meta=meta,
@@ -397,6 +457,7 @@ def policy_event(
             operands=operand_statuses(daemonsets),
             detail=detail,
             dra_available=dra_available,
+            gpu_cluster_crd=gpucluster_crd,
         )
     md, spec, status = _dict(chosen.get("metadata")), _dict(chosen.get("spec")), _dict(chosen.get("status"))
     components = tuple(
@@ -406,7 +467,7 @@ def policy_event(
             if isinstance(v, Mapping)
         )
     )
-    if len(all_policies) > 1 and not detail:
+    if kind == CLUSTER_POLICY and len(all_policies) > 1 and not detail:
         detail = f"{len(all_policies)} ClusterPolicies; {md.get('name')} is in force"
     if not detail:
         detail = _error_condition(status)
@@ -417,7 +478,9 @@ def policy_event(
         state=_str(status.get("state")),
         namespace=_str(status.get("namespace")) or namespace,
         components=components,
-        operands=operand_statuses(daemonsets),
+        operands=operand_statuses(daemonsets, operands_of(kind)),
         detail=detail,
         dra_available=dra_available,
+        kind=kind,
+        gpu_cluster_crd=gpucluster_crd,
     )

@@ -22,6 +22,7 @@ from kubernetes import config as k8s_config
 from periscope.bus.retry import Backoff
 from periscope.bus.topics import Topic
 from periscope.logs import Trouble
+from services.kube_watcher.discovery import ServedVersion, dra_claims
 from services.kube_watcher.settings import WatcherSettings
 from services.kube_watcher.state import KINDS, ClusterState, Outgoing
 from services.kube_watcher.watch import Notification, ResourceWatch
@@ -64,6 +65,7 @@ class KubeWatcher:
             epoch=self.epoch, clock=clock, operator_namespace=settings.operator_namespace
         )
         self.watches: list[ResourceWatch] = []
+        self.claims_version: ServedVersion = dra_claims(self.client)
         self._threads: list[threading.Thread] = []
         self.published = 0
         self.publish_failures = 0
@@ -73,15 +75,15 @@ class KubeWatcher:
 
     def _build(self, notify: Callable[[Notification], None]) -> list[ResourceWatch]:
         core, apps = k8s.CoreV1Api(self.client), k8s.AppsV1Api(self.client)
-        custom, resource = k8s.CustomObjectsApi(self.client), k8s.ResourceV1Api(self.client)
+        custom = k8s.CustomObjectsApi(self.client)
         opts: dict[str, Any] = {
             "watch_timeout_s": max(1, int(self.settings.watch_timeout)),
             "unavailable_retry_s": self.settings.unavailable_retry,
+            "page_size": self.settings.list_page_size,
         }
         nodes = ResourceWatch("nodes", core.list_node, notify, **opts)
-        claims = ResourceWatch(
-            "resourceclaims", resource.list_resource_claim_for_all_namespaces, notify, **opts
-        )
+        # DRA claims in the newest resource.k8s.io version served (v1, v1beta2 on 1.33, v1beta1 on 1.32).
+        claims = ResourceWatch("resourceclaims", self.claims_version, notify, **opts)
         # Pods last: with GPU nodes and claims known, the first pod snapshot is already complete.
         pods = ResourceWatch(
             "pods", core.list_pod_for_all_namespaces, notify, after=(nodes.synced, claims.synced), **opts
@@ -92,13 +94,19 @@ class KubeWatcher:
             notify,
             **opts,
         )
+        gpuclusters = ResourceWatch(  # GPU Operator v26.7's DRA stack: one or the other is in use
+            "gpuclusters",
+            partial(custom.list_cluster_custom_object, "nvidia.com", "v1alpha1", "gpuclusters"),
+            notify,
+            **opts,
+        )
         daemonsets = ResourceWatch(
             "daemonsets",
             partial(apps.list_namespaced_daemon_set, self.settings.operator_namespace),
             notify,
             **opts,
         )
-        return [nodes, claims, pods, policies, daemonsets]
+        return [nodes, claims, pods, policies, gpuclusters, daemonsets]
 
     async def run(self, stop: asyncio.Event) -> None:
         """Watch and publish until `stop` is set."""
@@ -177,6 +185,7 @@ class KubeWatcher:
             "publishing": self.publishing_ok,
             "crd": self.state.crd,
             "dra_available": self.state.dra_available,
+            "dra_version": self.claims_version.group_version,  # "" while none is served
         }
         return self.state.synced and self.publishing_ok, body
 
@@ -194,7 +203,11 @@ class KubeWatcher:
             "# HELP periscope_watcher_tracked_pods GPU pods currently tracked.",
             "# TYPE periscope_watcher_tracked_pods gauge",
             f"periscope_watcher_tracked_pods {len(self.state.tracked)}",
+            "# HELP periscope_watcher_dra_api_info The resource.k8s.io version ResourceClaims are read in.",
+            "# TYPE periscope_watcher_dra_api_info gauge",
         ]
+        if self.claims_version.version:
+            lines.append(f'periscope_watcher_dra_api_info{{version="{self.claims_version.version}"}} 1')
         for name in ("lists", "watches", "events", "bookmarks", "expired", "errors"):
             lines += [
                 f"# HELP periscope_watcher_{name}_total Watch loop {name} per resource.",

@@ -25,6 +25,7 @@ class WatcherSettings(ServiceSettings):
     health_port: int = 9402
     watch_timeout: float = 300.0  # server-side timeoutSeconds of one watch request
     unavailable_retry: float = 30.0  # how often to look again for a missing CRD / API group
+    list_page_size: int = 500  # objects per page of a (re)list (limit/continue), as client-go's default
     clock: str = "wall"  # "wall" or "sim:<origin_ms>:<speed>" (simulated cluster)
 
     @field_validator("lease_duration", "lease_renew", "watch_timeout", "unavailable_retry", mode="before")
@@ -37,6 +38,13 @@ class WatcherSettings(ServiceSettings):
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("list_page_size")
+    @classmethod
+    def _page(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError("must be at least 1")
         return value
 
     @field_validator("health_port")

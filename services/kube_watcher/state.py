@@ -25,7 +25,7 @@ SOURCE = "kube_watcher"
 POLICY_KEY = "cluster"
 Obj = dict[str, Any]
 _BLANK = Meta(node="", source="", epoch=0, seq=0, time_ms=0)
-KINDS = ("nodes", "resourceclaims", "pods", "clusterpolicies", "daemonsets")
+KINDS = ("nodes", "resourceclaims", "pods", "clusterpolicies", "gpuclusters", "daemonsets")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +50,11 @@ class ClusterState:
         self._node_sent: dict[str, NodeEvent] = {}
         self.claims: dict[tuple[str, str], Obj] = {}
         self.policies: dict[str, Obj] = {}
+        self.gpuclusters: dict[str, Obj] = {}
         self.daemonsets: dict[str, Obj] = {}
         self.crd = ""  # installed | not-installed | error; "" until the first answer
+        self.gpucluster_crd = ""  # the same for gpuclusters.nvidia.com (GPU Operator v26.7's DRA stack)
+        self._gpucluster_detail = ""
         self.dra_available: bool | None = None
         self._policy_detail = ""
         self._daemonsets_known = False
@@ -208,6 +211,27 @@ class ClusterState:
                 self.crd, self._policy_detail = "error", f"listing ClusterPolicies: {note.detail}"
         return self._policy_out()
 
+    def _on_gpuclusters(self, note: Notification) -> list[Outgoing]:
+        """Watched beside ClusterPolicies: a cluster runs one or the other (mappers.policy_event)."""
+        if isinstance(note, Listed):
+            self.gpuclusters = {_ns_name(o)[1]: o for o in note.items}
+            self.gpucluster_crd, self._gpucluster_detail = "installed", ""
+        elif isinstance(note, Changed):
+            name = _ns_name(note.obj)[1]
+            if note.type == "DELETED":
+                self.gpuclusters.pop(name, None)
+            else:
+                self.gpuclusters[name] = note.obj
+            self.gpucluster_crd, self._gpucluster_detail = "installed", ""
+        elif isinstance(note, Unavailable):
+            self.gpuclusters = {}
+            if note.status == 404:
+                self.gpucluster_crd, self._gpucluster_detail = "not-installed", ""
+            else:
+                self.gpucluster_crd = "error"
+                self._gpucluster_detail = f"listing GPUClusters: {note.detail}"
+        return self._policy_out()
+
     def _on_daemonsets(self, note: Notification) -> list[Outgoing]:
         if isinstance(note, Listed):
             self.daemonsets = {_ns_name(o)[1]: o for o in note.items}
@@ -222,7 +246,8 @@ class ClusterState:
 
     def _policy_out(self) -> list[Outgoing]:
         # One complete picture, not three partial ones at start-up.
-        if not self.crd or not self._daemonsets_known or self.dra_available is None:
+        answered = self.crd and self.gpucluster_crd and self._daemonsets_known
+        if not answered or self.dra_available is None:
             return []
         event = mappers.policy_event(
             _BLANK,
@@ -231,7 +256,9 @@ class ClusterState:
             daemonsets=self.daemonsets.values(),
             namespace=self.operator_namespace,
             dra_available=self.dra_available,
-            detail=self._policy_detail,
+            detail=self._policy_detail or self._gpucluster_detail,
+            gpuclusters=self.gpuclusters.values(),
+            gpucluster_crd=self.gpucluster_crd,
         )
         if self.last_policy is not None and dataclasses.replace(self.last_policy, meta=_BLANK) == event:
             return []

@@ -58,6 +58,7 @@ Notification = Listed | Changed | Unavailable
 @dataclass(slots=True)
 class WatchStats:
     lists: int = 0
+    pages: int = 0  # list requests: a list of many objects comes in pages of `page_size`
     watches: int = 0
     events: int = 0
     bookmarks: int = 0
@@ -159,6 +160,7 @@ class ResourceWatch:
                 data = json.loads(resp.data)
             finally:
                 resp.release_conn()
+            self.stats.pages += 1
             items += [_trim(o) for o in data.get("items") or ()]
             meta = data.get("metadata") or {}
             token = meta.get("continue")

@@ -5,7 +5,10 @@ device (and per NUMA node), so devices of one resource are merged, in order, wit
 Kubelet device IDs pass through unchanged (`GPU-...::N`, `MIG-...`); the core resolves them. DRA
 devices are named by their driver; for the NVIDIA driver the probe resolves the name to NVML UUIDs
 from its own inventory (facts: `gpu-<minor>`, `gpu-<minor>-mig-<giProfileId>-<start>-<size>` in
-v25.3-v25.8, `gpu-<minor>-mig-<profile>-<giProfileId>-<start>` from v25.12).
+v25.3-v25.8, `gpu-<minor>-mig-<profile>-<giProfileId>-<start>` from v25.12). A MIG name is matched as
+the driver's own parser reads it (NewMigSpecTupleFromCanonicalName): by (parent minor, GI profile ID,
+placement start), never by its profile text, which the driver squeezes to DNS form (dots dropped, `+`
+turned into `-`: Blackwell's `1g.24gb+me` and `1g.24gb-me` both read `1g24gb-me`).
 """
 
 from __future__ import annotations
@@ -54,12 +57,8 @@ def resolve_dra_device(device: str, inventory: NvmlInventory) -> tuple[str, ...]
         hit = find(lambda p: p.profile_id == int(middle) and p.start == a and p.size == b)
         if hit:
             return hit
-    # v25.12 form: <profile without dots>-<giProfileId>-<placementStart>
-    return find(
-        lambda p: (
-            p.profile_id == a and p.start == b and (not p.profile or p.profile.replace(".", "") == middle)
-        )
-    )
+    # v25.12 form: <profile, DNS-squeezed>-<giProfileId>-<placementStart>; the text is not compared
+    return find(lambda p: p.profile_id == a and p.start == b)
 
 
 def podresources_entries(

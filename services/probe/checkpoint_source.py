@@ -5,17 +5,22 @@ device plugin yet, or a kubelet that moved on) or corrupt (a torn write, a forei
 case is reported as the `checkpoint` source's health and yields no entries, so the snapshot carries
 PodResources data alone. A checksum that does not match is treated as the kubelet treats it: the
 file is not trusted. The file is parsed again only when its stat identity changes.
+
+Each entry carries its AllocResp's NVIDIA_VISIBLE_DEVICES (what the container was given): for HAMi's
+virtual devices that names the card, which the device IDs may not (periscope.core.allocation).
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from periscope.core.model import AllocationEntry, AllocSource, SourceHealth
-from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint
+from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint, read_checkpoint_file
 from services.probe.allocations import is_gpu_resource
 
 _Stamp = tuple[int, int, int, int]
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
 class CheckpointSource:
@@ -59,12 +64,13 @@ class CheckpointSource:
     def _parse(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
         self.parses += 1
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = read_checkpoint_file(self.path)  # bounded: see MAX_CHECKPOINT_BYTES
         except FileNotFoundError:
             return (), SourceHealth("checkpoint", "absent", f"{self.path} does not exist")
         except OSError as e:
             return (), SourceHealth("checkpoint", "error", f"{self.path}: {e.strerror or e}")
+        except CheckpointError as e:
+            return (), SourceHealth("checkpoint", "corrupt", str(e))
         try:
             cp = parse_checkpoint(data)
         except CheckpointError as e:
@@ -78,9 +84,16 @@ class CheckpointSource:
                 resource=e.resource,
                 device_ids=e.device_ids,
                 pod_uid=e.pod_uid,
+                visible_devices=_visible(e.alloc),
             )
             for e in cp.entries
             if is_gpu_resource(e.resource) and e.device_ids
         )
         checksum = {True: "checksum ok", None: "checksum not verified"}[cp.checksum_ok]
         return entries, SourceHealth("checkpoint", "ok", f"{cp.format}, {checksum}")
+
+
+def _visible(alloc: dict[str, Any] | None) -> tuple[str, ...]:
+    envs = (alloc or {}).get("envs") or {}
+    raw = str(envs.get(VISIBLE_DEVICES_ENV, ""))
+    return tuple(v.strip() for v in raw.split(",") if v.strip())

@@ -16,12 +16,16 @@ from typing import Any
 
 from periscope.core.cgroup import CgroupInfo, parse_cgroup
 from services.probe.doctor import Check
+from services.probe.mig_profiles import PRIVILEGE_FIX
 from services.probe.nvml import NvmlBackend, NvmlInventory, NvmlUnavailable
 from services.probe.xid import XidWatcher
 
 _COMPUTE_MODES = {0: "DEFAULT", 1: "EXCLUSIVE_THREAD", 2: "PROHIBITED", 3: "EXCLUSIVE_PROCESS"}
 _MPS_PROCESSES = ("nvidia-cuda-mps-server", "nvidia-cuda-mps-control")
 _SCAN_LIMIT = 4096  # /proc entries read when looking for a daemon or a pod process
+# Processes only the host's PID namespace shows (comm, cut to 15 characters by the kernel).
+_HOST_DAEMONS = frozenset({"kubelet", "kubelite", "k3s-agent", "k3s-server", "k0s", "containerd", "crio",
+                           "dockerd", "cri-dockerd"})  # fmt: skip
 _RUNTIME_FIX = (
     "run the probe with the NVIDIA runtime (runtimeClassName: nvidia or the toolkit's CDI spec) so "
     "libnvidia-ml.so.1 and /dev/nvidia* reach it; on the host, `nvidia-smi` must work"
@@ -103,14 +107,18 @@ def _mig_check(inv: NvmlInventory) -> Check:
         if not g.mig_devices:
             empty.append(g.index)
     detail = f"MIG on {len(on)}/{len(inv.gpus)} GPUs; " + "; ".join(parts)
+    fixes = []
     if empty:
-        return Check(
-            "nvml.mig",
-            "warn",
-            detail,
+        fixes.append(
             "create MIG instances (nvidia.com/mig.config label with the MIG manager) or disable MIG on GPUs "
-            + ", ".join(map(str, empty)),
+            + ", ".join(map(str, empty))
         )
+    if inv.placement_denied:  # NVML: nvmlDeviceGetGpuInstanceById "Requires privileged user"
+        detail += (f"; GPU-instance placement unreadable ({inv.placement_denied}): DRA MIG devices cannot be "
+                   "resolved and profile names come from device names")  # fmt: skip
+        fixes.append(PRIVILEGE_FIX)
+    if fixes:
+        return Check("nvml.mig", "warn", detail, "; ".join(fixes))
     return Check("nvml.mig", "ok", detail)
 
 
@@ -274,13 +282,51 @@ def _hostpid_check(root: Path, gpu_pids: set[int]) -> Check:
         if len(visible) < len(gpu_pids):
             return Check("procfs.hostpid", "warn", detail, fix + " (or a process just ended: run again)")
         return Check("procfs.hostpid", "ok", detail)
+    evidence = _host_evidence(root)
+    if evidence:
+        return Check("procfs.hostpid", "ok", f"{evidence} (no GPU process to cross-check)")
+    return Check(
+        "procfs.hostpid",
+        "warn",
+        f"no host-only process in {root}: neither the kubelet nor a container runtime, and PID 1 is not the "
+        "host's init (every PID namespace has a PID 1)",
+        fix,
+    )
+
+
+def _host_evidence(root: Path) -> str:
+    """What in `root` only the host's PID namespace shows ("" when nothing does): the kubelet or a
+    container runtime, or a PID 1 that is no container's (outside every pod, at the cgroup root or
+    init.scope, or above our cgroup namespace, and not in our own cgroup)."""
     for d in _pid_dirs(root):
-        info = _cgroup(d)
-        if d.name == "1" or (info is not None and info.pod_uid is None and "kubepods" not in info.path):
-            return Check(
-                "procfs.hostpid", "ok", f"host processes visible in {root} (no GPU process to cross-check)"
-            )
-    return Check("procfs.hostpid", "warn", f"only container processes visible in {root}", fix)
+        comm = _comm(d)
+        if comm in _HOST_DAEMONS:
+            return f"host processes visible in {root}: {comm} (pid {d.name})"
+    init = _cgroup(root / "1")
+    if init is None or init.pod_uid is not None or "kubepods" in init.path:
+        return ""
+    at_root = init.path in ("/", "/init.scope") or "/.." in init.path
+    try:
+        ours = (root / "self" / "cgroup").read_text()
+    except OSError:
+        ours = None  # a host /proc mounted elsewhere has no "self" for us
+    mine = ours is not None and init == _parse(ours)
+    if ours is None and init.path == "/":
+        return ""  # a container's own PID 1 in a private cgroup namespace reads "/" too
+    if at_root and not mine:
+        return f"host processes visible in {root}: PID 1 is the host's init (cgroup {init.path})"
+    return ""
+
+
+def _parse(text: str) -> CgroupInfo | None:
+    try:
+        return parse_cgroup(text)
+    except ValueError:
+        return None
+
+
+def _runtime_text(runtime: str | None) -> str:
+    return runtime if runtime and runtime != "unknown" else "runtime unknown"
 
 
 def _cgroup_check(root: Path, gpu_pids: set[int]) -> Check:
@@ -299,7 +345,8 @@ def _cgroup_check(root: Path, gpu_pids: set[int]) -> Check:
         )
     mapped = [i for i in infos if i.pod_uid]
     versions = sorted({f"v{i.version}" for i in infos})
-    layouts = sorted({f"{i.runtime or 'unknown runtime'} ({i.driver or 'unknown'} driver)" for i in mapped})
+    # cgroupfs leaves containerd and cri-dockerd the same path: "runtime unknown" there, not a guess
+    layouts = sorted({f"{_runtime_text(i.runtime)} ({i.driver or 'unknown'} driver)" for i in mapped})
     detail = f"cgroup {'/'.join(versions)}; {len(mapped)}/{len(infos)} {what} map to pods"
     if layouts:
         detail += "; " + ", ".join(layouts)

@@ -132,8 +132,12 @@ class AllocationReader:
         # The kubelet fills dynamic_resources only with KubeletPodResourcesDynamicResources on; that gate
         # went beta together with KubeletPodResourcesGet, so Get's state is the best available hint.
         if any(e.source is AllocSource.DRA for e in entries):
-            unresolved = sum(1 for e in entries if e.source is AllocSource.DRA and not e.device_ids)
-            return SourceHealth("dra", "ok", f"{unresolved} unresolved devices" if unresolved else "")
+            bad = sorted({e.device for e in entries if e.source is AllocSource.DRA and not e.device_ids})
+            if bad:  # their rows say unresolved; this says which, and the nvml/mig health why
+                shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+                why = f"{len(bad)} DRA devices not resolved to NVML devices: {shown}"
+                return SourceHealth("dra", "error", why)
+            return SourceHealth("dra", "ok", "")
         if get_mode == "enabled":
             return SourceHealth("dra", "ok", "no claims")
         return SourceHealth("dra", "disabled", f"PodResources Get {get_mode}; dynamic_resources likely off")

@@ -22,12 +22,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from periscope.core.model import DeviceSample, GpuInfo, MigDeviceInfo, MigRef, ProcessSample
+from periscope.core.model import DeviceSample, GpuInfo, MigDeviceInfo, MigRef, ProcessSample, SourceHealth
+from services.probe.mig_profiles import PRIVILEGE_FIX, MigProfiles
 from services.probe.procfs import ProcIdentity
 
 _MIB = 1024.0 * 1024.0
 _NO_INSTANCE = 0xFFFFFFFF
-_PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+[a-z]+)?)", re.IGNORECASE)
+# Only when NVML's profile tables give no name (services.probe.mig_profiles): the MIG device's name,
+# "NVIDIA B200 MIG 1c.2g.45gb+me", carries it too.
+_PROFILE = re.compile(r"((?:\d+c\.)?\d+g\.\d+gb(?:[+-][a-z]+(?:\.[a-z]+)?)?)", re.IGNORECASE)
 # The MPS control server: listed by the driver as a compute process of every GPU it serves.
 MPS_SERVER = "nvidia-cuda-mps-server"
 _COMM_LEN = 15  # TASK_COMM_LEN - 1
@@ -49,11 +52,12 @@ class MigPlacement:
 
     uuid: str
     parent_uuid: str
-    parent_minor: int
+    parent_minor: int | None
     profile: str
     profile_id: int | None
     start: int | None
     size: int | None
+    denied: str = ""  # why the placement is unknown when NVML refused it (requires privileged user)
 
 
 @dataclass
@@ -70,6 +74,7 @@ class NvmlInventory:
     cuda_driver_version: str = ""
     placements: tuple[MigPlacement, ...] = ()
     errors: tuple[str, ...] = ()
+    placement_denied: str = ""  # why GPU-instance placement could not be read ("" when it could)
 
     def mig_ref(self, parent_uuid: str, gi: int, ci: int) -> MigRef | None:
         for g in self.gpus:
@@ -104,6 +109,7 @@ class NvmlBackend:
         self._lock = threading.Lock()
         self._gpus: list[_Gpu] = []
         self._last_seen: dict[str, int] = {}  # per GPU: newest per-process sample timestamp (µs)
+        self.profiles = MigProfiles(nvml)
         self.inventory = NvmlInventory(gpus=())
 
     def _is(self, e: BaseException, name: str) -> bool:
@@ -155,15 +161,19 @@ class NvmlBackend:
             gpus.append(gpu)
         with self._lock:
             self._gpus = gpus
+        denied = next((p.denied for p in placements if p.denied), "")
         self.inventory = NvmlInventory(
-            tuple(g.info for g in gpus), driver, cuda, tuple(placements), tuple(errors)
+            tuple(g.info for g in gpus), driver, cuda, tuple(placements), tuple(errors), denied
         )
         return self.inventory
 
     def _describe(self, index: int, handle: Any, placements: list[MigPlacement]) -> _Gpu:
         nv = self.nvml
         uuid = _text(nv.nvmlDeviceGetUUID(handle))
-        minor = self._opt("nvmlDeviceGetMinorNumber", handle)
+        try:  # GKE IDs and NVIDIA DRA names use the minor: unknown stays unknown, never the index
+            minor = self._opt("nvmlDeviceGetMinorNumber", handle)
+        except nv.NVMLError:
+            minor = None
         pci = self._opt("nvmlDeviceGetPciInfo", handle)
         mode = self._opt("nvmlDeviceGetMigMode", handle)
         mig_enabled = bool(mode and int(mode[0]) == nv.NVML_DEVICE_MIG_ENABLE)
@@ -180,7 +190,7 @@ class NvmlBackend:
                 index=index,
                 model=_text(nv.nvmlDeviceGetName(handle)),
                 memory_mib=(mem.total / _MIB) if mem else 0.0,
-                minor=int(minor) if minor is not None else index,
+                minor=int(minor) if minor is not None else None,
                 mig_enabled=mig_enabled,
                 pci_bus_id=_text(pci.busId) if pci is not None else "",
                 lost=lost,
@@ -203,23 +213,19 @@ class NvmlBackend:
         nv = self.nvml
         uuid = _text(nv.nvmlDeviceGetUUID(mh))
         gi, ci = int(nv.nvmlDeviceGetGpuInstanceId(mh)), int(nv.nvmlDeviceGetComputeInstanceId(mh))
-        m = _PROFILE.search(_text(self._opt("nvmlDeviceGetName", mh) or ""))
         mem = self._opt("nvmlDeviceGetMemoryInfo", mh)
-        profile_id = start = size = None
-        try:  # GPU-instance placement: needed to resolve DRA MIG device names
-            gi_info = nv.nvmlGpuInstanceGetInfo(nv.nvmlDeviceGetGpuInstanceById(handle, gi))
-            profile_id, start, size = (
-                int(gi_info.profileId),
-                int(gi_info.placement.start),
-                int(gi_info.placement.size),
-            )
-        except (nv.NVMLError, AttributeError):
-            pass
-        profile = m.group(1) if m else ""
+        # Placement (DRA MIG names carry it) and the profile's name, from NVML's profile tables.
+        where = self.profiles.placement(parent.uuid, handle, gi, ci)
+        profile = where.profile
+        if not profile:
+            m = _PROFILE.search(_text(self._opt("nvmlDeviceGetName", mh) or ""))
+            profile = m.group(1) if m else ""
         info = MigDeviceInfo(
             uuid=uuid, profile=profile, gi=gi, ci=ci, memory_mib=(mem.total / _MIB) if mem else 0.0
         )
-        return info, MigPlacement(uuid, parent.uuid, parent.minor, profile, profile_id, start, size)
+        placement = MigPlacement(uuid, parent.uuid, parent.minor, profile, where.profile_id, where.start,
+                                 where.size, where.denied)  # fmt: skip
+        return info, placement
 
     # ------------------------------------------------------------------ sampling
 
@@ -436,6 +442,19 @@ class NvmlBackend:
             acc.setdefault(int(s.pid), []).append((float(s.smUtil), float(s.memUtil)))
             self._last_seen[uuid] = max(self._last_seen.get(uuid, 0), int(s.timeStamp))
         return {pid: (sum(a for a, _ in v) / len(v), sum(b for _, b in v) / len(v)) for pid, v in acc.items()}
+
+    def mig_health(self) -> SourceHealth | None:
+        """The `mig` source: on a node with MIG on, whether GPU-instance placement (what DRA MIG names
+        and NVML's profile names need) could be read. None without MIG."""
+        inv = self.inventory
+        if not any(g.mig_enabled for g in inv.gpus):
+            return None
+        if inv.placement_denied:
+            why = f"GPU-instance placement unreadable: {inv.placement_denied}"
+            return SourceHealth(
+                "mig", "unavailable", f"{why}; DRA MIG devices cannot be resolved; fix: {PRIVILEGE_FIX}"
+            )
+        return SourceHealth("mig", "ok", "")
 
     def handles(self) -> list[Any]:
         """Handles of the physical GPUs (for event registration)."""

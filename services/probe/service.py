@@ -8,7 +8,8 @@ Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thre
   otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
   when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
-- DeviceInventory at start and whenever the hardware or a source's health changes.
+- DeviceInventory at start, whenever the hardware or a source's health changes, and at least every
+  PERISCOPE_INVENTORY_INTERVAL (1h) all the same (the API checks GPU states against it).
 Every event carries EventMeta(node, "probe/<node>", epoch = start time, seq), and its time is the
 wall clock read once at sampling: `clock` is the only clock read for event time (injectable).
 """
@@ -112,6 +113,7 @@ class Probe:
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
         self._last_inventory: tuple[Any, ...] | None = None
+        self._last_inventory_at = 0.0
         self._last_health: tuple[SourceHealth, ...] = ()
         self._last_snapshot: tuple[Any, ...] | None = None
         self._last_snapshot_at = 0.0
@@ -129,7 +131,8 @@ class Probe:
         self.outbox.put(Outgoing(kind, topic, self.node, value))
 
     def health(self) -> tuple[SourceHealth, ...]:
-        return (*self.allocations.health(), self.nvml_health, self.procs.health())
+        mig = self.nvml.mig_health()
+        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health())
 
     def _publish_inventory(self, force: bool = False) -> None:
         inv, health = self.nvml.inventory, self.health()
@@ -142,9 +145,10 @@ class Probe:
         if health != self._last_health:  # the gauges only move when a source's health does
             self._last_health = health
             self.metrics.set_health(health)
-        if not force and key == self._last_inventory:
+        due = time.monotonic() - self._last_inventory_at >= self.settings.inventory_interval
+        if not force and not due and key == self._last_inventory:
             return
-        self._last_inventory = key
+        self._last_inventory, self._last_inventory_at = key, time.monotonic()
         self._put(
             Kind.INVENTORY,
             topics.INVENTORY,

@@ -25,6 +25,9 @@ class ProbeSettings(ServiceSettings):
     proc_root: str = "/proc"
     tick: float = 1.0
     allocation_interval: float = 5.0
+    # The inventory is republished at least this often even when nothing changed: the API believes GPU
+    # states only of GPUs an inventory on the topic reported, so one must stay within its retention.
+    inventory_interval: float = 3600.0
     # How often PodResources `List` is asked when nothing signals a change (the checkpoint file changed,
     # the socket was replaced, the checkpoint is unusable, a call failed). Unset: twice the tick, at most
     # allocation_interval. It bounds how late a pod's end or a DRA claim shows in the snapshot.
@@ -40,12 +43,13 @@ class ProbeSettings(ServiceSettings):
     # Event-time source: "wall", or "sim:<origin_ms>:<speed>" when a simulated cluster runs faster.
     clock: str = "wall"
 
-    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", mode="before")
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval",
+                     mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return seconds(value)
 
-    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after")
+    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval")
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:

@@ -70,8 +70,6 @@ def test_each_user_reads_only_what_it_may() -> None:
     ("args", "message"),
     [
         ((), "--api-auth: scenario demo has no user with cluster: true"),
-        (("--scenario", "tenants", "--truth", "t.jsonl"),
-         "--api-auth: --truth samples the API without a token; use one or the other"),
     ],
 )
 def test_api_auth_bad_combinations_exit_2_with_one_line(args: tuple[str, ...], message: str) -> None:

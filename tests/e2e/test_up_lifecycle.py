@@ -206,3 +206,23 @@ def test_port_in_use_is_named() -> None:
     assert proc.stderr == (
         f"periscope: --api-port {port}: 127.0.0.1:{port} is already in use (choose another, or 0 for any)\n"
     )
+
+
+def test_broker_kafka_without_its_toolchain_is_one_line_naming_what_is_missing(tmp_path: Path) -> None:
+    """No java: one line naming it, exit 2, nothing started. Java but no mvn and nothing cached yet:
+    one line naming mvn."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    base = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    for path, missing in ((str(bin_dir), "needs java on PATH"), (None, "needs mvn on PATH")):
+        if path is None:  # java only
+            java = shutil.which("java")
+            if java is None:
+                pytest.skip("no java here to leave on PATH")
+            (bin_dir / "java").symlink_to(java)
+            path = str(bin_dir)
+        proc = subprocess.run(periscope("up", "--broker", "kafka", "--api-port", "0", "--broker-port", "0"),
+                              capture_output=True, text=True, timeout=30, env={**base, "PATH": path})
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith("periscope: --broker kafka: ") and missing in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and "apt-get install" in proc.stderr

@@ -20,7 +20,17 @@ from periscope.bus import topics as t
 from periscope.bus.clients import Kafka
 from periscope.bus.codec import decode_dead_letter
 from periscope.bus.producer import Publisher
-from periscope.core.model import Finding, MigRef, MigState, NodeEvent, PolicyEvent, XidRef
+from periscope.core.model import (
+    DeviceInventory,
+    Finding,
+    GpuInfo,
+    MigDeviceInfo,
+    MigRef,
+    MigState,
+    NodeEvent,
+    PolicyEvent,
+    XidRef,
+)
 from services.api.server import ApiServer
 from services.api.settings import ApiSettings
 from tests.kafka_tier import settings_of
@@ -30,7 +40,8 @@ from tests.unit.test_api_samples import MIN, T0, gpu, idle_windows, meta, owner,
 @asynccontextmanager
 async def running_api(kafka: Kafka, unique: str) -> AsyncIterator[tuple[ApiServer, httpx.AsyncClient]]:
     settings = ApiSettings(
-        api_port=0, **settings_of(kafka), api_group_prefix=f"test-api-{unique}-", log_level="warning"
+        api_port=0, **settings_of(kafka), api_group_prefix=f"test-api-{unique}-", log_level="warning",
+        api_future_skew="2h",  # the policies below are stamped an hour ahead, to be the newest
     )
     server = ApiServer(settings)
     url = await server.start()
@@ -134,7 +145,14 @@ async def produce_cluster(kafka: Kafka, unique: str) -> None:
         namespace="gpu-operator",
         components=(("dcgmExporter", False),),
     )
+    # The probe's inventory: the API believes GPU states only of GPUs some inventory reported.
+    inventory = DeviceInventory(meta(T0 - 60 * MIN, node), (
+        GpuInfo(i["gpu"], 0, "NVIDIA A100-SXM4-80GB"),
+        GpuInfo(i["gpu_b"], 1, "NVIDIA A100-SXM4-80GB", mig_enabled=True,
+                mig_devices=(MigDeviceInfo(i["mig"], "1g.10gb", 1, 0),)),
+    ))
     async with Publisher(kafka, f"test-{unique}") as p:
+        await p.send(t.INVENTORY, node, inventory)
         for c in closing:
             await p.send(t.ATTRIBUTION, i["uid"], c)
         await p.send(t.ATTRIBUTION, i["uid"], closing[-2])  # at-least-once: a window sent again

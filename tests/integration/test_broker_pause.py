@@ -26,7 +26,16 @@ import pytest
 from periscope.bus import topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.producer import Publisher
-from periscope.core.model import AllocationSnapshot, NodeTelemetry, Output, PodEvent, XidEvent
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    GpuInfo,
+    Meta,
+    NodeTelemetry,
+    Output,
+    PodEvent,
+    XidEvent,
+)
 from periscope.devkit.embedded import EmbeddedBroker
 from periscope.sim.apiserver import FakeApiServer
 from periscope.sim.nvml import add_xid, write_nvml_state
@@ -194,6 +203,10 @@ async def api_view_moves_again(tmp_path: Path) -> None:
             while not stop.is_set():
                 try:
                     async with Publisher(kafka, "api-paused", request_timeout_ms=5000) as pub:
+                        # The probe's inventory: the API believes GPU states of reported GPUs only.
+                        inv = DeviceInventory(Meta("n-p", "probe/n-p", 1, 1, int(time.time() * 1000)),
+                                              (GpuInfo("GPU-p", 0),))
+                        await asyncio.wait_for(pub.send(topics.INVENTORY, "n-p", inv), 6)
                         while not stop.is_set():
                             now = int(time.time() * 1000)
                             await asyncio.wait_for(pub.send(topics.GPUS, "GPU-p", gpu("GPU-p", as_of=now)), 6)

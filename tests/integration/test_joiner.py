@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -744,3 +745,58 @@ async def test_a_worker_rides_out_an_apache_kafka_restart_with_its_log_directory
     assert log.latest() == reference(events)
     e = log.latest()["pod/" + nodes[0].uids["e"]]
     assert isinstance(e, PodAttribution) and e.rows[0].first_seen_ms == sample_time(0)
+
+
+async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_replay_gives(
+        tmp_path: Path, unique: str, broker_kind: str) -> None:
+    """A new consumer group starts on ten minutes of a churning cluster's input already on the topics:
+    Faust hands out every topic's records round-robin, so telemetry and XIDs arrive ahead of the
+    allocations and pods of their time. With event-time alignment no GPU record names an owner the pure
+    core (what replay gives) would not name at that time, and every XID names its owner at the error."""
+    from periscope.replay.synthetic import ClusterSpec, timeline
+
+    spec = ClusterSpec(nodes=4, gpus_per_node=4, duration_ms=600_000, pod_lifetime_ms=120_000, gap_ms=5000,
+                       xid_every_ms=45_000, idle_every=0, seed=7)
+    events = list(timeline(spec))
+    async with fresh_broker(broker_kind, tmp_path) as kafka:
+        async with Publisher(kafka, "test-probe", linger_ms=20) as pub:
+            for topic, run in itertools.groupby(events, key=lambda e: e[0]):
+                await pub.send_many(topic, [(_node(ev), ev) for _, ev in run])
+        async with OutputLog(kafka) as log:
+            with workers(Worker(kafka, f"joiner-backlog-{unique}", tmp_path, "w")) as (w,):
+                await w.ready()
+                last = spec.start_ms + (spec.ticks - 1) * spec.tick_ms
+                await log.wait_for("every GPU's state at the last tick", lambda lg: all(
+                    isinstance(g := lg.latest().get("gpu/" + u), GpuState) and g.as_of_ms >= last - 10 * S
+                    for u in _gpus(spec)), timeout=120)
+                await asyncio.sleep(1.0)
+                assert w.stop() == 0
+    ref = reference_outputs([(t, ev) for t, ev in events])
+    by_gpu: dict[str, list[GpuState]] = {}
+    for o in ref:
+        if isinstance(o, GpuState):
+            by_gpu.setdefault(o.gpu_uuid, []).append(o)
+    live_gpus = [o for o in log.outputs() if isinstance(o, GpuState)]
+    assert len(live_gpus) > 100
+    wrong = []
+    for o in live_gpus:
+        refs = [r for r in by_gpu[o.gpu_uuid] if r.as_of_ms <= o.as_of_ms]
+        want = {x.pod_uid for x in refs[-1].owners} if refs else set()
+        if {x.pod_uid for x in o.owners} != want:
+            wrong.append((o.gpu_uuid, o.as_of_ms, sorted(x.pod_uid for x in o.owners), sorted(want)))
+    assert wrong == [], f"{len(wrong)} of {len(live_gpus)} GPU records name other owners: {wrong[:3]}"
+    xids = sorted((f.key, f.at_ms, tuple(x.pod_uid for x in f.owners)) for f in log.outputs()
+                  if isinstance(f, Finding) and f.kind == "xid-owner")
+    want_xids = sorted((f.key, f.at_ms, tuple(x.pod_uid for x in f.owners)) for f in ref
+                       if isinstance(f, Finding) and f.kind == "xid-owner")
+    assert xids and set(xids) == set(want_xids)
+
+
+def _node(ev: NodeInput) -> str:
+    return ev.name if isinstance(ev, NodeEvent) else ev.meta.node
+
+
+def _gpus(spec: Any) -> list[str]:
+    from periscope.replay.synthetic import gpu_uuid
+
+    return [gpu_uuid(n, g) for n in range(spec.nodes) for g in range(spec.gpus_per_node)]

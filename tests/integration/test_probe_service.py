@@ -322,6 +322,7 @@ async def test_allocations_from_both_sources_resolve_to_inventory(
         "checkpoint": "ok",
         "dra": "ok",
         "nvml": "ok",
+        "mig": "ok",  # a MIG node: GPU-instance placement was readable
         "procfs": "ok",
     }
     assert inv.driver_version == "550.54.15"
@@ -646,3 +647,28 @@ async def test_unchanged_allocations_are_asked_and_resent_on_their_periods(
     assert 1 <= lists <= 3.0 / 0.5 + 1  # not once per tick (15 ticks)
     assert 1 <= len(resent) <= 3.0 / 1.0 + 1  # the unchanged snapshot, once per allocation_interval
     assert shrunk_at - ended_at < 3.0
+
+
+async def test_the_inventory_is_republished_unchanged_every_interval(
+    broker: Kafka, node: Node, collector: Collector
+) -> None:
+    # The API believes GPU states only of GPUs an inventory on the topic reported: an unchanged node
+    # must not let its inventory age out of the topic's retention.
+    probe = Probe(node.settings(broker, inventory_interval=0.5))
+    await probe.start()
+    try:
+        await collector.wait(lambda: len(collector.of(DeviceInventory)) >= 4, timeout=15)
+    finally:
+        await probe.stop()
+    same = [(i.gpus, i.health) for i in collector.of(DeviceInventory)]
+    assert any(a == b for a, b in itertools.pairwise(same))  # republished without a change
+    quiet = Probe(node.settings(broker))  # the default (1h): at start, then only on change
+    await quiet.start()
+    try:
+        await asyncio.sleep(2.0)
+    finally:
+        await quiet.stop()
+    await asyncio.sleep(0.5)
+    sent = [(i.gpus, i.health) for i in collector.of(DeviceInventory) if i.meta.epoch == quiet.epoch]
+    # Only what start-up sends (the first inventory and its health settling), nothing by the clock.
+    assert 1 <= len(sent) <= 2

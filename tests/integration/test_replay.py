@@ -35,9 +35,10 @@ from periscope.core.model import (
     XidEvent,
 )
 from periscope.replay.owners import owners_at, owners_with_stats
+from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import read_inputs
 from periscope.replay.render import output_json, rfc3339
-from periscope.replay.runner import ReadPlan, ReplayConfig, output_filter, replay_events
+from periscope.replay.runner import ReplayConfig, output_filter, replay_events
 from periscope.replay.settings import ReplaySettings
 from tests.unit.core_builders import alloc, ck, dev, gpu, inventory, pod, pr, tel, uid
 from tests.unit.test_replay_owners import XID_TIMES, item_owners, owners_of, relocate, reuse_scenario
@@ -168,6 +169,26 @@ def test_range_replay_matches_the_offline_replay_and_skips_a_bad_record(
                             "--from", rfc3339(lo), "--to", rfc3339(hi),
                        "--node", node, "--gpu", gpu(1), "--quiet")
     assert code == 0 and uid(3) in out and uid(1) not in out  # table output
+
+
+def test_workers_print_the_document_one_process_prints(
+        broker: Kafka, unique: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Several nodes in the range (no --node): replayed side by side, the same bytes as in one process."""
+    base = BASE + 20_000 * S
+    nodes = [f"replay-par-{unique}-{k}" for k in "cab"]
+    for node in nodes:
+        asyncio.run(publish(broker, node, reuse_scenario(node, base)))
+    lo, hi = base + 10 * S, base + 110 * S
+    outs: dict[str, str] = {}
+    for workers in ("1", "2", "3"):
+        code, out, err = cli(capsys, "--bootstrap", broker.bootstrap, "--from", rfc3339(lo),
+                             "--to", rfc3339(hi), "--format", "json", "--quiet", "--workers", workers)
+        assert code == 0, err
+        outs[workers] = out
+    assert outs["2"] == outs["1"] and outs["3"] == outs["1"]
+    items = json.loads(outs["1"])["items"]
+    assert {i["node"] for i in items} >= set(nodes)
+    assert [i["at"] for i in items] == sorted(i["at"] for i in items)
 
 
 async def test_start_offsets_are_found_by_event_time_not_the_time_index(any_broker: Kafka, unique: str

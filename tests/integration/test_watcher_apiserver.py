@@ -82,6 +82,9 @@ def test_watch_replays_from_a_version_and_sends_bookmarks(server: FakeApiServer)
     since = first["metadata"]["resourceVersion"]
     server.upsert("nodes", {"metadata": {"name": "gpu-a"}})  # another kind: not in the pod stream
     server.upsert("pods", pod("a", "uid-2"))  # recreated under the same name
+    # As the real watch cache, a bookmark only carries the client past changes it does not see: here
+    # a node changed after the last pod event.
+    threading.Timer(0.3, lambda: server.upsert("nodes", {"metadata": {"name": "gpu-b"}})).start()
     events = watch(server, "/api/v1/pods", 3, resourceVersion=since, allowWatchBookmarks="true")
     assert [(e["type"], e["object"]["metadata"]["uid"]) for e in events[:2]] == [
         ("DELETED", "uid-1"),
@@ -90,13 +93,16 @@ def test_watch_replays_from_a_version_and_sends_bookmarks(server: FakeApiServer)
     versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert versions == sorted(versions) and events[2]["type"] == "BOOKMARK"
     assert events[2]["object"]["metadata"]["resourceVersion"] == str(server.resource_version)
+    assert int(events[2]["object"]["metadata"]["resourceVersion"]) > versions[1]
 
 
 def test_watch_without_version_starts_with_the_current_state(server: FakeApiServer) -> None:
     server.upsert("pods", pod("a"))
     threading.Timer(0.3, lambda: server.delete("pods", "ml", "a")).start()
-    events = watch(server, "/api/v1/pods", 2)
-    assert [e["type"] for e in events] == ["ADDED", "DELETED"]
+    events = watch(server, "/api/v1/pods", 3)
+    # A pod is deleted as on the real apiserver: stamped for deletion (MODIFIED), then removed.
+    assert [e["type"] for e in events] == ["ADDED", "MODIFIED", "DELETED"]
+    assert events[1]["object"]["metadata"]["deletionTimestamp"]
 
 
 def test_expired_version_is_410(server: FakeApiServer) -> None:

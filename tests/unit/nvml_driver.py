@@ -32,6 +32,11 @@ NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE_ulonglong
 _copies = itertools.count()
 
 
+def _v(arg: Any) -> int:
+    """An argument pynvml passes either as a plain int or as a ctypes value."""
+    return int(getattr(arg, "value", arg))
+
+
 @dataclass
 class Proc:
     pid: int
@@ -56,6 +61,10 @@ class Dev:
     ci: int = 0
     profile_id: int = 0
     placement: tuple[int, int] = (0, 1)
+    # MIG profile tables (GPU-instance profile of this MIG device): (index, name, slices); the compute
+    # instance's (index, id, name, slices). None: the driver has no such profile table answer.
+    gi_profile: tuple[int, str, int] | None = None
+    ci_profile: tuple[int, int, str, int] | None = None
     compute: list[Proc] = field(default_factory=list)
     mps: list[Proc] = field(default_factory=list)
     graphics: list[Proc] = field(default_factory=list)
@@ -107,7 +116,8 @@ class Driver:
             return None
 
     def _handle_for(self, dev: Dev, out: Any, struct_type: type) -> None:
-        key = id(dev)
+        # Device handles by device (events name them); a GPU/compute instance handle is its own object.
+        key: Any = id(dev) if struct_type is self.module.struct_c_nvmlDevice_t else (id(dev), struct_type)
         if key not in self._handles:
             self._handles[key] = struct_type()
             self._structs[ctypes.addressof(self._handles[key])] = (dev, self._handles[key])
@@ -281,6 +291,50 @@ class Driver:
         assert mig is not None
         ref._obj.id, ref._obj.profileId = mig.gi, mig.profile_id
         ref._obj.placement.start, ref._obj.placement.size = mig.placement
+        return SUCCESS
+
+    def _gi_profile(self, ref: Any, mig: Dev) -> int:
+        assert mig.gi_profile is not None and ref._obj.version == self.module.nvmlGpuInstanceProfileInfo_v2
+        _, name, slices = mig.gi_profile
+        ref._obj.id, ref._obj.sliceCount, ref._obj.name = mig.profile_id, slices, name.encode()
+        ref._obj.memorySizeMB = mig.total // 1024**2
+        return SUCCESS
+
+    def nvmlDeviceGetGpuInstanceProfileInfoByIdV(self, h: Any, profile_id: Any, ref: Any) -> int:
+        d = self._dev(h)
+        assert d is not None
+        mig = next((m for m in d.migs if m.gi_profile and m.profile_id == _v(profile_id)), None)
+        return self._gi_profile(ref, mig) if mig is not None else 2  # INVALID_ARGUMENT
+
+    def nvmlDeviceGetGpuInstanceProfileInfoV(self, h: Any, index: Any, ref: Any) -> int:
+        d = self._dev(h)
+        assert d is not None
+        mig = next((m for m in d.migs if m.gi_profile and m.gi_profile[0] == _v(index)), None)
+        return self._gi_profile(ref, mig) if mig is not None else NOT_SUPPORTED
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gi: Any, ci: Any, out: Any) -> int:
+        mig = self._dev(gi)
+        assert mig is not None
+        if mig.ci != _v(ci):
+            return NOT_FOUND
+        self._handle_for(mig, out, self.module.struct_c_nvmlComputeInstance_t)
+        return SUCCESS
+
+    def nvmlComputeInstanceGetInfo_v2(self, ci: Any, ref: Any) -> int:
+        mig = self._dev(ci)
+        assert mig is not None
+        if mig.ci_profile is None:
+            return NOT_SUPPORTED
+        ref._obj.id, ref._obj.profileId = mig.ci, mig.ci_profile[1]
+        return SUCCESS
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfoV(self, gi: Any, index: Any, eng: Any, ref: Any) -> int:
+        mig = self._dev(gi)
+        assert mig is not None and ref._obj.version == self.module.nvmlComputeInstanceProfileInfo_v2
+        if mig.ci_profile is None or mig.ci_profile[0] != _v(index):
+            return NOT_SUPPORTED
+        _, profile_id, name, slices = mig.ci_profile
+        ref._obj.id, ref._obj.sliceCount, ref._obj.name = profile_id, slices, name.encode()
         return SUCCESS
 
 

@@ -10,7 +10,7 @@ from aiokafka import ConsumerRecord
 from periscope.bus import codec
 from periscope.bus import topics as t
 from periscope.bus.clients import Kafka
-from periscope.core.model import Finding, NodeEvent
+from periscope.core.model import DeviceInventory, Finding, GpuInfo, NodeEvent
 from services.api.consumer import ViewConsumer
 from services.api.view import View
 from tests.unit.test_api_samples import GPU_A0, T0, gpu, meta, pod
@@ -21,8 +21,16 @@ def _record(topic: t.Topic, obj: object, offset: int = 0) -> ConsumerRecord[Any,
     return ConsumerRecord(topic.name, 0, offset, 0, 0, b"k", value, None, 1, len(value), ())
 
 
-async def _freshened(topic: t.Topic, obj: object) -> bool:
+def consumer() -> ViewConsumer:
+    """A consumer that has read the probe's inventory (the API believes GPU states of reported GPUs only)."""
     c = ViewConsumer(View(), Kafka("127.0.0.1:1"), dead_letters=False)
+    inventory = DeviceInventory(meta(T0 - 60_000, "gpu-a"), (GpuInfo(GPU_A0, 0),))
+    c.evidence.learn(inventory)
+    return c
+
+
+async def _freshened(topic: t.Topic, obj: object) -> bool:
+    c = consumer()
     await c._handle(_record(topic, obj))
     return c.status.newest_at is not None
 
@@ -35,7 +43,7 @@ async def test_each_kind_of_joiner_output_counts_as_fresh() -> None:
 
 
 async def test_a_repeat_is_not_news() -> None:
-    c = ViewConsumer(View(), Kafka("127.0.0.1:1"), dead_letters=False)
+    c = consumer()
     await c._handle(_record(t.GPUS, gpu(GPU_A0)))
     c.status.newest_at = None
     await c._handle(_record(t.GPUS, gpu(GPU_A0), 1))  # the same state delivered again

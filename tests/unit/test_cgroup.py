@@ -47,9 +47,9 @@ GOLDEN: list[tuple[str, str, dict[str, object]]] = [
     ("v2 systemd docker (cri-dockerd)", f"0::{SD_GUAR}/docker-{C}.scope\n",
      info(U, C, "guaranteed", "docker", "systemd", 2, f"{SD_GUAR}/docker-{C}.scope")),
     ("v2 cgroupfs containerd burstable", f"0::/kubepods/burstable/pod{U}/{C}\n",
-     info(U, C, "burstable", "containerd", "cgroupfs", 2, f"/kubepods/burstable/pod{U}/{C}")),
+     info(U, C, "burstable", "unknown", "cgroupfs", 2, f"/kubepods/burstable/pod{U}/{C}")),
     ("v2 cgroupfs containerd guaranteed", f"0::/kubepods/pod{U}/{C}\n",
-     info(U, C, "guaranteed", "containerd", "cgroupfs", 2, f"/kubepods/pod{U}/{C}")),
+     info(U, C, "guaranteed", "unknown", "cgroupfs", 2, f"/kubepods/pod{U}/{C}")),
     ("v2 cgroupfs crio besteffort", f"0::/kubepods/besteffort/pod{U}/crio-{C}\n",
      info(U, C, "besteffort", "crio", "cgroupfs", 2, f"/kubepods/besteffort/pod{U}/crio-{C}")),
     ("v2 cgroupfs crio + crun", f"0::/kubepods/besteffort/pod{U}/crio-{C}/container\n",
@@ -58,13 +58,13 @@ GOLDEN: list[tuple[str, str, dict[str, object]]] = [
      info(U, None, "guaranteed", "crio", "cgroupfs", 2, f"/kubepods/pod{U}/crio-conmon-{C}")),
     ("v2 pod level only", f"0::{SD_BURST}\n", info(U, None, "burstable", None, "systemd", 2, SD_BURST)),
     ("v2 sandbox container", f"0::/kubepods/burstable/pod{U}/{S}\n",
-     info(U, S, "burstable", "containerd", "cgroupfs", 2, f"/kubepods/burstable/pod{U}/{S}")),
+     info(U, S, "burstable", "unknown", "cgroupfs", 2, f"/kubepods/burstable/pod{U}/{S}")),
     ("v2 cgroup namespace, systemd",
      f"0::/../../kubepods-burstable-pod{u}.slice/cri-containerd-{C}.scope\n",
      info(U, C, "burstable", "containerd", "systemd", 2,
           f"/../../kubepods-burstable-pod{u}.slice/cri-containerd-{C}.scope")),
     ("v2 cgroup namespace hides the qos level (cgroupfs)", f"0::/../../pod{U}/{C}\n",
-     info(U, C, None, "containerd", "cgroupfs", 2, f"/../../pod{U}/{C}")),
+     info(U, C, None, "unknown", "cgroupfs", 2, f"/../../pod{U}/{C}")),
     ("v2 cgroup namespace: the container's own view", "0::/\n", info(None, None, None, None, None, 2, "/")),
     ("v2 workload's own child cgroups below the container",
      f"0::{SD_BURST}/cri-containerd-{C}.scope/init.scope\n",
@@ -89,20 +89,20 @@ GOLDEN: list[tuple[str, str, dict[str, object]]] = [
     ("v1 plain docker container (cgroupfs)", v1(f"/docker/{C}"),
      info(None, C, None, "docker", "cgroupfs", 1, f"/docker/{C}")),
     ("v1 cgroupfs containerd", v1(f"/kubepods/burstable/pod{U}/{C}"),
-     info(U, C, "burstable", "containerd", "cgroupfs", 1, f"/kubepods/burstable/pod{U}/{C}")),
+     info(U, C, "burstable", "unknown", "cgroupfs", 1, f"/kubepods/burstable/pod{U}/{C}")),
     ("v1 systemd crio", v1(f"{SD_GUAR}/crio-{C}.scope"),
      info(U, C, "guaranteed", "crio", "systemd", 1, f"{SD_GUAR}/crio-{C}.scope")),
     ("v1: the pod path is only on some lines",
      "12:rdma:/\n11:memory:/kubepods/besteffort/pod" + U + "/" + C + "\n1:name=systemd:/\n0::/\n",
-     info(U, C, "besteffort", "containerd", "cgroupfs", 1, f"/kubepods/besteffort/pod{U}/{C}")),
+     info(U, C, "besteffort", "unknown", "cgroupfs", 1, f"/kubepods/besteffort/pod{U}/{C}")),
     ("v1: prefer the line that also names the container",
      f"4:pids:/kubepods/pod{U}\n3:memory:/kubepods/pod{U}/{C}\n1:name=systemd:/kubepods/pod{U}\n",
-     info(U, C, "guaranteed", "containerd", "cgroupfs", 1, f"/kubepods/pod{U}/{C}")),
+     info(U, C, "guaranteed", "unknown", "cgroupfs", 1, f"/kubepods/pod{U}/{C}")),
     ("v1 host process",
      "12:memory:/system.slice/sshd.service\n1:name=systemd:/system.slice/sshd.service\n0::/\n",
      info(None, None, None, None, "systemd", 1, "/system.slice/sshd.service")),
     ("trailing blank lines", f"\n0::/kubepods/pod{U}/{C}\n\n",
-     info(U, C, "guaranteed", "containerd", "cgroupfs", 2, f"/kubepods/pod{U}/{C}")),
+     info(U, C, "guaranteed", "unknown", "cgroupfs", 2, f"/kubepods/pod{U}/{C}")),
 ]
 
 
@@ -156,7 +156,8 @@ def test_cgroup_path_matches_kubelet_layout_and_parses_back(
     assert written == path
     for version in (1, 2):
         parsed = parse_cgroup(cgroup_file(written, version))  # type: ignore[arg-type]
-        expected_runtime = "containerd" if (runtime, driver) == ("docker", "cgroupfs") else runtime
+        # cgroupfs: containerd and cri-dockerd write the same <pod>/<id>; only CRI-O's prefix tells
+        expected_runtime = "unknown" if driver == "cgroupfs" and runtime != "crio" else runtime
         assert parsed == CgroupInfo(U, C, qos, expected_runtime, driver, version, written)  # type: ignore[arg-type]
 
 

@@ -180,9 +180,11 @@ def test_device_id_json() -> None:
     assert json.loads(proc.stdout) == {
         "kind": "mig", "uuid": "MIG-GPU-8a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d/1/0", "replica": None,
         "parent_uuid": "GPU-8a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d", "gi": 1, "ci": 0, "index": None,
+        "minor": None,
     }  # fmt: skip
     gke = json.loads(run("inspect", "device-id", "nvidia0/gi1").stdout)
     assert gke["kind"] == "gke-mig" and gke["index"] == 0 and gke["gi"] == 1
+    assert gke["minor"] == 0  # GKE's number is the device minor
 
 
 @pytest.mark.parametrize("bad", ["bogus", "GPU-123::x", "nvidia0/gi"])

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from periscope.core.attribution import REPLICAS_LABEL, SHARING_LABEL
+from periscope.core.cgroup import parse_cgroup
 from periscope.core.model import ClaimDevice, Meta, OperandStatus
 from periscope.core.policy import policy_view
 from services.kube_watcher import mappers
@@ -91,6 +92,88 @@ def test_driver_from_nvidiadriver_crs_is_summed_over_node_pools() -> None:
     assert not any(name.startswith("nvidia-gpu-driver-") for name in ops)
     view = {c.name: c.status for c in policy_view(ev).components}
     assert view["driver"] == "degraded" and view["toolkit"] == "missing"
+
+
+def test_a_cluster_policy_that_leaves_enabled_unset_means_the_operators_defaults() -> None:
+    cp, *daemonsets = items("clusterpolicy-unset.yaml")
+    ev = mappers.policy_event(META, crd="installed", policies=[cp], daemonsets=daemonsets,
+                              namespace="gpu-operator", dra_available=False)  # fmt: skip
+    assert all(enabled is None for _, enabled in ev.components)
+    view = {c.name: (c.intended, c.status) for c in policy_view(ev).components}
+    assert view == {
+        "driver": ("default", "ok"), "toolkit": ("default", "ok"), "devicePlugin": ("default", "ok"),
+        "gfd": ("default", "ok"), "dcgmExporter": ("default", "ok"),
+        "dcgm": ("default", "ok"),  # IsEnabled(): nil is enabled; not "unexpected"
+        "validator": ("default", "ok"), "migManager": ("default", "ok"),
+        "nodeStatusExporter": ("default", "disabled-as-intended"),
+    }  # fmt: skip
+
+
+def gpucluster(cr: dict[str, Any] | None = None, policies: list[dict[str, Any]] | None = None) -> Any:
+    found, *daemonsets = items("gpucluster-dra-stack.yaml")
+    return mappers.policy_event(
+        META, crd="installed", policies=policies or [], daemonsets=daemonsets, namespace="gpu-operator",
+        dra_available=True, gpuclusters=[cr or found], gpucluster_crd="installed",
+    )  # fmt: skip
+
+
+def test_a_gpucluster_is_the_intent_when_no_cluster_policy_exists() -> None:
+    ev = gpucluster()
+    assert (ev.kind, ev.name, ev.state) == ("GPUCluster", "gpu-cluster", "notReady")
+    assert ev.namespace == "gpu-operator"
+    assert ev.detail == "OperandNotReady: Waiting for operand pods to be ready"
+    view = policy_view(ev)
+    assert view.cluster_policy is None and view.gpu_cluster == ("gpu-cluster", "notReady")
+    got = {c.name: (c.daemonset, c.intended, c.desired, c.ready, c.status) for c in view.components}
+    assert got == {
+        "draDriver": ("nvidia-dra-driver-kubelet-plugin", "default", 3, 3, "ok"),  # no switch: always
+        "dcgm": ("nvidia-dcgm-dra", "disabled", 0, 0, "disabled-as-intended"),
+        "dcgmExporter": ("nvidia-dcgm-exporter-dra", "enabled", 3, 2, "degraded"),
+        "validator": ("nvidia-dra-validator", "default", 3, 3, "ok"),
+    }  # fmt: skip
+    doc = view.to_json()
+    assert doc["gpu_cluster"] == {"name": "gpu-cluster", "state": "notReady"}
+    assert doc["cluster_policy"] is None
+    assert doc["gpu_cluster_crd"] == "installed"
+
+
+def test_gpucluster_defaults_are_its_controllers_not_the_cluster_policys() -> None:
+    cr, *_ = items("gpucluster-dra-stack.yaml")
+    spec = {k: v for k, v in cr["spec"].items() if k not in ("dcgm", "dcgmExporter")}
+    view = {c.name: c.status for c in policy_view(gpucluster({**cr, "spec": spec})).components}
+    # dcgmExporter absent: off (its pods run anyway: unexpected); dcgm absent: off, unlike ClusterPolicy's.
+    assert (view["dcgmExporter"], view["dcgm"]) == ("unexpected", "disabled-as-intended")
+    unset = {**spec, "dcgm": {"version": "4.5.2-1-ubuntu22.04"}, "dcgmExporter": {"version": "4.5.1"}}
+    view = {c.name: c.status for c in policy_view(gpucluster({**cr, "spec": unset})).components}
+    assert (view["dcgmExporter"], view["dcgm"]) == ("degraded", "disabled-as-intended")
+
+
+def test_with_both_crs_the_cluster_policy_is_in_force_and_the_detail_says_so() -> None:
+    ev = gpucluster(policies=[load("clusterpolicy-ready.yaml")])
+    assert (ev.kind, ev.name) == ("ClusterPolicy", "cluster-policy")
+    assert ev.detail == (
+        "GPUCluster gpu-cluster exists beside the ClusterPolicy; the operator reconciles only the latter"
+    )
+
+
+@pytest.mark.parametrize(("pod", "runtime"), [
+    ("train-c", "containerd"), ("train-o", "crio"), ("train-d", "docker"), ("train-p", ""),
+])  # fmt: skip
+def test_the_runtime_comes_from_the_container_id_scheme(pod: str, runtime: str) -> None:
+    obj = next(p for p in items("pods-container-ids.yaml") if p["metadata"]["name"] == pod)
+    [c] = mappers.pod_info(obj).containers
+    assert c.runtime == runtime
+    assert c.container_id == (obj["status"]["containerStatuses"][0].get("containerID", "").split("://")[-1])
+
+
+def test_a_cgroupfs_path_alone_cannot_tell_containerd_from_cri_dockerd() -> None:
+    cid = "2b4d747eae5ed34775c069d913c81833b67a0148e731a36535c9f3b97ebfb87f"
+    path = parse_cgroup(f"0::/kubepods/besteffort/pod1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d/{cid}\n")
+    assert (path.container_id, path.runtime, path.driver) == (cid, "unknown", "cgroupfs")
+    # Two pods with that very path shape, on containerd and on cri-dockerd: the watcher knows which.
+    runtimes = {p["metadata"]["name"]: mappers.pod_info(p).containers[0].runtime
+                for p in items("pods-container-ids.yaml")}  # fmt: skip
+    assert (runtimes["train-c"], runtimes["train-d"]) == ("containerd", "docker")
 
 
 CLAIMS = {

@@ -37,8 +37,8 @@ CORE_KINDS = {
     "Job", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "NetworkPolicy", "Secret",
 }
 # prometheus-operator kinds of deploy/monitoring: no schema is bundled, tests/unit/test_monitoring.py
-# checks them structurally.
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor"}
+# checks them structurally; Strimzi's KafkaUsers of components/kafka-acls: tests/unit/test_bus_edge.py.
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "KafkaUser"}
 WORKLOADS = {"DaemonSet", "Deployment", "StatefulSet", "Job"}
 PROBE = ("DaemonSet", "periscope-probe")
 MICROK8S_ROOT = "/var/snap/microk8s/common/var/lib/kubelet"
@@ -165,8 +165,13 @@ _RENDERERS: dict[str, Callable[[], list[Doc]]] = {
     "overlays/microk8s": lambda: _render(DEPLOY / "overlays" / "microk8s"),
     "components/k0s": lambda: _with_component("k0s"),
     "components/kafka-security": lambda: _with_component("kafka-security"),
+    "components/kafka-acls": lambda: _with_component("kafka-acls"),
     "components/leader-election": lambda: _with_component("leader-election"),
     "components/no-runtime-class": lambda: _with_component("no-runtime-class"),
+    "components/gke": lambda: _with_component("gke"),
+    "components/eks": lambda: _with_component("eks"),
+    "components/aks": lambda: _with_component("aks"),
+    "components/mig-monitor": lambda: _with_component("mig-monitor"),
     "monitoring": lambda: _apply_component(DEPLOY / "monitoring", _render(DEPLOY / "base")),
 }
 COMPONENT_FLAVOURS = {f for f in _RENDERERS if f.startswith("components/")} | {"monitoring"}
@@ -227,7 +232,10 @@ def test_every_kustomization_references_existing_parseable_files() -> None:
     listed = {
         (kdir / e).resolve() for kdir in kdirs for e in _kustomization(kdir).get("resources", [])
     }
+    chart = DEPLOY / "helm"  # the Helm chart (tests/unit/test_helm.py) is no kustomize input
     for manifest in DEPLOY.rglob("*.yaml"):  # nothing lies around unreferenced
+        if manifest.is_relative_to(chart):
+            continue
         assert manifest.name == "kustomization.yaml" or manifest.resolve() in listed, manifest
 
 
@@ -348,23 +356,77 @@ def test_every_pod_except_the_probe_meets_the_restricted_profile(flavour: str) -
             assert sc.get("privileged", False) is False and sc.get("runAsUser", 1) != 0, where
 
 
+def _gpu_nodes(*terms: Doc) -> Doc:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [t]} for t in terms]}}}  # fmt: skip
+
+
+# What each managed-cloud component changes on the probe, exactly (the sources are in each component):
+# the GPU-node selection, the RuntimeClass, extra env, host mounts, tolerations and privileges.
+GPU_PRESENT = {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}
+PLATFORM: dict[str, Doc] = {
+    "components/gke": {
+        "affinity": _gpu_nodes({"key": "cloud.google.com/gke-accelerator", "operator": "Exists"}),
+        "runtime_class": None, "env": {"LD_LIBRARY_PATH": "/usr/local/nvidia/lib64"},
+        "host": {"nvidia-install-dir": ({"path": "/home/kubernetes/bin/nvidia", "type": "Directory"},
+                                        "/usr/local/nvidia")},
+        "privileged": True,
+    },
+    "components/eks": {
+        "affinity": _gpu_nodes(
+            {"key": "eks.amazonaws.com/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+            {"key": "karpenter.k8s.aws/instance-gpu-manufacturer", "operator": "In", "values": ["nvidia"]},
+            GPU_PRESENT,
+        ),
+        "runtime_class": None,
+    },
+    "components/aks": {
+        "affinity": _gpu_nodes(
+            {"key": "kubernetes.azure.com/accelerator", "operator": "In", "values": ["nvidia"]}, GPU_PRESENT
+        ),
+        "runtime_class": None,
+        "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+    },
+    "components/no-runtime-class": {"runtime_class": None},
+    "components/mig-monitor": {"env": {"NVIDIA_MIG_MONITOR_DEVICES": "all"},
+                               "add_capabilities": ["SYS_ADMIN"]},
+}  # fmt: skip
+
+
+def test_every_component_is_rendered_and_documented() -> None:
+    components = {p.parent.name for p in (DEPLOY / "components").glob("*/kustomization.yaml")}
+    assert {f"components/{c}" for c in components} - {"components/microk8s"} <= set(_RENDERERS)
+    text = DOCS.read_text()
+    assert all(f"components/{c}" in text for c in components)
+
+
 @pytest.mark.parametrize("flavour", FLAVOURS)
 def test_the_probe_gets_only_what_it_needs(flavour: str) -> None:
     docs = _flavour(flavour)
     ds = _find(docs, *PROBE)
     assert ds["metadata"]["namespace"] == "periscope-node"
     pod = ds["spec"]["template"]["spec"]
+    platform = PLATFORM.get(flavour, {})
     assert pod["hostPID"] is True and not pod.get("hostNetwork") and not pod.get("hostIPC")
-    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    if "affinity" in platform:  # nodes without GPU Feature Discovery's label: the platform's own
+        assert "nodeSelector" not in pod and pod["affinity"] == platform["affinity"]
+    else:
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"} and "affinity" not in pod
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"},
+                                  *platform.get("tolerations", [])]  # fmt: skip
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod.get("runtimeClassName") == (None if flavour.endswith("no-runtime-class") else "nvidia")
+    assert pod.get("runtimeClassName") == platform.get("runtime_class", "nvidia")
     (c,) = pod["containers"]
     sc = c["securityContext"]
-    # uid 0 only for connect() on the root-owned socket; docs/deploy.md says so and why.
-    assert sc["runAsUser"] == 0 and sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
-    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+    # uid 0 only for connect() on the root-owned socket; docs/deploy.md says so and why. Privileged only
+    # where the platform injects no GPU device into a pod that requests none (GKE: docs/deploy.md).
+    privileged = platform.get("privileged", False)
+    assert sc["runAsUser"] == 0 and sc["privileged"] is privileged
+    assert sc["allowPrivilegeEscalation"] is privileged  # the apiserver rejects privileged without it
+    capabilities = {"drop": ["ALL"], **({"add": platform["add_capabilities"]} if "add_capabilities" in
+                                        platform else {})}  # fmt: skip
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == capabilities
     assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
     assert not any("gpu" in r for r in {**c["resources"]["limits"], **c["resources"]["requests"]})
     env = _env(c)
@@ -372,13 +434,20 @@ def test_the_probe_gets_only_what_it_needs(flavour: str) -> None:
     assert env["PERISCOPE_PROC_ROOT"]["value"] == "/proc"
     assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
     assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "utility"
+    for name, value in platform.get("env", {}).items():
+        assert env[name] == {"name": name, "value": value}
     root = {"overlays/microk8s": MICROK8S_ROOT, "components/k0s": K0S_ROOT}.get(flavour, "/var/lib/kubelet")
     assert env["PERISCOPE_KUBELET_ROOT"]["value"] == root
     host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    extra = platform.get("host", {})
     assert host == {
         "pod-resources": {"path": f"{root}/pod-resources", "type": "Directory"},
         "device-plugins": {"path": f"{root}/device-plugins", "type": "Directory"},
+        **{name: hp for name, (hp, _) in extra.items()},
     }
+    for name, (_, inside) in extra.items():  # the platform's driver directory, read-only
+        assert {"name": name, "mountPath": inside, "readOnly": True} in c["volumeMounts"]
+        host.pop(name)
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     for name, hp in host.items():  # mounted read-only where the probe looks for them
         assert mounts[name] == {"name": name, "mountPath": hp["path"], "readOnly": True}
@@ -399,13 +468,25 @@ def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None
     role = _find(docs, "ClusterRole", "periscope-kube-watcher")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
-        ("", "pods"), ("", "nodes"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
-        ("resource.k8s.io", "resourceclaims"),
+        ("", "pods"), ("", "nodes"), ("nvidia.com", "clusterpolicies"),
+        ("nvidia.com", "gpuclusters"), ("resource.k8s.io", "resourceclaims"),
     }
-    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
-    roles = [d for d in docs if d["kind"] == "Role"]
+    # What the watcher calls: list and watch (services/kube_watcher/service.py), never get.
+    assert all(rule["verbs"] == ["list", "watch"] for rule in role["rules"])
     watcher = _env(_find(docs, "Deployment", "periscope-kube-watcher")["spec"]["template"]["spec"]
                    ["containers"][0])
+    # The operand DaemonSets: in the GPU Operator's namespace only, the one the watcher is told.
+    operands = _find(docs, "Role", "periscope-kube-watcher-operands")
+    assert operands["metadata"]["namespace"] == watcher["PERISCOPE_OPERATOR_NAMESPACE"]["value"]
+    assert operands["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]}]
+    binding = _find(docs, "RoleBinding", "periscope-kube-watcher-operands")
+    assert binding["metadata"]["namespace"] == operands["metadata"]["namespace"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "periscope-kube-watcher-operands"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "periscope-kube-watcher", "namespace": "periscope"}]
+    roles = [d for d in docs if d["kind"] == "Role" and d is not operands]
     assert (watcher["PERISCOPE_LEADER_ELECTION"]["value"] == "true") == bool(roles)
     for r in roles:
         assert r["metadata"]["namespace"] == watcher["PERISCOPE_LEASE_NAMESPACE"]["value"]
@@ -441,6 +522,11 @@ def test_namespaces_carry_pod_security_labels_and_hold_the_right_things() -> Non
     assert labels["periscope"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert labels["periscope-node"]["pod-security.kubernetes.io/enforce"] == "privileged"
     namespaced = [d for d in docs if d["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}]
+    operator = {("Role", "periscope-kube-watcher-operands"),
+                ("RoleBinding", "periscope-kube-watcher-operands")}
+    assert {(d["kind"], d["metadata"]["name"]) for d in namespaced
+            if d["metadata"]["namespace"] == "gpu-operator"} == operator  # the operator's own namespace
+    namespaced = [d for d in namespaced if d["metadata"]["namespace"] != "gpu-operator"]
     assert {d["metadata"]["namespace"] for d in namespaced} == set(labels)
     node_side = {(d["kind"], d["metadata"]["name"]) for d in namespaced
                  if d["metadata"]["namespace"] == "periscope-node"}
@@ -476,8 +562,70 @@ def test_api_is_reachable_on_its_port_only() -> None:
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "https")]
     policy = _find(docs, "NetworkPolicy", "periscope-api")["spec"]
     assert policy["podSelector"]["matchLabels"] == svc["spec"]["selector"]
-    assert policy["policyTypes"] == ["Ingress"]
-    assert policy["ingress"] == [{"ports": [{"port": port, "protocol": "TCP"}]}]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    # Not from any pod: from namespaces, or pods, that are labelled for it.
+    access = {"periscope.io/api-access": "true"}
+    assert policy["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": access}},
+                 {"namespaceSelector": {}, "podSelector": {"matchLabels": access}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    }]
+
+
+DNS = {(53, "UDP"), (53, "TCP")}
+KAFKA = {(9092, "TCP")}
+APISERVER = {(443, "TCP"), (6443, "TCP"), (16443, "TCP")}
+# component -> (its pods' ingress ports, where it may connect to): nothing else, in either direction.
+TRAFFIC = {
+    "probe": ({9401}, DNS | KAFKA),
+    "kube-watcher": ({9402}, DNS | KAFKA | APISERVER),
+    "joiner": ({9403}, DNS | KAFKA),
+    "api": ({8080}, DNS | KAFKA | APISERVER),
+    "topics": (set(), DNS | KAFKA),
+}
+
+
+def _policy_ports(rules: list[Doc]) -> set[Any]:
+    return {(p["port"], p["protocol"]) for rule in rules for p in rule["ports"]}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_every_component_has_a_network_policy_for_both_directions(flavour: str) -> None:
+    docs = _flavour(flavour)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for workload, pod in _pods(docs):
+        labels = pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+        component = labels["app.kubernetes.io/component"]
+        mine = [p for p in policies if p["metadata"]["namespace"] == workload["metadata"]["namespace"]
+                and all(pod_labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+        assert len(mine) == 1, (flavour, workload["metadata"]["name"], len(mine))
+        spec = mine[0]["spec"]
+        assert spec["policyTypes"] == ["Ingress", "Egress"], component
+        if component == "kafka":
+            continue  # the overlay's own broker: test_kafka_takes_only_periscope_and_labelled_clients
+        ingress, egress = TRAFFIC[component]
+        assert {p for p, _ in _policy_ports(spec.get("ingress", []))} == ingress, component
+        assert _policy_ports(spec["egress"]) == egress, component
+        for rule in spec["egress"]:  # by port; the only destinations are outside these manifests
+            assert set(rule) == {"ports"}, component
+        if component != "api":  # the API names who may connect; the rest serve only health checks
+            assert all(set(rule) == {"ports"} for rule in spec.get("ingress", [])), component
+        for container in pod["containers"]:  # every port a container serves is one its policy admits
+            assert {p["containerPort"] for p in container.get("ports", [])} <= ingress, component
+
+
+def test_kafka_takes_only_periscope_and_labelled_clients() -> None:
+    spec = _find(_flavour("overlays/kafka-kraft"), "NetworkPolicy", "kafka")["spec"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": 9092, "protocol": "TCP"}]
+    ours = {"app.kubernetes.io/part-of": "periscope"}
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": ours}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "periscope-node"}},
+         "podSelector": {"matchLabels": ours}},
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"periscope.io/kafka-client": "true"}}},
+    ]
+    assert _policy_ports(spec["egress"]) == DNS | KAFKA
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -605,21 +753,31 @@ def test_kafka_security_component_mounts_the_secret_and_sets_the_variables() -> 
         {k.removeprefix("PERISCOPE_").lower(): v for k, v in maps[0]["data"].items()})
     assert all(m["data"] == maps[0]["data"] for m in maps)
     security = settings.kafka_security()
-    assert (security.protocol, security.mechanism, security.username) == (
-        "SASL_SSL", "SCRAM-SHA-512", "periscope")
+    assert (security.protocol, security.mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert "PERISCOPE_KAFKA_SASL_USERNAME" not in maps[0]["data"]  # each component names its own
     files = {security.cafile, security.password_file}
     assert all(f.startswith("/etc/periscope/kafka/") for f in files)
+    from periscope.bus.acls import SERVICES
+
+    principal = {"periscope-probe": "probe", "periscope-kube-watcher": "watcher",
+                 "periscope-joiner": "joiner", "periscope-api": "api", "periscope-topics": "admin"}
+    seen = set()
     for workload, pod in _pods(docs):
         where = workload["metadata"]["name"]
         assert any(e.get("configMapRef", {}).get("name") == "periscope-config"
                    for c in pod["containers"] for e in c.get("envFrom", [])), where
         (volume,) = [v for v in pod["volumes"] if v["name"] == "kafka-credentials"]
-        assert volume["secret"]["secretName"] == "periscope-kafka", where
+        # one principal per component: its own Secret, and its own name
+        assert volume["secret"]["secretName"] == f"periscope-kafka-{principal[where]}", where
         for c in pod["containers"]:
             (mount,) = [m for m in c["volumeMounts"] if m["name"] == "kafka-credentials"]
             # a directory mount (no subPath): a rotated Secret reaches the password file
             assert mount == {"name": "kafka-credentials", "mountPath": "/etc/periscope/kafka",
                              "readOnly": True}
+            user = _env(c)["PERISCOPE_KAFKA_SASL_USERNAME"]["value"]
+            assert user == f"periscope-{principal[where]}", where
+            seen.add(user)
         assert {"/etc/periscope/kafka/" + f.rsplit("/", 1)[1] for f in files} == files
+    assert seen == {f"periscope-{s}" for s in SERVICES}  # the principals the ACL table grants
     # no credential is shipped in the manifests
     assert not [d for d in docs if d["kind"] == "Secret"]

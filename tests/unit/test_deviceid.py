@@ -11,32 +11,39 @@ M = "d9a47cfb-1c2d-5e6f-7a8b-9c0d1e2f3a4b"
 
 GOLDEN: list[tuple[str, dict[str, object], str]] = [
     (f"GPU-{U}", {"kind": "gpu", "uuid": f"GPU-{U}", "replica": None, "parent_uuid": None,
-                  "gi": None, "ci": None, "index": None}, f"GPU-{U}"),
+                  "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U}"),
     (f"GPU-{U}::0", {"kind": "gpu", "uuid": f"GPU-{U}", "replica": 0, "parent_uuid": None,
-                     "gi": None, "ci": None, "index": None}, f"GPU-{U}"),
+                     "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U}"),
     (f"GPU-{U}::3", {"kind": "gpu", "uuid": f"GPU-{U}", "replica": 3, "parent_uuid": None,
-                     "gi": None, "ci": None, "index": None}, f"GPU-{U}"),
+                     "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U}"),
     (f"GPU-{U.upper()}", {"kind": "gpu", "uuid": f"GPU-{U.upper()}", "replica": None, "parent_uuid": None,
-                          "gi": None, "ci": None, "index": None}, f"GPU-{U.upper()}"),
+                          "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U.upper()}"),
     (f"MIG-{M}", {"kind": "mig", "uuid": f"MIG-{M}", "replica": None, "parent_uuid": None,
-                  "gi": None, "ci": None, "index": None}, f"MIG-{M}"),
+                  "gi": None, "ci": None, "index": None, "minor": None}, f"MIG-{M}"),
     (f"MIG-{M}::2", {"kind": "mig", "uuid": f"MIG-{M}", "replica": 2, "parent_uuid": None,
-                     "gi": None, "ci": None, "index": None}, f"MIG-{M}"),
+                     "gi": None, "ci": None, "index": None, "minor": None}, f"MIG-{M}"),
     (f"MIG-GPU-{U}/1/0", {"kind": "mig", "uuid": f"MIG-GPU-{U}/1/0", "replica": None,
-                          "parent_uuid": f"GPU-{U}", "gi": 1, "ci": 0, "index": None}, f"MIG-GPU-{U}/1/0"),
+                          "parent_uuid": f"GPU-{U}", "gi": 1, "ci": 0, "index": None, "minor": None},
+     f"MIG-GPU-{U}/1/0"),
     (f"MIG-GPU-{U}/13/2::4", {"kind": "mig", "uuid": f"MIG-GPU-{U}/13/2", "replica": 4,
-                              "parent_uuid": f"GPU-{U}", "gi": 13, "ci": 2, "index": None},
+                              "parent_uuid": f"GPU-{U}", "gi": 13, "ci": 2, "index": None, "minor": None},
      f"MIG-GPU-{U}/13/2"),
+    # HAMi's virtual devices: the card's UUID and a slot (pkg/device-plugin/.../rm/devices.go, "%v-%v").
+    (f"GPU-{U}-0", {"kind": "gpu", "uuid": f"GPU-{U}", "replica": 0, "parent_uuid": None,
+                    "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U}"),
+    (f"GPU-{U}-9", {"kind": "gpu", "uuid": f"GPU-{U}", "replica": 9, "parent_uuid": None,
+                    "gi": None, "ci": None, "index": None, "minor": None}, f"GPU-{U}"),
+    # GKE: the number is the device minor, not the NVML index (`index` is its older name in the JSON).
     ("nvidia0", {"kind": "gke-gpu", "uuid": None, "replica": None, "parent_uuid": None,
-                 "gi": None, "ci": None, "index": 0}, "nvidia0"),
+                 "gi": None, "ci": None, "index": 0, "minor": 0}, "nvidia0"),
     ("nvidia12", {"kind": "gke-gpu", "uuid": None, "replica": None, "parent_uuid": None,
-                  "gi": None, "ci": None, "index": 12}, "nvidia12"),
+                  "gi": None, "ci": None, "index": 12, "minor": 12}, "nvidia12"),
     ("nvidia0/gi1", {"kind": "gke-mig", "uuid": None, "replica": None, "parent_uuid": None,
-                     "gi": 1, "ci": None, "index": 0}, "nvidia0/gi1"),
+                     "gi": 1, "ci": None, "index": 0, "minor": 0}, "nvidia0/gi1"),
     ("nvidia0/vgpu3", {"kind": "gke-gpu", "uuid": None, "replica": 3, "parent_uuid": None,
-                       "gi": None, "ci": None, "index": 0}, "nvidia0"),
+                       "gi": None, "ci": None, "index": 0, "minor": 0}, "nvidia0"),
     ("nvidia1/gi2/vgpu0", {"kind": "gke-mig", "uuid": None, "replica": 0, "parent_uuid": None,
-                           "gi": 2, "ci": None, "index": 1}, "nvidia1/gi2"),
+                           "gi": 2, "ci": None, "index": 1, "minor": 1}, "nvidia1/gi2"),
 ]
 
 
@@ -44,7 +51,7 @@ GOLDEN: list[tuple[str, dict[str, object], str]] = [
 def test_golden(raw: str, expected: dict[str, object], base: str) -> None:
     parsed = parse_device_id(raw)
     assert parsed.to_json() == expected
-    assert list(parsed.to_json()) == ["kind", "uuid", "replica", "parent_uuid", "gi", "ci", "index"]
+    assert list(parsed.to_json()) == ["kind", "uuid", "replica", "parent_uuid", "gi", "ci", "index", "minor"]
     assert parsed.raw == raw
     assert parsed.base == base
 
@@ -77,6 +84,10 @@ GARBAGE = [
     f"GPU-{U}::01",
     f"GPU-{U}::1::2",
     f"GPU-{U}-extra",
+    f"GPU-{U}-01",
+    f"GPU-{U}--1",
+    f"GPU-{U}-3::1",
+    f"MIG-{M}-3",
     f"MIG-{M}x",
     f"MIG-GPU-{U}/1",
     f"MIG-GPU-{U}/1/0/2",

@@ -13,6 +13,7 @@ from periscope.cli.main import main
 from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.rows import RowConfig
+from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
 from services.joiner.app import create_app
 from services.joiner.cli import load_settings
 from services.joiner.settings import JoinerSettings
@@ -31,7 +32,9 @@ def test_defaults_are_the_documented_ones_and_make_the_default_engine() -> None:
     assert (s.window, s.window_keep, s.idle_window, s.idle_threshold) == (60.0, 3600.0, 600.0, 5.0)
     assert (s.lateness, s.state_persist_interval, s.kafka_profile) == (1.0, 5.0, "kafka")
     assert s.heartbeat == 5.0
-    assert s.engine_config() == EngineConfig()
+    # Joined in event-time order across the node's topics (live outputs equal replay's), by default.
+    assert s.engine_config() == EngineConfig(align=ALL_STREAMS)
+    assert (s.align, s.max_hold) == ("all", 600.0)
 
 
 @pytest.mark.parametrize(("profile", "wait_ms", "idempotent", "compression"), [
@@ -57,7 +60,7 @@ async def test_the_worker_clients_follow_the_broker_profile(profile: str, wait_m
 def test_environment_durations_become_the_engine_config(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"WINDOW": "30s", "WINDOW_KEEP": "2h", "IDLE_WINDOW": "5m", "IDLE_THRESHOLD": "2.5",
            "LATENESS": "500ms", "STATE_PERSIST_INTERVAL": "2", "WEB_PORT": "0", "APP_ID": "j-1",
-           "HEARTBEAT": "30s"}
+           "HEARTBEAT": "30s", "ALIGN": "owners", "MAX_HOLD": "2m"}
     for k, v in env.items():
         monkeypatch.setenv("PERISCOPE_" + k, v)
     s = JoinerSettings()
@@ -66,6 +69,8 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
                        idle_threshold_pct=2.5),
         lateness_ms=500,
         changes=ChangeConfig(heartbeat_ms=30_000),
+        align=OWNER_STREAMS,
+        max_hold_ms=120_000,
     )
     assert (s.state_persist_interval, s.web_port, s.app_id) == (2.0, 0, "j-1")
 
@@ -74,7 +79,7 @@ def test_environment_durations_become_the_engine_config(monkeypatch: pytest.Monk
     ("window", "0s"), ("window", "soon"), ("idle_threshold", 101), ("web_port", 70000),
     ("lateness", -1), ("state_persist_interval", "0"), ("session_timeout", "100ms"), ("app_id", "a b"),
     ("window_keep", "10s"), ("kafka_profile", "tansu"), ("heartbeat", "-1s"),
-    ("heartbeat", "often"),
+    ("heartbeat", "often"), ("align", "some"), ("max_hold", "0s"),
 ])
 def test_invalid_values_are_refused(field: str, value: Any) -> None:
     with pytest.raises(ValidationError):

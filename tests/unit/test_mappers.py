@@ -239,6 +239,7 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
                 ContainerInfo(
                     name="cuda",
                     container_id="a1b2c3",
+                    runtime="containerd",
                     requests=(("nvidia.com/gpu", "1"),),
                     limits=(("nvidia.com/gpu", "1"),),
                 ),
@@ -265,6 +266,7 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
                 ContainerInfo(
                     name="cuda",
                     container_id="d4e5f6",
+                    runtime="crio",
                     requests=(("nvidia.com/gpu", "1"),),
                     limits=(("nvidia.com/gpu", "1"),),
                 ),
@@ -310,7 +312,8 @@ POD_CASES: list[tuple[str, dict[str, Any], PodInfo]] = [
             deletion_ms=ms(630),
             containers=(
                 ContainerInfo(
-                    name="proxy", container_id="p1", limits=(("nvidia.com/gpu.shared", "1"),), init=True
+                    name="proxy", container_id="p1", limits=(("nvidia.com/gpu.shared", "1"),), init=True,
+                    runtime="docker",
                 ),
                 ContainerInfo(name="main"),
             ),
@@ -692,14 +695,31 @@ def test_state_resends_a_pod_when_its_claim_is_allocated() -> None:
     assert [o.value.pod.claim_devices for o in outs if isinstance(o.value, PodEvent)] == [()]
 
 
+def test_state_watches_gpuclusters_beside_cluster_policies() -> None:
+    s = state()
+    s.handle(Unavailable("clusterpolicies", 404, "404 Not Found"))
+    s.handle(Listed("daemonsets", ({"metadata": {"name": "nvidia-dra-driver-kubelet-plugin"},
+                                    "status": {"desiredNumberScheduled": 1, "numberReady": 1}},), "1"))
+    s.handle(Listed("resourceclaims", (), "1"))
+    cr = {"metadata": {"name": "gpu-cluster"}, "spec": {"draDriver": {}}, "status": {"state": "ready"}}
+    [policy] = events(s.handle(Listed("gpuclusters", (cr,), "1")), PolicyEvent)
+    assert (policy.kind, policy.name, policy.gpu_cluster_crd, policy.crd) == (
+        "GPUCluster", "gpu-cluster", "installed", "not-installed")
+    assert [o.name for o in policy.operands if o.present] == ["nvidia-dra-driver-kubelet-plugin"]
+    [gone] = events(s.handle(Changed("gpuclusters", "DELETED", cr)), PolicyEvent)
+    assert (gone.kind, gone.name) == ("", "")
+
+
 def test_state_sends_one_policy_event_once_everything_answered() -> None:
     s = state()
     assert s.handle(Unavailable("clusterpolicies", 404, "404 Not Found")) == []
     assert s.handle(Listed("daemonsets", (), "1")) == []
+    assert s.handle(Unavailable("gpuclusters", 404, "404 Not Found")) == []
     outs = s.handle(Listed("resourceclaims", (), "1"))
     [policy] = events(outs, PolicyEvent)
     assert [o.key for o in outs] == ["cluster"] and policy.meta.node == "cluster"
-    assert (policy.crd, policy.dra_available) == ("not-installed", True)
+    assert (policy.crd, policy.gpu_cluster_crd) == ("not-installed", "not-installed")
+    assert policy.dra_available
     assert s.handle(Listed("daemonsets", (), "2")) == []  # nothing changed: nothing sent
     [policy] = events(s.handle(Unavailable("clusterpolicies", 403, "403 Forbidden")), PolicyEvent)
     assert policy.crd == "error" and "403" in policy.detail

@@ -26,6 +26,7 @@ from typing import Any
 import pynvml
 import pytest
 
+import services.probe.mig_profiles as probe_mig_profiles
 import services.probe.nvml as probe_nvml
 import services.probe.xid as probe_xid
 from periscope.core.model import DeviceSample
@@ -45,7 +46,7 @@ from tests.unit.nvml_driver import (
 )
 from tests.unit.test_core_engine import S, last_pod, run
 
-PROBE_SOURCES = (Path(probe_nvml.__file__), Path(probe_xid.__file__))
+PROBE_SOURCES = (Path(probe_nvml.__file__), Path(probe_xid.__file__), Path(probe_mig_profiles.__file__))
 MIB = 1024 * 1024
 
 # The struct fields the probe reads, by the real struct that carries them.
@@ -57,6 +58,9 @@ READS: dict[str, tuple[str, ...]] = {
     "c_nvmlEventData_t": ("device", "eventType", "eventData", "gpuInstanceId", "computeInstanceId"),
     "c_nvmlGpuInstanceInfo_t": ("profileId", "placement"),
     "c_nvmlGpuInstancePlacement_t": ("start", "size"),
+    "c_nvmlGpuInstanceProfileInfo_v2_t": ("id", "sliceCount", "name"),
+    "c_nvmlComputeInstanceInfo_t": ("profileId",),
+    "c_nvmlComputeInstanceProfileInfo_v2_t": ("id", "sliceCount", "name"),
     "nvmlPciInfo_t": ("busId",),
 }
 # Attributes of the probe's own objects (and NVMLError.value) whose names are NVML struct fields too.

@@ -8,8 +8,8 @@ from periscope.core.model import Meta, NodeEvent, OperandStatus, PolicyEvent
 from periscope.core.policy import OPERANDS, ComponentStatus, Operand, component_status, policy_view
 
 META = Meta(node="cluster", source="kube_watcher", epoch=1, seq=1, time_ms=1000)
-DCGM_EXPORTER = next(o for o in OPERANDS if o.component == "dcgmExporter")  # Helm default: on
-DCGM = next(o for o in OPERANDS if o.component == "dcgm")  # Helm default: off
+DCGM_EXPORTER = next(o for o in OPERANDS if o.component == "dcgmExporter")  # operator default: on
+NODE_STATUS = next(o for o in OPERANDS if o.component == "nodeStatusExporter")  # operator default: off
 
 
 def ds(desired: int, ready: int, present: bool = True) -> OperandStatus:
@@ -26,10 +26,11 @@ CASES: list[tuple[str, Operand, bool | None, OperandStatus | None, int, int, str
     ("enabled but DaemonSet missing", DCGM_EXPORTER, True, None, 2, 0, "missing"),
     ("default-on but DaemonSet absent", DCGM_EXPORTER, None, ds(0, 0, present=False), 0, 0, "missing"),
     ("disabled and absent", DCGM_EXPORTER, False, None, 0, 0, "disabled-as-intended"),
-    ("default-off and absent", DCGM, None, None, 0, 0, "disabled-as-intended"),
+    ("default-off and absent", NODE_STATUS, None, None, 0, 0, "disabled-as-intended"),
     ("disabled but still running", DCGM_EXPORTER, False, ds(2, 2), 0, 0, "unexpected"),
-    ("default-off but running", DCGM, None, ds(1, 0), 0, 0, "unexpected"),
-    ("disabled, DaemonSet left with nothing scheduled", DCGM, False, ds(0, 0), 0, 0, "disabled-as-intended"),
+    ("default-off but running", NODE_STATUS, None, ds(1, 0), 0, 0, "unexpected"),
+    ("disabled, DaemonSet left with nothing scheduled", NODE_STATUS, False, ds(0, 0), 0, 0,
+     "disabled-as-intended"),
     ("enabled but labelled off on every GPU node", DCGM_EXPORTER, True, None, 0, 2, "disabled-as-intended"),
     ("labelled off everywhere yet running", DCGM_EXPORTER, True, ds(1, 1), 0, 2, "unexpected"),
 ]
@@ -44,6 +45,39 @@ def test_component_status_table(
     operand: Operand, enabled: bool | None, daemonset: OperandStatus | None, on: int, off: int, want: str
 ) -> None:
     assert component_status(operand, enabled, daemonset, on, off) == want
+
+
+# What the operator makes of an unset `enabled`, per component: IsEnabled() on nil in NVIDIA/gpu-operator
+# api/nvidia/v1/clusterpolicy_types.go (v26.7.0); the validator has no switch (isStateEnabled always true).
+OPERATOR_DEFAULTS = {
+    "driver": True, "toolkit": True, "devicePlugin": True, "gfd": True, "dcgmExporter": True, "dcgm": True,
+    "migManager": True, "nodeStatusExporter": False, "validator": True,
+}  # fmt: skip
+
+
+def test_every_operand_has_its_operator_default() -> None:
+    assert {o.component: o.default_enabled for o in OPERANDS} == OPERATOR_DEFAULTS
+
+
+@pytest.mark.parametrize("operand", OPERANDS, ids=lambda o: o.component)
+@pytest.mark.parametrize("enabled", [True, False, None], ids=["true", "false", "absent"])
+def test_each_operand_with_enabled_set_true_false_and_absent(operand: Operand, enabled: bool | None) -> None:
+    wanted = OPERATOR_DEFAULTS[operand.component] if enabled is None else enabled
+    if operand.component == "validator":
+        wanted = True  # no `enabled` field: whatever the spec says, the operator runs it
+    running, absent = ds(2, 2), ds(0, 0, present=False)
+    assert component_status(operand, enabled, running, 2, 0) == ("ok" if wanted else "unexpected")
+    want_absent = "missing" if wanted else "disabled-as-intended"
+    assert component_status(operand, enabled, absent, 2, 0) == want_absent
+    view = policy_view(
+        PolicyEvent(meta=META, crd="installed", name="cp", components=((operand.component, enabled),),
+                    operands=(OperandStatus(operand.daemonset, operand.component, True, 2, 2, 2),)),
+        [gpu_node("a"), gpu_node("b")],
+    )  # fmt: skip
+    got = next(c for c in view.components if c.name == operand.component)
+    assert got.status == ("ok" if wanted else "unexpected")
+    assert got.intended == ("default" if enabled is None or operand.component == "validator"
+                            else "enabled" if enabled else "disabled")  # fmt: skip
 
 
 def node(name: str, **labels: str) -> NodeEvent:
@@ -93,7 +127,7 @@ def test_policy_view_end_to_end_json() -> None:
         "devicePlugin": ("enabled", 2, 1, "degraded"),
         "gfd": ("default", 0, 0, "missing"),  # wanted on gpu-a, no DaemonSet
         "dcgmExporter": ("disabled", 0, 0, "disabled-as-intended"),
-        "dcgm": ("default", 2, 2, "unexpected"),  # Helm default is off, yet it runs
+        "dcgm": ("default", 2, 2, "ok"),  # unset: the operator's IsEnabled() says on (only Helm says off)
         "validator": ("default", 2, 2, "ok"),
         "migManager": ("default", 0, 0, "missing"),
         "nodeStatusExporter": ("default", 0, 0, "disabled-as-intended"),

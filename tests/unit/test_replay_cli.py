@@ -28,6 +28,8 @@ def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     ([*OK_RANGE, "--lookback", "forever"], "--lookback: not a duration"),
     ([*OK_RANGE, "--window-lookback", "-5m"], "--window-lookback"),
     ([*OK_RANGE, "--no-such-flag"], "No such option"),
+    ([*OK_RANGE, "--workers", "-1"], "--workers"),
+    ([*OK_RANGE, "--workers", "many"], "--workers"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
@@ -48,6 +50,10 @@ def test_bad_setting_in_the_environment(capsys: pytest.CaptureFixture[str],
     monkeypatch.setenv("PERISCOPE_REPLAY_LOOKBACK", "sometime")
     code, _, err = run(OK_RANGE, capsys)
     assert code == 2 and err.count("\n") == 1 and "PERISCOPE_REPLAY_LOOKBACK" in err
+    monkeypatch.setenv("PERISCOPE_REPLAY_LOOKBACK", "1h")
+    monkeypatch.setenv("PERISCOPE_REPLAY_WORKERS", "-2")
+    code, _, err = run(OK_RANGE, capsys)
+    assert code == 2 and err.count("\n") == 1 and "PERISCOPE_REPLAY_WORKERS" in err
 
 
 def test_help_names_the_modes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,7 +61,8 @@ def test_help_names_the_modes(capsys: pytest.CaptureFixture[str]) -> None:
         main(["replay", "--help"])
     out = capsys.readouterr().out
     assert exc.value.code == 0
-    assert all(flag in out for flag in ("--from", "--to", "--at", "--gpu", "--pod", "--node", "--format"))
+    assert all(flag in out for flag in ("--from", "--to", "--at", "--gpu", "--pod", "--node", "--format",
+                                        "--workers"))
 
 
 def test_settings_share_the_joiner_names_and_formats(monkeypatch: pytest.MonkeyPatch) -> None:

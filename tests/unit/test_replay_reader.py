@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from periscope.bus import topics as t
 from periscope.core.model import NodeInput
+from periscope.replay.plan import ReadPlan, select
 from periscope.replay.reader import partition_for
-from periscope.replay.runner import ReadPlan, select
 from tests.unit.core_builders import alloc, dev, gpu, inventory, meta, pod, tel, xid
 
 S = 1000

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from periscope.core.engine import output_key
+from periscope.core.engine import EngineConfig, output_key
 from periscope.core.model import Finding, GpuState, NodeInput, PodAttribution, PodEvent
+from periscope.core.watermark import ALL_STREAMS
 from periscope.replay.runner import (
     ReplayConfig,
     by_node,
@@ -113,3 +114,13 @@ def test_progress_is_told_every_event() -> None:
     told: list[int] = []
     replay_events(reuse_scenario(), progress=told.append)
     assert sum(told) == len(reuse_scenario())
+
+
+def test_replay_with_the_cores_input_alignment_on_gives_the_same_outputs() -> None:
+    """Replay feeds each node in event-time order: every stream is read through the event fed, so
+    alignment holds nothing back (no stall, nothing counted as unaligned) and changes no output."""
+    events = reuse_scenario()
+    aligned = replay_events(events, ReplayConfig(engine=EngineConfig(align=ALL_STREAMS, max_hold_ms=1)))
+    assert aligned.outputs == replay_events(events).outputs
+    [state] = aligned.states.values()
+    assert state.counters.input_stalls == state.counters.unaligned == 0

@@ -59,6 +59,15 @@ def test_the_table_lists_every_held_device_and_every_free_gpu() -> None:
     assert render_text(SNAP) == GOLDEN
 
 
+def test_minutes_of_waste_do_not_read_as_none() -> None:
+    # An idle window of a few seconds wastes thousandths of a GPU-hour: "0.00" would read as nothing.
+    snap = Snapshot(gpus=SNAP.gpus, pods=SNAP.pods, as_of=SNAP.as_of,
+                    idle=[{"pod_uid": "44444444-dddd", "device_id": B0 + "::2", "wasted_gpu_hours": 0.0028}])
+    text = render_text(snap)
+    assert text.splitlines()[0].endswith("idle 1 (0.0028 GPU-h wasted)")
+    assert text.splitlines()[-1].endswith(" 0.0028")
+
+
 @pytest.mark.parametrize(
     ("sort", "order"),
     [

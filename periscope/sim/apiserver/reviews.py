@@ -6,8 +6,11 @@ TokenReview that does not authenticate omits `authenticated` and carries an empt
 `error`; an empty token is a 400; a SubjectAccessReview without a user or groups, or without exactly
 one of resourceAttributes / nonResourceAttributes, is a 422 Invalid; a wrong kind is a 400.
 
-Authorisation is a tiny RBAC: a `cluster: true` user may get/list/watch anything and get any
-non-resource URL; a namespaced user may get/list/watch pods in its namespaces and nothing else.
+Authorisation is a tiny RBAC holding the bindings `periscope up --apiserver kube` makes on a real
+apiserver with the example roles of deploy/base/api-rbac.yaml: a `cluster: true` user
+(periscope-cluster-viewer, cluster-wide) may get/list/watch pods in every namespace and get the
+non-resource URLs /v1/policy and /metrics; a namespaced user (periscope-namespace-viewer, bound in each
+of its namespaces) may get/list/watch pods there; nothing else is allowed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ REVIEW_PATHS = {
     ACCESS_REVIEWS: ("authorization.k8s.io/v1", "SubjectAccessReview"),
 }
 _READ = ("get", "list", "watch")
+_CLUSTER_URLS = ("/v1/policy", "/metrics")
 
 
 def user_uid(name: str) -> str:
@@ -77,12 +81,19 @@ def _authorize(users: Sequence[UserSpec], spec: Obj) -> tuple[bool, str]:
     if user is None:
         return False, ""
     res, non = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
-    if user.cluster:
-        if (res or non or {}).get("verb") in _READ:
-            return True, f'RBAC: allowed by ClusterRoleBinding "{user.name}-view" of ClusterRole "view"'
+    cluster_role = (f'ClusterRoleBinding "periscope-user-{user.name}" of ClusterRole '
+                    '"periscope-cluster-viewer"')
+    if non is not None:
+        if user.cluster and non.get("verb") == "get" and non.get("path") in _CLUSTER_URLS:
+            return True, f"RBAC: allowed by {cluster_role}"
         return False, ""
     res = res or {}
     pods = res.get("resource") == "pods" and not res.get("group") and not res.get("subresource")
-    if pods and res.get("verb") in _READ and (ns := res.get("namespace")) in user.namespaces:
-        return True, f'RBAC: allowed by RoleBinding "{user.name}-view/{ns}" of ClusterRole "view"'
+    if not pods or res.get("verb") not in _READ:
+        return False, ""
+    if user.cluster:
+        return True, f"RBAC: allowed by {cluster_role}"
+    if (ns := res.get("namespace")) in user.namespaces:
+        return True, (f'RBAC: allowed by RoleBinding "periscope-user-{user.name}/{ns}" of ClusterRole '
+                      '"periscope-namespace-viewer"')
     return False, ""

@@ -1,14 +1,13 @@
 """The fake apiserver's HTTP server: discovery, list, watch streams and object verbs over the store.
 
-`FakeApiServer` is the `ObjectStore` seen through the apiserver's REST paths: `/version`, `/api`,
-`/apis` and each group version's resource list for discovery (only served kinds appear), then list,
-watch, create, get, replace and delete on `/api/v1/...` and `/apis/<group>/<version>/...`,
-cluster-wide or under `namespaces/<ns>`, plus the reviews of `reviews`. A list reports the store's
-revision; a watch replays the current state or the history since a resourceVersion, then streams
-newline-delimited events with periodic BOOKMARKs, and an expired version ends it with an ERROR 410
-event (or a plain HTTP 410 with `gone_as_http`). Errors are `Status` bodies with the real apiserver's
-reasons (NotFound, AlreadyExists, Conflict, ...). The server runs on its own event loop in a
-background thread (start, stop, restart on the same port), so every public method is thread-safe.
+`FakeApiServer` is the `ObjectStore` seen through the apiserver's REST paths: discovery (`discovery`:
+only served kinds appear), then list, watch, create, get, replace and delete on `/api/v1/...` and
+`/apis/<group>/<version>/...`, cluster-wide or under `namespaces/<ns>`, plus the reviews of `reviews`.
+A list reports the store's revision, in pages with `limit` (`paging`: one snapshot, 410 once
+compacted); a watch replays the current state or the history since a resourceVersion, then streams
+newline-delimited events with BOOKMARKs for changes it does not show; an expired version ends it with
+an ERROR 410 event (HTTP 410 with `gone_as_http`). Errors are `Status` bodies with the real reasons.
+It runs on its own event loop in a background thread (start, stop, restart on the same port).
 """
 
 from __future__ import annotations
@@ -24,20 +23,11 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
+from periscope.sim.apiserver.discovery import Discovery, as_version, list_item
+from periscope.sim.apiserver.paging import BadContinue, ContinueExpired, Pages
 from periscope.sim.apiserver.reviews import REVIEW_PATHS, review
-from periscope.sim.apiserver.store import KINDS, Kind, Obj, ObjectStore, status
+from periscope.sim.apiserver.store import Kind, Obj, ObjectStore, status
 from periscope.sim.scenario.document import UserSpec
-
-VERSION = {"major": "1", "minor": "34", "gitVersion": "v1.34.1", "gitCommit": "sim", "gitTreeState": "clean",
-           "buildDate": "2025-09-09T00:00:00Z", "goVersion": "go1.24.6", "compiler": "gc",
-           "platform": "linux/amd64"}
-_VERBS = ["create", "delete", "get", "list", "update", "watch"]
-
-
-def group_document(group: str) -> Obj:
-    """One API group as `/apis` and `/apis/<group>` list it (a single preferred version, v1)."""
-    gv = {"groupVersion": f"{group}/v1", "version": "v1"}
-    return {"name": group, "versions": [gv], "preferredVersion": gv}
 
 
 def _error(code: int, reason: str, message: str) -> web.Response:
@@ -45,7 +35,6 @@ def _error(code: int, reason: str, message: str) -> web.Response:
 
 
 _NO_RESOURCE = (404, "NotFound", "the server could not find the requested resource")
-
 
 class FakeApiServer(ObjectStore):
     """In-memory apiserver: `start() -> url`, mutate with `upsert`/`delete`, `stop()`; restartable.
@@ -57,8 +46,11 @@ class FakeApiServer(ObjectStore):
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, bookmark_interval_s: float = 1.0,
                  crd_installed: bool = True, dra_installed: bool = True, gone_as_http: bool = False,
-                 users: tuple[UserSpec, ...] = ()) -> None:
+                 users: tuple[UserSpec, ...] = (), dra_versions: tuple[str, ...] = ("v1",)) -> None:
         super().__init__(crd_installed=crd_installed, dra_installed=dra_installed)
+        self.dra_versions = dra_versions  # resource.k8s.io versions served, newest first (1.32: v1beta1)
+        self.pages = Pages()
+        self.discovery = Discovery(self.served, dra_versions)
         self.host, self.port = host, port
         self.bookmark_interval_s = bookmark_interval_s
         self.gone_as_http = gone_as_http
@@ -150,16 +142,7 @@ class FakeApiServer(ObjectStore):
         if request.path.rstrip("/") in REVIEW_PATHS:
             return await self._review(request)
         parts = [p for p in request.path.split("/") if p]
-        groups = sorted({k.group for k in KINDS if k.group and self.served(k)})
-        cidrs = [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}]
-        documents: dict[tuple[str, ...], Obj] = {  # discovery: only served groups appear
-            ("version",): VERSION,
-            ("api",): {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": cidrs},
-            ("apis",): {"kind": "APIGroupList", "apiVersion": "v1",
-                        "groups": [group_document(g) for g in groups]},
-            **{("apis", g): {"kind": "APIGroup", "apiVersion": "v1", **group_document(g)} for g in groups},
-        }
-        if (document := documents.get(tuple(parts))) is not None:
+        if (document := self.discovery.document(tuple(parts), f"{self.host}:{self.port}")) is not None:
             return web.json_response(document)
         if parts[:1] == ["api"] and len(parts) >= 2:
             group, version, rest = "", parts[1], parts[2:]
@@ -167,14 +150,11 @@ class FakeApiServer(ObjectStore):
             group, version, rest = parts[1], parts[2], parts[3:]
         else:
             return _error(*_NO_RESOURCE)
-        kinds = [k for k in KINDS if (k.group, k.version) == (group, version) and self.served(k)]
+        kinds = self.discovery.kinds(group, version)
         if not kinds:
             return _error(*_NO_RESOURCE)
-        if not rest:  # the group version's APIResourceList
-            return web.json_response({
-                "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": kinds[0].api_version,
-                "resources": [{"name": k.plural, "singularName": k.kind.lower(), "namespaced": k.namespaced,
-                               "kind": k.kind, "verbs": _VERBS} for k in kinds]})
+        if not rest:
+            return web.json_response(self.discovery.resource_list(group, version, kinds))
         namespace: str | None = None
         if rest[0] == "namespaces" and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
@@ -182,15 +162,31 @@ class FakeApiServer(ObjectStore):
         if kind is None or len(rest) > 2 or (namespace is not None and not kind.namespaced):
             return _error(*_NO_RESOURCE)
         name = rest[1] if len(rest) == 2 else None
+        api_version = f"{group}/{version}" if group else version
         if request.method == "GET" and name is None:
             if request.query.get("watch") in ("true", "1"):
-                return await self._watch(request, kind, namespace)
-            with self._lock:
-                self.stats["list", kind.plural] += 1
-                return web.json_response({"kind": f"{kind.kind}List", "apiVersion": kind.api_version,
-                                          "metadata": {"resourceVersion": str(self._rv)},
-                                          "items": self._select(kind, namespace)})
+                return await self._watch(request, kind, namespace, api_version)
+            return self._list(request, kind, namespace, api_version)
         return await self._object(request, kind, namespace, name)
+
+    def _list(self, request: web.Request, kind: Kind, namespace: str | None,
+              api_version: str) -> web.Response:
+        limit_text, token = request.query.get("limit", "0"), request.query.get("continue", "")
+        if not limit_text.isdigit():
+            return _error(400, "BadRequest", f"limit: Invalid value: {limit_text!r}")
+        scope = f"{api_version}/{kind.plural}/{namespace or ''}"
+        with self._lock:
+            self.stats["list", kind.plural] += 1
+            try:
+                page = (self.pages.next(scope, token, int(limit_text), self._floor) if token else
+                        self.pages.first(scope, [list_item(kind, o) for o in self._select(kind, namespace)],
+                                         self._rv, int(limit_text)))
+            except ContinueExpired as e:
+                return _error(410, "Expired", str(e))
+            except BadContinue as e:
+                return _error(400, "BadRequest", str(e))
+        return web.json_response({"kind": f"{kind.kind}List", "apiVersion": api_version,
+                                  "metadata": page.metadata(), "items": page.items})
 
     async def _review(self, request: web.Request) -> web.Response:
         if request.method != "POST":
@@ -205,7 +201,8 @@ class FakeApiServer(ObjectStore):
             code, out = review(self.users, path, body)
         return web.json_response(out, status=code)
 
-    async def _watch(self, request: web.Request, kind: Kind, namespace: str | None) -> web.StreamResponse:
+    async def _watch(self, request: web.Request, kind: Kind, namespace: str | None,
+                     api_version: str) -> web.StreamResponse:
         since = request.query.get("resourceVersion", "")
         resume = since not in ("", "0")  # else: the current state first, as ADDED events
         bookmarks = request.query.get("allowWatchBookmarks") in ("true", "1")
@@ -221,6 +218,9 @@ class FakeApiServer(ObjectStore):
             expired = resume and int(since) < self._floor
             gone = f"too old resource version: {since} ({self._floor})" if expired else ""
             rv = self._rv  # the revision the stream has reached
+            # Bookmarks carry a watch past changes made after it started (as the real watch cache does:
+            # it counts a new watch as being at the cache's version then, and sends none before).
+            reported = rv
             if gone:
                 self.stats["gone", kind.plural] += 1
         if gone and self.gone_as_http:
@@ -235,7 +235,8 @@ class FakeApiServer(ObjectStore):
         try:
             while not gone:
                 for typ, obj in events:
-                    await self._send(resp, {"type": typ, "object": obj})
+                    await self._send(resp, {"type": typ, "object": as_version(api_version, obj)})
+                    reported = int(obj["metadata"]["resourceVersion"])
                 if ended or loop.time() >= deadline:
                     return resp
                 tick = self._tick  # taken before reading, so that no later change goes unnoticed
@@ -252,10 +253,10 @@ class FakeApiServer(ObjectStore):
                 wait = min(deadline, next_bookmark if bookmarks else deadline) - loop.time()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(tick.wait(), max(wait, 0.001))
-                if bookmarks and loop.time() >= next_bookmark:
-                    next_bookmark = loop.time() + self.bookmark_interval_s
+                if bookmarks and loop.time() >= next_bookmark and rv > reported:
+                    next_bookmark, reported = loop.time() + self.bookmark_interval_s, rv
                     await self._send(resp, {"type": "BOOKMARK", "object": {
-                        "kind": kind.kind, "apiVersion": kind.api_version,
+                        "kind": kind.kind, "apiVersion": api_version,
                         "metadata": {"resourceVersion": str(rv)}}})
             await self._send(resp, {"type": "ERROR", "object": status(410, "Expired", gone)})
         except (ConnectionError, asyncio.CancelledError):
@@ -288,8 +289,10 @@ class FakeApiServer(ObjectStore):
                 return _error(404, "NotFound", f"{kind.plural} {name!r} not found")
             if request.method == "GET":
                 return web.json_response(cur)  # serialised at once, under the lock
-            if request.method == "DELETE":
-                self._remove(key)
+            if request.method == "DELETE":  # a pod answers with itself, as stamped for deletion
+                self.delete(kind.plural, namespace, name)
+                if kind.plural == "pods":
+                    return web.json_response(cur)
                 return web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Success"})
             want = body.get("metadata", {}).get("resourceVersion")
             if want and want != cur["metadata"]["resourceVersion"]:

@@ -128,8 +128,20 @@ class ObjectStore:
         return k.plural, (namespace or "default") if k.namespaced else "", name
 
     def delete(self, kind: str, namespace: str | None, name: str) -> bool:
+        """Remove an object. A pod is deleted as the real apiserver deletes one with no kubelet to wait
+        for: first stamped (deletionTimestamp, grace period 0: a MODIFIED event), then removed."""
         with self._lock:
-            return self._remove(self.key(kind, namespace, name))
+            key = self.key(kind, namespace, name)
+            obj = self._objects.get(key)
+            stamped = obj is not None and obj["metadata"].get("deletionGracePeriodSeconds") == 0
+            if obj is not None and key[0] == "pods" and not stamped:
+                meta = obj["metadata"]
+                meta.setdefault("deletionTimestamp", rfc3339(time.time_ns() // 1_000_000))
+                meta["deletionGracePeriodSeconds"] = 0
+                self._rv += 1
+                meta["resourceVersion"] = str(self._rv)
+                self._record(BY_NAME["pods"], "MODIFIED", obj)
+            return self._remove(key)
 
     def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         with self._lock:

@@ -184,7 +184,7 @@ def operands(s: Scenario) -> list[Operand]:
     out: list[Operand] = []
     for op in OPERANDS:
         c = spec.get(op.component) or ComponentSpec()  # every field None: the spec is silent
-        wanted = op.default_enabled if c.enabled is None else c.enabled
+        wanted = op.wanted(c.enabled)
         present = wanted if c.present is None else c.present
         nodes = len(deploy_nodes(s, op.component))
         desired = (nodes if present else 0) if c.desired is None else c.desired

@@ -2,14 +2,16 @@
 
 Everything generated (GPU and MIG UUIDs, pod UIDs, container IDs, host PIDs) is derived from the
 scenario `seed` by hashing, so the same scenario always yields the same cluster, and adding a pod does
-not renumber the others. Allocation follows the device plugin: pins are honoured, otherwise the first
-free device in (GPU index, MIG instance / replica) order; a device is free again when its pod stops.
+not renumber the others. The one exception: a real apiserver assigns a pod's UID itself, and the
+simulator writing into one adopts it (`adopt_uid`) before the pod's kubelet state is written.
+Allocation follows the device plugin: pins are honoured, otherwise the first free device in (GPU
+index, MIG instance / replica) order; a device is free again when its pod stops.
 Times here are scenario offsets in ms (0 = scenario start); the simulator adds the wall/simulated origin.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from periscope.sim.cluster.hardware import (
     Device,
@@ -163,6 +165,17 @@ class ClusterModel:
                 )
             picked.append(choice.id)
         return tuple(picked)
+
+    def adopt_uid(self, index: int, uid: str) -> PodModel:
+        """Pod `index` carries `uid` from now on (the UID a real apiserver gave it at creation)."""
+        old = self.pods[index]
+        if old.uid == uid:
+            return old
+        new = replace(old, uid=uid)
+        self.pods = tuple(new if p is old else p for p in self.pods)
+        for holders in self._holders.values():
+            holders[:] = [(new if p is old else p, c) for p, c in holders]
+        return new
 
     # ------------------------------------------------------------------ queries
 

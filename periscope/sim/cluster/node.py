@@ -84,8 +84,12 @@ class NodeSim:
         self.write_host_processes()
 
     def write_host_processes(self) -> None:
-        """The node's processes that belong to no scenario pod: nvidia-persistenced and, on an MPS
-        node, the MPS server in the device plugin's daemon pod."""
+        """The node's processes that belong to no scenario pod: the host's init, containerd and the
+        kubelet (what only a host PID namespace shows), nvidia-persistenced and, on an MPS node, the
+        MPS server in the device plugin's daemon pod."""
+        self.procfs.add_host_process(1, "/init.scope", comm="systemd")
+        self.procfs.add_host_process(410, "/system.slice/containerd.service", comm="containerd")
+        self.procfs.add_host_process(455, "/system.slice/kubelet.service", comm="kubelet")
         self.procfs.add_host_process(600 + sum(map(ord, self.node)) % 300, comm="nvidia-persistenced")
         if (d := self.mps) is not None:
             self._add_pod_process(d.server_pid, d.uid, d.container_id, "besteffort", MPS_SERVER_COMM)

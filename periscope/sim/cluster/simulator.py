@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,8 @@ from periscope.sim.cluster.kube_objects import (
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.cluster.node import NodeSim, node_paths
 from periscope.sim.cluster.truth import TruthWriter
+from periscope.sim.controlplane.process import write_kubeconfig
+from periscope.sim.controlplane.writer import KubeObjects
 from periscope.sim.procfs import atomic_write
 from periscope.sim.scenario import load_scenario
 
@@ -56,7 +59,12 @@ class Simulator:
             n.name: NodeSim(self.model, n.name, i, node_paths(self.workdir, n.name))
             for i, n in enumerate(self.scenario.nodes)
         }
-        self.api = FakeApiServer("127.0.0.1", 0, users=self.scenario.users)
+        # A real kube-apiserver when `periscope up --apiserver kube` started one (config["kube"]).
+        kube: dict[str, str] | None = config.get("kube")
+        self.api: FakeApiServer | KubeObjects = (
+            FakeApiServer("127.0.0.1", 0, users=self.scenario.users) if kube is None else
+            KubeObjects(kube["server"], kube["ca"], kube["admin_token"], reader_token=kube["watcher_token"]))
+        self.kube = kube
         self.created: dict[str, int] = {}
         self.start_ms: int | None = None
         self.prepared_ms = 0  # when the time-0 state was first served
@@ -78,14 +86,22 @@ class Simulator:
     # ------------------------------------------------------------------ state
 
     def apply(self, t_ms: int, stamp_ms: int) -> None:
-        changes = [node.apply(t_ms) for node in self.nodes.values()]  # (started, stopped) per node
-        for p in [p for _, stopped in changes for p in stopped]:  # deletions first: a name may be reused
+        # The apiserver first: a real one assigns each new pod its UID, which the pod's kubelet state
+        # (checkpoint, cgroups) and the truth then carry.
+        alive = [p for node in self.nodes.values() for p in node.alive.values()]
+        upcoming = self.model.alive(t_ms)
+        stopped = [p for p in alive if p.index not in {q.index for q in upcoming}]
+        started = [p for p in upcoming if p.index not in {q.index for q in alive}]
+        for p in stopped:  # deletions first: a name may be reused
             runtime = self.nodes[p.node].runtime
             self.api.upsert("pods", pod_object(p, self.created.get(p.uid, stamp_ms), stamp_ms, runtime))
             self.api.delete("pods", p.namespace, p.name)
-        for p in sorted((p for started, _ in changes for p in started), key=lambda p: p.index):
+        for p in sorted(started, key=lambda p: p.index):
+            stored = self.api.upsert("pods", pod_object(p, stamp_ms, runtime=self.nodes[p.node].runtime))
+            p = self.model.adopt_uid(p.index, stored["metadata"]["uid"])
             self.created[p.uid] = stamp_ms
-            self.api.upsert("pods", pod_object(p, stamp_ms, runtime=self.nodes[p.node].runtime))
+        for node in self.nodes.values():
+            node.apply(t_ms)
 
     def _fire_events(self, lo_ms: int, hi_ms: int) -> None:
         """XIDs and node faults with lo < at <= hi (scenario time); `lo` < 0 includes time 0."""
@@ -115,12 +131,14 @@ class Simulator:
     async def run(self) -> None:
         self.api.start()
         kubeconfig = self.api.write_kubeconfig(self.workdir / "kubeconfig")
-        for node in self.nodes.values():
-            await node.start()
         for name, node in self.nodes.items():
             self.api.upsert("nodes", node_object(self.model, name))
             if node.mps is not None:  # the device plugin's MPS daemon runs before any client
-                self.api.upsert("pods", mps_daemon_pod_object(node.mps, self.clock.now_ms(), node.runtime))
+                daemon = mps_daemon_pod_object(node.mps, self.clock.now_ms(), node.runtime)
+                stored = self.api.upsert("pods", daemon)
+                node.mps = replace(node.mps, uid=stored["metadata"]["uid"])
+        for node in self.nodes.values():
+            await node.start()
         policy = cluster_policy_object(self.model)
         if policy is None:
             self.api.set_crd_installed(False)
@@ -134,6 +152,8 @@ class Simulator:
         ready = {
             "apiserver": self.api.url,
             "kubeconfig": str(kubeconfig),
+            # The API's reviews as its own identity on a real apiserver; the fake needs no credentials.
+            "api_kubeconfig": str(self._api_kubeconfig() or kubeconfig),
             "pid": os.getpid(),
             "nodes": {n: s.paths.to_json() for n, s in self.nodes.items()},
         }
@@ -143,6 +163,13 @@ class Simulator:
         if not self._stop.is_set() and self.start_ms is not None:
             await self._ticks(self.start_ms)
         await self._stop.wait()
+
+    def _api_kubeconfig(self) -> Path | None:
+        if self.kube is None:
+            return None
+        kube = self.kube
+        path = self.workdir / "api.kubeconfig"
+        return write_kubeconfig(path, kube["server"], kube["ca"], kube["api_token"])
 
     async def _ticks(self, start_ms: int) -> None:
         tick = self.scenario.tick_ms
@@ -211,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m periscope.sim.cluster.simulator CONFIG.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per write to a real apiserver
     config = json.loads(Path(args[0]).read_text())
     asyncio.run(_main(config))
     return 0

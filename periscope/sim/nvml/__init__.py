@@ -16,6 +16,13 @@ import time
 import pynvml
 from pynvml import NVMLError
 
+from periscope.sim.nvml.profiles import (
+    ci_profile_index,
+    ci_profile_info,
+    ci_slices,
+    gi_profile_index,
+    gi_profile_info,
+)
 from periscope.sim.nvml.state import (
     Device,
     EventSet,
@@ -249,6 +256,55 @@ class FakePynvml(NvmlBase):
         placement = Struct(start=int(m.get("placement_start", 0)), size=int(m.get("placement_size", 1)))
         return Struct(device=Device(gpuInstance.parent, False), id=gpuInstance.id,
                       profileId=int(m.get("profile_id", 0)), placement=placement)
+
+    # Profile tables, as NVML answers them for the profiles the GPU's instances use (state.py: names).
+
+    def nvmlDeviceGetGpuInstanceProfileInfo(self, device: Device, profile: int, version: int = 2) -> Struct:
+        gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceProfileInfo", metric=False, whole=True)
+        if version not in (1, 2):
+            fail("FunctionNotFound")
+        for m in gpu.get("mig") or []:
+            if gi_profile_index(m) == profile:
+                return gi_profile_info(m, version)
+        fail("NotSupported")  # no such profile on this GPU (or none of its instances uses it)
+
+    def nvmlDeviceGetGpuInstanceProfileInfoById(self, device: Device, profileId: int) -> Struct:
+        gpu, _ = self._find(device, "nvmlDeviceGetGpuInstanceProfileInfoById", metric=False, whole=True)
+        for m in gpu.get("mig") or []:
+            if int(m.get("profile_id", 0)) == profileId:
+                return gi_profile_info(m, 2)
+        fail("InvalidArgument")
+
+    nvmlDeviceGetGpuInstanceProfileInfoV = nvmlDeviceGetGpuInstanceProfileInfo
+    nvmlDeviceGetGpuInstanceProfileInfoByIdV = nvmlDeviceGetGpuInstanceProfileInfoById
+
+    def nvmlGpuInstanceGetComputeInstanceById(self, gpuInstance: Struct, computeInstanceId: int) -> Struct:
+        found = self._lookup(gpuInstance.parent)
+        for m in (found[0].get("mig") or []) if found else []:  # the GPU instance's compute instances
+            if int(m.get("gi", 0)) == gpuInstance.id and int(m.get("ci", 0)) == computeInstanceId:
+                return Struct(gpuInstance=gpuInstance, id=computeInstanceId, mig=m)
+        fail("NotFound")
+
+    def nvmlComputeInstanceGetInfo(self, computeInstance: Struct) -> Struct:
+        m = computeInstance.mig
+        index = ci_profile_index(ci_slices(m))
+        return Struct(device=Device(computeInstance.gpuInstance.parent, False),
+                      gpuInstance=computeInstance.gpuInstance, id=computeInstance.id, profileId=index,
+                      placement=Struct(start=0, size=ci_slices(m)))
+
+    nvmlComputeInstanceGetInfo_v2 = nvmlComputeInstanceGetInfo
+
+    def nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        self, device: Struct, profile: int, engProfile: int, version: int = 2
+    ) -> Struct:
+        if version not in (1, 2):
+            fail("FunctionNotFound")
+        info = ci_profile_info(device.mig, profile, version)
+        if info is None or engProfile != pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
+            fail("NotSupported")
+        return info
+
+    nvmlGpuInstanceGetComputeInstanceProfileInfoV = nvmlGpuInstanceGetComputeInstanceProfileInfo
 
     # ------------------------------------------------------------------ events
 

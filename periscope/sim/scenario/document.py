@@ -40,7 +40,8 @@ from periscope.sim.scenario.specs import (
 
 # ---------------------------------------------------------------- vocabularies
 
-Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart"]
+Fault = Literal["kubelet-restart", "checkpoint-corrupt", "probe-restart", "joiner-restart", "watcher-restart",
+                "joiner-stop"]
 Strategy = Literal["none", "time-slicing", "mps"]
 Checkpoint = Literal["v2", "v1", "none"]
 Qos = Literal["guaranteed", "burstable", "besteffort"]
@@ -52,7 +53,8 @@ Component = Literal[
     "cdi", "kataManager", "ccManager",
 ]
 NODE_FAULTS = ("kubelet-restart", "checkpoint-corrupt", "probe-restart")
-FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000}
+# joiner-stop: the joiner is down for `duration` (its consumer group falls behind), then starts again.
+FAULT_DEFAULT_MS = {"kubelet-restart": 2000, "checkpoint-corrupt": 5000, "joiner-stop": 60_000}
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_RESOURCE = "nvidia.com/gpu.shared"
 
@@ -234,11 +236,17 @@ class Scenario(Document):
     events: Annotated[tuple[Event, ...], _absent_as((), list[Event]), LAX] = ()
     users: Annotated[tuple[UserSpec, ...], _absent_as((), list[UserSpec]), LAX] = ()
     policy: Policy | None = None
-    _source: str = PrivateAttr("")  # the file or built-in name it was read from
+    _source: str = PrivateAttr("")  # the file or built-in name it was read from, as the user named it
+    _location: str = PrivateAttr("")  # the built-in name or the file's absolute path
 
     @property
     def source(self) -> str:
         return self._source
+
+    @property
+    def location(self) -> str:
+        """Where a process in any working directory loads this scenario from ("" if not from a file)."""
+        return self._location
 
     def node(self, name: str) -> Node:
         return {n.name: n for n in self.nodes}[name]

@@ -53,14 +53,16 @@ def final_row(client: httpx.Client, at_ms: int, **extra: Any) -> dict[str, Any]:
 class Sampler(threading.Thread):
     """Records what the API says at every tick (a report after the run cannot see the past)."""
 
-    def __init__(self, api: str, path: Path, clock: ScaledClock, tick_ms: int, start_ms: int) -> None:
+    def __init__(self, api: str, path: Path, clock: ScaledClock, tick_ms: int, start_ms: int,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(daemon=True, name="api-sampler")
         self.api, self.clock, self.tick_ms, self.start_ms = api, clock, tick_ms, start_ms
+        self.headers = headers or {}  # with --api-auth: a cluster-wide user's token
         self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.api, timeout=5.0) as client:
+        with httpx.Client(base_url=self.api, timeout=5.0, headers=self.headers) as client:
             k = 0
             while not self.stopping.is_set():
                 wait_s = real_seconds(self.clock, self.start_ms + k * self.tick_ms - self.clock.now_ms())

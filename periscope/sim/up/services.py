@@ -95,6 +95,6 @@ def services(
     api_port = api_url.rsplit(":", 1)[1]
     api = {"api_host": "127.0.0.1", "api_port": api_port, "api_stale_after": tune.stale_after}
     if opts.api_auth:
-        api |= {"api_auth": "kubernetes", "kubeconfig": ready["kubeconfig"]}
+        api |= {"api_auth": "kubernetes", "kubeconfig": ready.get("api_kubeconfig") or ready["kubeconfig"]}
     out.append(("api", py(cli, "api"), api))
     return out

@@ -1,0 +1,96 @@
+"""Replay nodes side by side in worker processes, results handed back in node-name order.
+
+Replay is per node: a node's events go through its own engine state and nothing else, so nodes can
+run in separate processes and the results, taken in node-name order as the serial replay produces
+them, are the same. Workers are forked from the process that holds the events (the `fork` start
+method), so no node's events are copied through a pipe: a worker reads them from the memory it shares
+with its parent (pages are copied only as the worker touches them). Only each node's result comes
+back, pickled. Where `fork` is not available, or one worker is asked for, everything runs in this
+process, through the same function.
+
+Fork only from the main thread of a process that runs no other threads (the replay CLI after its
+reading is done): a worker holds none of the parent's threads, so a lock another thread held at the
+fork stays held in the worker. Workers do nothing but compute and return their results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+NodeFn = Callable[[str, list[T]], R]
+
+
+def cores() -> int:
+    """The CPUs this process may run on (the default number of workers)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def workers_for(setting: int) -> int:
+    """A workers setting: 0 means one per core, anything else is taken as given (at least 1)."""
+    return cores() if setting <= 0 else setting
+
+
+def can_fork() -> bool:
+    return "fork" in multiprocessing.get_all_start_methods()
+
+
+class _Job(Generic[T, R]):
+    """What the forked workers find in their copy of this module: the function and every node's events."""
+
+    def __init__(self, fn: NodeFn[T, R], groups: dict[str, list[T]]) -> None:
+        self.fn, self.groups = fn, groups
+
+
+_job: _Job[Any, Any] | None = None
+
+
+def _run_node(node: str) -> Any:
+    assert _job is not None, "a replay worker was started without its job"
+    return _job.fn(node, _job.groups[node])
+
+
+def map_nodes(fn: NodeFn[T, R], groups: dict[str, list[T]], workers: int) -> Iterator[tuple[str, R]]:
+    """`fn(node, events)` for every node of `groups`, yielded in node-name order; with more than one
+    worker, in that many forked processes (the results must pickle). A node's events stay in `groups`
+    until its result is yielded; then the caller may drop them."""
+    nodes = sorted(groups)
+    if workers <= 1 or len(nodes) <= 1 or not can_fork():
+        for node in nodes:
+            yield node, fn(node, groups[node])
+        return
+    global _job
+    if _job is not None:
+        raise RuntimeError("one parallel replay at a time per process")
+    _job = _Job(fn, groups)
+    # The fork context starts every worker before the executor's own threads start.
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(nodes)),
+                               mp_context=multiprocessing.get_context("fork"))
+    try:
+        yield from zip(nodes, pool.map(_run_node, nodes), strict=True)
+    except BaseException:  # interrupted, or the consumer stopped early: start no other node
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    else:
+        pool.shutdown()
+    finally:
+        _job = None
+
+
+def portable(exc: BaseException) -> BaseException:
+    """`exc` if it survives pickling (to travel back from a worker), else a RuntimeError naming it."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
