@@ -59,6 +59,10 @@ BROKER_SECTIONS = ("replay_hour", "probe", "api_load", "joiner", "freshness")  #
 KAFKA_ONLY = ("eos",)  # what only Apache Kafka has (transactions)
 BROKERS = ("embedded", "kafka")
 JOINER_PARTITIONS = 12  # input partitions of the joiner section: enough for its three workers
+# replay_hour's figures, and the replay section's of the same work in memory (no broker) they are
+# compared with.
+IN_MEMORY_TWINS = {"replay_hour_device_samples_per_s": "replay_parallel_device_samples_per_s",
+                   "replay_hour_one_process_device_samples_per_s": "replay_one_process_device_samples_per_s"}
 # Figures of a broker section that do not depend on the broker: kept once, under their own name.
 BROKERLESS = ("incumbent_staleness_p50_s", "incumbent_staleness_p99_s", "probe_sample_cpu_ms_per_tick")
 
@@ -152,6 +156,14 @@ class Bench:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def in_memory_baselines(self, figures: list[Figure]) -> None:
+        """Compare replay_hour's figures with the replay section's of the same run (when it ran): the
+        same work in memory, without a broker."""
+        for f in figures:
+            twin = IN_MEMORY_TWINS.get(f.key)
+            if twin is not None and twin in self.figures:
+                f.baseline = twin
+
     def replay(self) -> None:
         from bench import replay
 
@@ -170,13 +182,7 @@ class Bench:
         figures, details = replay_hour.run(spec, self.dir("replay-hour"),
                                            baseline=self.figures.get("replay_parallel_device_samples_per_s"),
                                            repeats=p.repeats)
-        # Same-run baselines (the replay section's, when it ran): the same work in memory, no broker.
-        for f in figures:
-            twin = {"replay_hour_device_samples_per_s": "replay_parallel_device_samples_per_s",
-                    "replay_hour_one_process_device_samples_per_s": "replay_one_process_device_samples_per_s",
-                    }.get(f.key)
-            if twin in self.figures:
-                f.baseline = twin
+        self.in_memory_baselines(figures)
         self.add(figures)
         self.detail("replay_hour", _round_tree(details))
 

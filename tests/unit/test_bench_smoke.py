@@ -244,3 +244,42 @@ def test_run_rejects_an_unknown_section_or_broker(capsys: pytest.CaptureFixture[
     assert "unknown section 'nope'" in capsys.readouterr().err
     assert run.main(["--broker", "nope"]) == 2
     assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_api_load_runs_once_per_broker() -> None:
+    # /v1/owners replays the broker, so the API under load is measured on each broker.
+    steps = run._steps(["api", "api_load"], ["embedded", "kafka"])
+    assert steps == [("api", None), ("api_load", "embedded"), ("api_load", "kafka")]
+
+
+def test_replay_hour_on_kafka_is_compared_with_the_same_work_in_memory_and_on_the_embedded_broker() -> None:
+    bench = run.Bench(run.QUICK, Path("."))
+    bench.add([common.Figure("replay_parallel_device_samples_per_s", 4000.0, "device-samples/s", {}),
+               common.Figure("replay_one_process_device_samples_per_s", 5000.0, "device-samples/s", {})])
+
+    def hour(parallel: float) -> list[common.Figure]:
+        return [common.Figure("replay_hour_device_samples_per_s", parallel, "device-samples/s", {}),
+                common.Figure("replay_hour_one_process_device_samples_per_s", parallel / 2,
+                              "device-samples/s", {}),
+                common.Figure("replay_hour_parallel_vs_one_process_ratio", 2.0, "x", {})]
+
+    for kind, rate in (("embedded", 2000.0), ("kafka", 1000.0)):
+        bench.broker = kind
+        figures = hour(rate)
+        bench.in_memory_baselines(figures)
+        bench.add(figures)
+    figs = {k: f.as_json() for k, f in bench.figures.items()}
+    run.compared(figs)
+    on_kafka = figs["kafka_replay_hour_device_samples_per_s"]
+    assert on_kafka["broker"] == "kafka"
+    assert on_kafka["baseline"] == {"figure": "replay_parallel_device_samples_per_s", "value": 4000.0,
+                                    "ratio": 0.25}
+    assert on_kafka["vs_embedded"] == {"figure": "replay_hour_device_samples_per_s", "value": 2000.0,
+                                       "ratio": 0.5}
+    assert figs["kafka_replay_hour_one_process_device_samples_per_s"]["baseline"]["figure"] == \
+        "replay_one_process_device_samples_per_s"
+    assert figs["replay_hour_device_samples_per_s"]["baseline"]["ratio"] == 0.5
+    assert figs["kafka_replay_hour_parallel_vs_one_process_ratio"]["vs_embedded"]["ratio"] == 1.0
+    keys = report._keys({"figures": figs})
+    twin = keys.index("replay_hour_device_samples_per_s")
+    assert keys.index("kafka_replay_hour_device_samples_per_s") == twin + 1
