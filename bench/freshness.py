@@ -248,7 +248,9 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                "synthetic": [a for (n, _), a in ages.items() if n in synthetic]}
     headline = by_kind["real"] if real else by_kind["synthetic"]
     if len(headline) < 5:
-        raise RuntimeError(f"only {len(headline)} freshness samples; worker log:\n{worker.log()[-1500:]}\n"
+        raise RuntimeError(f"only {len(headline)} freshness samples ({len(by_kind['real'])} of real probes, "
+                           f"{len(by_kind['synthetic'])} of synthetic markers, {len(out_ages)} at the output "
+                           f"topic); worker log:\n{worker.log()[-1500:]}\n"
                            f"api log:\n{api.log()[-1500:]}")
     p50, p99 = percentile(headline, 50), percentile(headline, 99)
     inc50, inc99 = incumbent_staleness(50), incumbent_staleness(99)

@@ -111,12 +111,15 @@ FULL = Plan(replay_nodes=32, replay_ticks=300, hour_nodes=50, hour_s=3600, stead
             live_nodes=100, markers=10, real_probes=5,
             fresh_warm_s=10, fresh_span_s=60, hop_n=30, outage_s=60, eos_nodes=50, eos_ticks=200,
             eos_live_rate=200, eos_live_s=10, repeats=3)
+# Quick freshness spans 30 s: the real probes' steady rows are published at the joiner's 5 s heartbeat,
+# so 2 probes give about a dozen headline samples (20 s gave 4-6 once a worker on Apache Kafka had joined
+# its group, under the 5 the section needs).
 QUICK = Plan(replay_nodes=8, replay_ticks=120, hour_nodes=4, hour_s=300, steady_nodes=1, steady_min=10,
              steady_measure_min=2,
              probe_ticks=20, probe_tick_s=0.25, probe_span_s=2.5, api_sizes=(10_000,), api_history_min=10,
              api_requests=20, api_full_lists=1, joiner_nodes=10, joiner_ticks=60, live_nodes=20, markers=5,
              real_probes=2,
-             fresh_warm_s=4, fresh_span_s=20, hop_n=8, outage_s=0, eos_nodes=10, eos_ticks=100,
+             fresh_warm_s=4, fresh_span_s=30, hop_n=8, outage_s=0, eos_nodes=10, eos_ticks=100,
              eos_live_rate=50, eos_live_s=5, repeats=1)
 
 
