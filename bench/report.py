@@ -107,7 +107,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any], source: str = "bench/results.json") -> str:
+    """The README table of `results`, read from the file named `source`."""
     figs = results.get("figures", {})
     m = results.get("machine", {})
     brokers = results.get("brokers") or {}
@@ -116,7 +117,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"Python {m.get('python', '')} ({results.get('mode', '')} run, {results.get('wall_s', '?')} s; "
         f"{_load_line(m)}). Source {results.get('source', {}).get('commit', '?')}. "
         "Each figure is the median of its repeats (min-max beside it when there were several), compared "
-        "with figures of the same run; full setup in bench/results.json.",
+        f"with figures of the same run; full setup in {source}.",
         "",
         *(f"- {BROKER_NAMES.get(k, k)}: {v}" for k, v in brokers.items()),
         *([f"- Apache Kafka left out: {results['kafka_left_out']}"] if results.get("kafka_left_out") else []),

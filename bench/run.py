@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     if args.markdown:
         try:
-            print(markdown(json.loads(Path(args.out).read_text())))
+            print(markdown(json.loads(Path(args.out).read_text()), _shown(Path(args.out))))
         except (OSError, ValueError) as e:
             print(f"bench: cannot read {args.out}: {e}", file=sys.stderr)
             return 2
@@ -459,6 +459,14 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     print(f"\nwrote {args.out} in {wall:.0f}s" + (f"; errors in: {', '.join(errors)}" if errors else ""))
     return 1 if errors else 0
+
+
+def _shown(path: Path) -> str:
+    """A results file as the README names it: relative to the repository when it lies inside."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
 
 
 def _broker_setup(kind: str) -> str:

@@ -156,6 +156,7 @@ def test_run_writes_results_and_markdown(tmp_path: Path, capsys: pytest.CaptureF
     md = capsys.readouterr().out
     assert "| `replay_device_samples_per_s` | none |" in md and "| figure | broker | value | same run |" in md
     assert "load average (1/5/15 min)" in md
+    assert f"full setup in {out}." in md  # the file it was read from, not always bench/results.json
     assert "replay_device_samples_per_s" in report.table(results)
 
 
