@@ -90,8 +90,9 @@ def _prof(active_pct: float) -> dict[str, float]:
 
 def _k8s(holders: Sequence[Holding]) -> list[tuple[tuple[str, str], ...]]:
     """The pod attributes of each holder (one empty set when nobody holds the device)."""
-    out = [(("container", h.container.name), ("namespace", h.pod.namespace), ("pod", h.pod.name))
-           for h in holders if h.pod is not None and h.container is not None]
+    out: list[tuple[tuple[str, str], ...]] = [
+        (("container", h.container.name), ("namespace", h.pod.namespace), ("pod", h.pod.name))
+        for h in holders if h.pod is not None and h.container is not None]
     return out or [()]
 
 
