@@ -8,12 +8,13 @@ names, one with `GPU_I_ID` to the MIG instance (parent `UUID`, GPU instance ID).
 become percent. Format facts and their sources: tests/unit/data/corpus/dcgm/exporter.yaml.
 
 What can go wrong is a health state, never a crash: `unavailable` (refused, timed out, HTTP error),
-`corrupt` (not Prometheus text, or larger than the size bound); the last good values are used only
-while younger than two scrape intervals, then dropped (never reused).
+`corrupt` (not Prometheus text, or larger than the size bound); the last good values are used until
+two scrapes in a row failed to renew them, then dropped (never reused).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -113,13 +114,14 @@ def annotate(devices: Sequence[DeviceSample], by_uuid: dict[str, DcgmProfile]) -
 Fetch = Callable[[str, float, int], str]
 
 
-def http_fetch(url: str, timeout_s: float, max_bytes: int) -> str:
-    """GET `url` within `timeout_s` in all (connect, headers and body) and at most `max_bytes`."""
+def http_fetch(url: str, timeout_s: float, max_bytes: int, client: httpx.Client | None = None) -> str:
+    """GET `url` within `timeout_s` in all (connect, headers and body) and at most `max_bytes`; with
+    `client`, on its kept-alive connection (a probe scrapes every tick: no new client each time)."""
     deadline = time.monotonic() + timeout_s
     try:
-        with httpx.Client(timeout=timeout_s, follow_redirects=False) as client, client.stream(
-            "GET", url, headers={"Accept": "text/plain"}
-        ) as r:
+        with contextlib.ExitStack() as stack:
+            c = client or stack.enter_context(httpx.Client(timeout=timeout_s, follow_redirects=False))
+            r = stack.enter_context(c.stream("GET", url, headers={"Accept": "text/plain"}, timeout=timeout_s))
             if r.status_code != 200:
                 raise ExporterError("unavailable", f"HTTP {r.status_code} from {url}")
             body = bytearray()
@@ -136,36 +138,55 @@ def http_fetch(url: str, timeout_s: float, max_bytes: int) -> str:
 
 class DcgmSource:
     """Scrapes the exporter (call `scrape` every `interval_s`, in a worker thread) and hands the
-    telemetry loop the values still fresh (`annotate`)."""
+    telemetry loop the values still fresh (`annotate`). Values count as older than two scrapes, and are
+    dropped, once two scrapes in a row failed to renew them, or once they are older than two intervals
+    plus two timeouts (a scrape loop that stalled)."""
 
     def __init__(self, url: str, interval_s: float, timeout_s: float, max_bytes: int,
-                 fetch: Fetch = http_fetch, monotonic: Callable[[], float] = time.monotonic) -> None:
+                 fetch: Fetch | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
         self.url, self.interval_s, self.timeout_s, self.max_bytes = url, interval_s, timeout_s, max_bytes
-        self._fetch, self._now = fetch, monotonic
+        self._client: httpx.Client | None = None
+        self._fetch: Fetch = fetch or self._http
+        self._now = monotonic
         self._readings: list[Reading] = []
         self._at: float | None = None  # when the readings were scraped (monotonic)
+        self._misses = 0  # failed scrapes since the readings were taken
         self.health = SourceHealth(SOURCE, "unavailable", "not scraped yet")
         self.last_result = ""  # ok | unavailable | corrupt (for the scrape counter)
         self.last_duration_s = 0.0
+
+    def _http(self, url: str, timeout_s: float, max_bytes: int) -> str:
+        if self._client is None:
+            self._client = httpx.Client(timeout=timeout_s, follow_redirects=False)
+        return http_fetch(url, timeout_s, max_bytes, self._client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
     def scrape(self) -> None:
         started = self._now()
         try:
             readings, _ = parse(self._fetch(self.url, self.timeout_s, self.max_bytes))
         except ExporterError as e:
-            self.last_result = e.state
-            self.health = SourceHealth(SOURCE, e.state, str(e))
+            self._failed(e.state, str(e))
         except Exception as e:  # anything else the exporter does wrong: a state, not a crash
-            self.last_result = "unavailable"
-            self.health = SourceHealth(SOURCE, "unavailable", f"{type(e).__name__}: {str(e)[:120]}")
+            self._failed("unavailable", f"{type(e).__name__}: {str(e)[:120]}")
         else:
-            self._readings, self._at, self.last_result = readings, self._now(), "ok"
+            self._readings, self._at, self._misses, self.last_result = readings, self._now(), 0, "ok"
             self.health = SourceHealth(SOURCE, "ok", "" if readings else NO_PROFILING)
         self.last_duration_s = self._now() - started
 
+    def _failed(self, state: str, detail: str) -> None:
+        self._misses += 1
+        self.last_result = state
+        self.health = SourceHealth(SOURCE, state, detail)
+
     def fresh(self) -> list[Reading]:
-        """The last readings while younger than two scrape intervals; afterwards nothing."""
-        if self._at is None or self._now() - self._at > 2 * self.interval_s:
+        """The last readings unless older than two scrapes (see the class); afterwards nothing."""
+        limit = 2 * (self.interval_s + self.timeout_s)
+        if self._at is None or self._misses >= 2 or self._now() - self._at > limit:
             self._readings, self._at = [], None
             return []
         return self._readings

@@ -369,6 +369,8 @@ class Probe:
         self._started = False
         await self.allocations.close()
         self.nvml.close()
+        if self.dcgm is not None:
+            self.dcgm.close()
         await self.health_server.stop()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -44,7 +44,7 @@ class ProbeSettings(ServiceSettings):
     clock: str = "wall"
     # The node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields.
     # Empty (the default): not scraped. Scraped every dcgm_interval (unset: every tick), each scrape
-    # bounded by dcgm_timeout and dcgm_max_bytes; values older than two intervals are dropped.
+    # bounded by dcgm_timeout and dcgm_max_bytes; values two failed scrapes old are dropped.
     dcgm_exporter_url: str = ""
     dcgm_interval: float | None = None
     dcgm_timeout: float = 0.5

@@ -111,7 +111,7 @@ def source(bodies: list[str | Exception], clock: Clock) -> DcgmSource:
     return DcgmSource("http://exporter/metrics", 1.0, 0.5, 1 << 20, fetch=fetch, monotonic=clock)
 
 
-def test_values_kept_two_intervals_then_dropped_never_reused() -> None:
+def test_values_kept_until_two_scrapes_failed_then_dropped_never_reused() -> None:
     clock = Clock()
     down = ExporterError("unavailable", "ConnectError")
     src = source([golden(), down, down, golden()], clock)
@@ -120,8 +120,8 @@ def test_values_kept_two_intervals_then_dropped_never_reused() -> None:
     clock.t += 1.0
     src.scrape()  # down: the values of one scrape ago still count
     assert src.health.state == "unavailable" and src.annotate(DEVICES)[1].dcgm is not None
-    clock.t += 1.5
-    src.scrape()  # down again: now older than two intervals
+    clock.t += 1.0
+    src.scrape()  # down again: two scrapes failed to renew them
     assert all(d.dcgm is None for d in src.annotate(DEVICES))
     clock.t += 1.0
     assert all(d.dcgm is None for d in src.annotate(DEVICES))  # dropped, not brought back
@@ -162,3 +162,11 @@ def test_settings() -> None:
     for bad in ({"dcgm_exporter_url": "10.0.0.1:9400"}, {"dcgm_timeout": "0s"}, {"dcgm_max_bytes": 10}):
         with pytest.raises(ValueError):
             ProbeSettings(node_name="n", **bad)
+
+
+def test_values_dropped_when_the_scrape_loop_stalls() -> None:
+    clock = Clock()
+    src = source([golden()], clock)
+    src.scrape()
+    clock.t += 2 * (1.0 + 0.5) + 0.1  # no scrape for longer than two intervals and two timeouts
+    assert all(d.dcgm is None for d in src.annotate(DEVICES))
