@@ -59,20 +59,40 @@ class Reading:
     pct: float
 
 
+_WANTED = tuple(FIELDS)
+_WANTED_META = tuple(f"# {kind} {name}" for kind in ("HELP", "TYPE") for name in FIELDS)
+
+
+def _wanted_lines(text: str) -> tuple[str, int]:
+    """The lines of the fields the probe reads (with their HELP and TYPE), and how many DCGM series
+    the text holds in all. An exporter shows a dozen fields or more per device; handing only the five
+    the probe reads to the parser keeps a scrape within the probe's per-tick budget."""
+    kept: list[str] = []
+    series = 0
+    for line in text.splitlines():
+        s = line.lstrip()
+        if s.startswith("DCGM_"):
+            series += 1
+            if s.startswith(_WANTED):
+                kept.append(s)
+        elif s.startswith(_WANTED_META):
+            kept.append(s)
+    return "\n".join(kept) + "\n", series
+
+
 def parse(text: str) -> tuple[list[Reading], int]:
     """The profiling readings of one exposition, and how many DCGM series it held in all.
 
-    ExporterError("corrupt") when the text is not Prometheus exposition or holds no DCGM series at all
-    (an HTML error page from a proxy parses as nothing). A series without a UUID, with a GPU_I_ID that
-    is not a number, or a ratio outside 0..1 (NaN included) is skipped."""
+    ExporterError("corrupt") when the profiling lines are not Prometheus exposition or the text holds
+    no DCGM series at all (an HTML error page from a proxy parses as nothing). A series without a
+    UUID, with a GPU_I_ID that is not a number, or a ratio outside 0..1 (NaN included) is skipped."""
+    wanted, dcgm_series = _wanted_lines(text)
+    if not dcgm_series:
+        raise ExporterError("corrupt", "no DCGM_* series in the exposition")
     out: list[Reading] = []
-    dcgm_series = 0
     try:
-        for fam in text_string_to_metric_families(text):
+        for fam in text_string_to_metric_families(wanted):
             for s in fam.samples:
-                if not s.name.startswith("DCGM_"):
-                    continue
-                dcgm_series += 1
                 attr = FIELDS.get(s.name)
                 if attr is None:
                     continue
@@ -86,8 +106,6 @@ def parse(text: str) -> tuple[list[Reading], int]:
                 out.append(Reading(attr, uuid, int(raw_gi) if raw_gi else None, round(value * 100.0, 3)))
     except (ValueError, TypeError, IndexError, KeyError) as e:
         raise ExporterError("corrupt", f"not Prometheus text: {str(e)[:120]}") from None
-    if not dcgm_series:
-        raise ExporterError("corrupt", "no DCGM_* series in the exposition")
     return out, dcgm_series
 
 
@@ -116,7 +134,7 @@ Fetch = Callable[[str, float, int], str]
 
 def http_fetch(url: str, timeout_s: float, max_bytes: int, client: httpx.Client | None = None) -> str:
     """GET `url` within `timeout_s` in all (connect, headers and body) and at most `max_bytes`; with
-    `client`, on its kept-alive connection (a probe scrapes every tick: no new client each time)."""
+    `client`, on its kept-alive connection (a probe scrapes every few seconds: no new client each time)."""
     deadline = time.monotonic() + timeout_s
     try:
         with contextlib.ExitStack() as stack:

@@ -43,8 +43,10 @@ class ProbeSettings(ServiceSettings):
     # Event-time source: "wall", or "sim:<origin_ms>:<speed>" when a simulated cluster runs faster.
     clock: str = "wall"
     # The node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields.
-    # Empty (the default): not scraped. Scraped every dcgm_interval (unset: every tick), each scrape
-    # bounded by dcgm_timeout and dcgm_max_bytes; values two failed scrapes old are dropped.
+    # Empty (the default): not scraped. Scraped every dcgm_interval (unset: 5 s, or the tick if longer:
+    # the exporter itself refreshes every 30 s by default, and parsing a MIG node's exposition costs
+    # tens of milliseconds), each scrape bounded by dcgm_timeout and dcgm_max_bytes; values two failed
+    # scrapes old are dropped.
     dcgm_exporter_url: str = ""
     dcgm_interval: float | None = None
     dcgm_timeout: float = 0.5
@@ -92,7 +94,7 @@ class ProbeSettings(ServiceSettings):
 
     def dcgm_every(self) -> float:
         """The dcgm-exporter scrape period in effect (see dcgm_interval)."""
-        return self.dcgm_interval if self.dcgm_interval is not None else self.tick
+        return self.dcgm_interval if self.dcgm_interval is not None else max(self.tick, 5.0)
 
     @field_validator("podresources_interval", "dcgm_interval", mode="before")
     @classmethod

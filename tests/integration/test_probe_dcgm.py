@@ -75,7 +75,7 @@ def devices(t: NodeTelemetry) -> dict[str, object]:
 async def test_profiling_fields_reach_the_telemetry_and_failures_are_health(
     broker: Kafka, node: Node, collector: Collector, exporter: FakeDcgmExporter
 ) -> None:
-    probe = Probe(node.settings(broker, dcgm_exporter_url=exporter.url, dcgm_timeout=0.5))
+    probe = Probe(node.settings(broker, dcgm_exporter_url=exporter.url, dcgm_interval=0.2, dcgm_timeout=0.5))
     await probe.start()
     try:
         tel = await collector.wait(lambda: latest_with(

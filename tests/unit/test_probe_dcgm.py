@@ -155,7 +155,8 @@ def test_no_profiling_fields_is_ok_and_says_why() -> None:
 
 def test_settings() -> None:
     s = ProbeSettings(node_name="n", tick="2s")
-    assert s.dcgm_exporter_url == "" and s.dcgm_every() == 2.0
+    assert s.dcgm_exporter_url == "" and s.dcgm_every() == 5.0
+    assert ProbeSettings(node_name="n", tick="10s").dcgm_every() == 10.0
     s = ProbeSettings(node_name="n", dcgm_exporter_url="http://10.0.0.1:9400/metrics", dcgm_interval="5s",
                       dcgm_timeout="250ms")
     assert (s.dcgm_every(), s.dcgm_timeout) == (5.0, 0.25)
@@ -170,3 +171,9 @@ def test_values_dropped_when_the_scrape_loop_stalls() -> None:
     src.scrape()
     clock.t += 2 * (1.0 + 0.5) + 0.1  # no scrape for longer than two intervals and two timeouts
     assert all(d.dcgm is None for d in src.annotate(DEVICES))
+
+
+def test_only_the_profiling_lines_are_parsed() -> None:
+    # A field the probe does not read is counted but not parsed: a broken one costs nothing.
+    text = 'DCGM_FI_DEV_GPU_UTIL{gpu="0" 40\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="0",UUID="GPU-x"} 0.5\n'
+    assert parse(text) == ([Reading("gr_engine_active_pct", "GPU-x", None, 50.0)], 2)
