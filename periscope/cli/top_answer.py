@@ -58,6 +58,9 @@ class Pod(_Item):
     util_pct: Number = None
     fb_used_mib: Number = None
     power_w: Number = None
+    sm_active_pct: Number = None
+    tensor_active_pct: Number = None
+    dram_active_pct: Number = None
 
 
 class Idle(_Item):

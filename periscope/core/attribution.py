@@ -69,7 +69,7 @@ def attribute_sample(
             us = [usage[key] for key in keys]
         for h, key, u in zip(hs, keys, us, strict=True):
             row = _row(rows, h, key, t)
-            row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
+            row.observe(t, u, _sources(h.sources, u.seen_processes, u.dcgm is not None), cfg)
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
@@ -117,15 +117,17 @@ def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowSt
     return row
 
 
-_SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
+_SOURCES: dict[tuple[tuple[str, ...], bool, bool], tuple[str, ...]] = {}
 
 
-def _sources(allocation: tuple[str, ...], seen_processes: bool) -> tuple[str, ...]:
-    """A row's sources, sorted: memoized, as a few combinations recur on every sample."""
-    key = (allocation, seen_processes)
+def _sources(allocation: tuple[str, ...], seen_processes: bool, dcgm: bool = False) -> tuple[str, ...]:
+    """A row's sources, sorted: memoized, as a few combinations recur on every sample. `dcgm`: some
+    of the row's numbers came from the node's dcgm-exporter."""
+    key = (allocation, seen_processes, dcgm)
     srcs = _SOURCES.get(key)
     if srcs is None:
-        srcs = tuple(sorted(set(allocation) | ({"process"} if seen_processes else set())))
+        extra = ({"process"} if seen_processes else set()) | ({"dcgm"} if dcgm else set())
+        srcs = tuple(sorted(set(allocation) | extra))
         if len(_SOURCES) < 1024:
             _SOURCES[key] = srcs
     return srcs

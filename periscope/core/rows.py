@@ -14,7 +14,7 @@ from array import array
 from dataclasses import dataclass, field
 from math import inf, nan
 
-from periscope.core.model import AttributionRow, MigRef, WindowStat
+from periscope.core.model import AttributionRow, DcgmProfile, MigRef, WindowStat
 from periscope.core.usage import Usage
 
 W = 6  # doubles per window: start_ms, samples, util_sum, util_samples, fb_max, power_sum
@@ -212,8 +212,18 @@ class RowState:
             self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
             self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
             self.closed_unpublished() if len(self.windows) > W or not self.active else (), self.sample_ms,
-            self.unresolved,
+            self.unresolved, *_profile(u.dcgm if live and u else None),
         )
+
+
+_NO_PROFILE: tuple[None, None, None, None] = (None, None, None, None)
+
+
+def _profile(p: DcgmProfile | None) -> tuple[float | None, float | None, float | None, float | None]:
+    """sm_active, sm_occupancy, tensor_active, dram_active (AttributionRow's order)."""
+    if p is None:
+        return _NO_PROFILE
+    return p.sm_active_pct, p.sm_occupancy_pct, p.tensor_active_pct, p.dram_active_pct
 
 
 def _stat(w: array[float], i: int) -> WindowStat:

@@ -20,7 +20,7 @@ from periscope.core.model import (
 )
 from periscope.core.pods import PodRegistry
 from periscope.core.rows import RowState
-from periscope.core.usage import sharing_of
+from periscope.core.usage import device_util, sharing_of
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
@@ -83,7 +83,7 @@ def gpu_states(
                 MigState(
                     uuid=m.uuid, profile=m.mig.profile, gi=m.mig.gi, ci=m.mig.ci,
                     fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=owners_of(mine),
-                    util_pct=m.util_pct, monitors=owners_of(seen),
+                    util_pct=device_util(m)[0], monitors=owners_of(seen),
                 )
             )
         if migs:
@@ -93,7 +93,8 @@ def gpu_states(
             sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
         # Positional, in GpuState's field order (this runs for every device of every sample).
         out.append(GpuState(
-            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing, d.util_pct,
+            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing,
+            d.util_pct if d.util_pct is not None or d.dcgm is None else device_util(d)[0],
             d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
             t, d.lost, t, owners_of([h for h in watch if h.device.mig is None]) if watch else (),
         ))

@@ -39,6 +39,8 @@ def _row(r: AttributionRow) -> Json:
         "active": r.active, "idle": r.idle, "idle_since": _time(r.idle_since_ms),
         "avg_util_pct": _num(r.avg_util_pct), "wasted_gpu_hours": r.wasted_gpu_hours,
         "first_seen": _time(r.first_seen_ms), "last_seen": _time(r.last_seen_ms), "sources": list(r.sources),
+        "sm_active_pct": _num(r.sm_active_pct), "sm_occupancy_pct": _num(r.sm_occupancy_pct),
+        "tensor_active_pct": _num(r.tensor_active_pct), "dram_active_pct": _num(r.dram_active_pct),
     }
 
 

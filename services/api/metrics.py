@@ -71,6 +71,26 @@ _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], 
         lambda r: None if (m := num(r.fb_used_mib)) is None else m * _MIB,
     ),
     ("periscope_pod_gpu_power_watts", "Attributed board power", lambda r: num(r.power_w)),
+    (
+        "periscope_pod_gpu_sm_active_percent",
+        "DCGM SM activity of the pod's own unit (whole GPU or MIG instance; absent when shared or unknown)",
+        lambda r: num(r.sm_active_pct),
+    ),
+    (
+        "periscope_pod_gpu_sm_occupancy_percent",
+        "DCGM SM occupancy of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.sm_occupancy_pct),
+    ),
+    (
+        "periscope_pod_gpu_tensor_active_percent",
+        "DCGM tensor pipe activity of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.tensor_active_pct),
+    ),
+    (
+        "periscope_pod_gpu_dram_active_percent",
+        "DCGM device memory interface activity of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.dram_active_pct),
+    ),
     ("periscope_pod_gpu_idle", "1 when the allocation is idle (the joiner's flag)", lambda r: float(r.idle)),
     (
         "periscope_pod_gpu_idle_wasted_gpu_hours",

@@ -57,6 +57,10 @@ def pod_row(pod: PodAttribution, row: AttributionRow) -> Json:
         "gpu_fraction": num(row.gpu_fraction),
         "sample_at": rfc3339(row.sample_ms),
         "unresolved": row.unresolved or None,
+        "sm_active_pct": num(row.sm_active_pct),
+        "sm_occupancy_pct": num(row.sm_occupancy_pct),
+        "tensor_active_pct": num(row.tensor_active_pct),
+        "dram_active_pct": num(row.dram_active_pct),
     }
 
 

@@ -33,7 +33,9 @@ class PodRow(BaseModel):
     mig: Mig | None
     sharing: str = Field(description="exclusive | time-slicing | mps | mig")
     share_basis: str = Field(description="exclusive | process | memory-weighted | equal-split | none")
-    util_pct: float | None = Field(description="attributed share of the latest sample; null when unknown")
+    util_pct: float | None = Field(
+        description="attributed share of the latest sample; on a MIG slice the instance's DCGM "
+        "graphics-engine activity (sources then include dcgm); null when unknown")
     fb_used_mib: float | None
     power_w: float | None
     active: bool
@@ -46,6 +48,13 @@ class PodRow(BaseModel):
     unresolved: str | None = Field(
         None, description="why the device ID names no known GPU (gpu_uuid is then empty); null when it does"
     )
+    sm_active_pct: float | None = Field(
+        None, description="DCGM_FI_PROF_SM_ACTIVE of the held unit in percent; null when not available or "
+        "the unit is shared (DCGM measures the unit, not a pod)")
+    sm_occupancy_pct: float | None = Field(None, description="DCGM_FI_PROF_SM_OCCUPANCY in percent, as above")
+    tensor_active_pct: float | None = Field(
+        None, description="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE in percent, as above")
+    dram_active_pct: float | None = Field(None, description="DCGM_FI_PROF_DRAM_ACTIVE in percent, as above")
 
 
 class IdleRow(PodRow):

@@ -9,6 +9,7 @@ NVML and /proc checks live in `doctor_nvml`; this module holds the kubelet check
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -228,6 +229,7 @@ def _oversized(path: str) -> bool:
 async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorReport:
     """Every check, in the order the probe needs its sources. `nvml` replaces the module the
     settings name (tests); otherwise it is loaded the way the probe loads it."""
+    from services.probe.doctor_dcgm import dcgm_checks
     from services.probe.doctor_nvml import nvml_checks, procfs_checks
 
     checks = await podresources_checks(settings.podresources_socket)
@@ -235,10 +237,13 @@ async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorRe
     nv_checks, gpu_pids = nvml_checks(settings.nvml_backend, settings.proc_root, nvml)
     checks.extend(nv_checks)
     checks.extend(procfs_checks(settings.proc_root, gpu_pids))
+    mig_on = any(c.name == "nvml.mig" and not c.detail.startswith("MIG off") for c in nv_checks)
+    checks.extend(await asyncio.to_thread(dcgm_checks, settings, mig_on))  # a blocking HTTP GET
     inputs = {
         "podresources_socket": settings.podresources_socket,
         "checkpoint": settings.checkpoint_path,
         "proc_root": settings.proc_root,
         "nvml_backend": settings.nvml_backend,
+        "dcgm_exporter_url": settings.dcgm_exporter_url,
     }
     return DoctorReport(tuple(checks), inputs)

@@ -36,6 +36,7 @@ from periscope.core.model import (
     XidEvent,
 )
 from services.probe.buffer import Kind, OutBuffer, Outgoing
+from services.probe.dcgm import DcgmSource
 from services.probe.health import HealthServer
 from services.probe.kubelet import AllocationReader
 from services.probe.metrics import ProbeMetrics
@@ -107,6 +108,10 @@ class Probe:
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
         )
         self.xids = XidWatcher(self.nvml.nvml, self._xid_from_thread)
+        self.dcgm = (
+            DcgmSource(s.dcgm_exporter_url, s.dcgm_every(), s.dcgm_timeout, s.dcgm_max_bytes)
+            if s.dcgm_exporter_url else None
+        )
         self.nvml_health = SourceHealth("nvml", "unavailable", "not initialised")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -132,7 +137,9 @@ class Probe:
 
     def health(self) -> tuple[SourceHealth, ...]:
         mig = self.nvml.mig_health()
-        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health())
+        dcgm = (self.dcgm.health,) if self.dcgm is not None else ()
+        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health(),
+                *dcgm)
 
     def _publish_inventory(self, force: bool = False) -> None:
         inv, health = self.nvml.inventory, self.health()
@@ -204,6 +211,9 @@ class Probe:
         process from /proc as it builds it."""
         devices = self.nvml.sample()
         self.procs.prune(p.pid for d in devices for p in d.processes)
+        if self.dcgm is not None:
+            devices = self.dcgm.annotate(devices)
+            self.metrics.dcgm_devices.labels(self.node).set(sum(d.dcgm is not None for d in devices))
         return devices
 
     async def _telemetry_loop(self) -> None:
@@ -233,6 +243,19 @@ class Probe:
                     self.nvml_health = SourceHealth("nvml", "error", str(e))
             self._publish_inventory()
             await self._sleep(self.settings.tick - (time.monotonic() - started))
+
+    # ------------------------------------------------------------------ dcgm-exporter
+
+    async def _dcgm_loop(self) -> None:
+        """Scrape the exporter every interval (its own loop: a slow exporter never delays a sample)."""
+        src = self.dcgm
+        assert src is not None
+        while not self._stop.is_set():
+            started = time.monotonic()
+            await asyncio.to_thread(src.scrape)
+            self.metrics.dcgm_scrapes.labels(self.node, src.last_result).inc()
+            self.metrics.dcgm_scrape_seconds.labels(self.node).observe(src.last_duration_s)
+            await self._sleep(src.interval_s - (time.monotonic() - started))
 
     # ------------------------------------------------------------------ allocations
 
@@ -332,6 +355,8 @@ class Probe:
                 self.allocations.watch(self._kubelet_changed.set, self._stop), name="probe-socket"
             ),
         ]
+        if self.dcgm is not None:
+            self._tasks.append(asyncio.create_task(self._dcgm_loop(), name="probe-dcgm"))
         self._started = True
 
     async def stop(self) -> None:
@@ -344,6 +369,8 @@ class Probe:
         self._started = False
         await self.allocations.close()
         self.nvml.close()
+        if self.dcgm is not None:
+            self.dcgm.close()
         await self.health_server.stop()
 
     async def run(self, stop: asyncio.Event) -> None:

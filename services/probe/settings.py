@@ -42,6 +42,15 @@ class ProbeSettings(ServiceSettings):
     stale_after: float = 30.0
     # Event-time source: "wall", or "sim:<origin_ms>:<speed>" when a simulated cluster runs faster.
     clock: str = "wall"
+    # The node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields.
+    # Empty (the default): not scraped. Scraped every dcgm_interval (unset: 5 s, or the tick if longer:
+    # the exporter itself refreshes every 30 s by default, and parsing a MIG node's exposition costs
+    # tens of milliseconds), each scrape bounded by dcgm_timeout and dcgm_max_bytes; values two failed
+    # scrapes old are dropped.
+    dcgm_exporter_url: str = ""
+    dcgm_interval: float | None = None
+    dcgm_timeout: float = 0.5
+    dcgm_max_bytes: int = 8 * 1024 * 1024
 
     @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval",
                      mode="before")
@@ -56,7 +65,38 @@ class ProbeSettings(ServiceSettings):
             raise ValueError("must be a positive duration")
         return value
 
-    @field_validator("podresources_interval", mode="before")
+    @field_validator("dcgm_timeout", mode="before")
+    @classmethod
+    def _parse_timeout(cls, value: Any) -> Any:
+        return seconds(value)
+
+    @field_validator("dcgm_timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _dcgm_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (e.g. http://127.0.0.1:9400/metrics)")
+        return value
+
+    @field_validator("dcgm_max_bytes")
+    @classmethod
+    def _max_bytes(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError("must be at least 1024")
+        return value
+
+    def dcgm_every(self) -> float:
+        """The dcgm-exporter scrape period in effect (see dcgm_interval)."""
+        return self.dcgm_interval if self.dcgm_interval is not None else max(self.tick, 5.0)
+
+    @field_validator("podresources_interval", "dcgm_interval", mode="before")
     @classmethod
     def _optional_duration(cls, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):

@@ -252,6 +252,7 @@ def test_the_web_view_shows_the_scenarios_pods_and_gpus(stack: Stack, module_tmp
     xids = dom.split('id="xids"', 1)[1].split("</section>", 1)[0]
     assert ">31<" in xids and "train/busy-trainer" in xids
     assert "3g.40gb" in dom and "free" in dom  # the MIG layout: one slice held, one free
+    assert " 50%" in dom.split("mig-server", 1)[1][:400]  # the slice holder's util (DCGM)
     assert 'class="bad"' not in dom.split('id="status"', 1)[1].split("</span>", 1)[0]
 
 
@@ -267,6 +268,8 @@ def test_periscope_top_reads_the_api_over_http(stack: Stack) -> None:
         assert sum(f" {name} " in line for line in lines) == 1, name
     (mig,) = [line for line in lines if " mig-server " in line]
     assert "3g.40gb" in mig and "gpu-z" in mig
+    # the MIG slice's util from the node's dcgm-exporter (UTIL%, then the DCGM columns SM% TENSOR% DRAM%)
+    assert "SM%" in lines[1] and mig.split()[9] == "50", mig
     idle = subprocess.run(
         [*periscope("top", "--api", stack.api, "--once", "--namespace", "notebooks", "--sort", "idle")],
         capture_output=True, text=True, timeout=60,

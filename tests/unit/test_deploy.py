@@ -577,7 +577,7 @@ KAFKA = {(9092, "TCP")}
 APISERVER = {(443, "TCP"), (6443, "TCP"), (16443, "TCP")}
 # component -> (its pods' ingress ports, where it may connect to): nothing else, in either direction.
 TRAFFIC = {
-    "probe": ({9401}, DNS | KAFKA),
+    "probe": ({9401}, DNS | KAFKA | {(9400, "TCP")}),  # 9400: the node's dcgm-exporter
     "kube-watcher": ({9402}, DNS | KAFKA | APISERVER),
     "joiner": ({9403}, DNS | KAFKA),
     "api": ({8080}, DNS | KAFKA | APISERVER),

@@ -363,6 +363,25 @@ def test_network_policies_follow_the_kafka_bootstrap_and_the_operator_namespace(
         "nvidia-gpu-operator")
 
 
+def test_the_probe_reaches_the_nodes_dcgm_exporter_when_given_its_url() -> None:
+    url = "http://$(HOST_IP):9400/metrics"
+    docs = _chart({"probe": {"dcgmExporterUrl": url, "dcgmExporterPort": 9500}})
+    pod = _find(docs, "DaemonSet", "periscope-probe")["spec"]["template"]["spec"]
+    env = [e["name"] for e in pod["containers"][0]["env"]]
+    values = {e["name"]: e for e in pod["containers"][0]["env"]}
+    # HOST_IP first: a $(VAR) reference expands only from variables defined before it
+    assert env.index("HOST_IP") < env.index("PERISCOPE_DCGM_EXPORTER_URL")
+    assert values["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert values["PERISCOPE_DCGM_EXPORTER_URL"]["value"] == url
+    egress = _find(docs, "NetworkPolicy", "periscope-probe")["spec"]["egress"]
+    assert {"ports": [{"port": 9500, "protocol": "TCP"}]} in egress
+    default = _find(_chart(), "DaemonSet", "periscope-probe")["spec"]["template"]["spec"]
+    assert "PERISCOPE_DCGM_EXPORTER_URL" not in {e["name"] for e in default["containers"][0]["env"]}
+    out = _run("template", "periscope", str(CHART), values={"probe": {"dcgmExporterUrl": "10.0.0.1:9400"}},
+               check=False)
+    assert out.returncode != 0 and "values don't meet the specifications of the schema" in out.stderr
+
+
 def test_mutual_tls_sets_the_client_certificate_and_no_sasl() -> None:
     config = _config(_chart(PRESETS["per-component-mtls"][0]))
     assert config == {

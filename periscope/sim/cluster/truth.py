@@ -6,7 +6,8 @@ One object per line, each with a `kind`:
 - `holder`: one per tick x kubelet device: `tick`, `at`/`at_ms`, `node`, `device_id`, `gpu_uuid`,
   `mig` (null | {uuid, profile, gi, ci}), `sharing`, the holder `pod_uid`/`namespace`/`pod`/`container`
   (all null when the device is free), its true `util_pct` (share of the GPU's SM time after the 100 %
-  cap; `util_observable` is false on MIG, where NVML cannot report it), `fb_used_mib`,
+  cap; `util_observable` is false on MIG, where NVML cannot report it, unless the run serves each
+  node's dcgm-exporter, whose per-instance graphics-engine activity shows it), `fb_used_mib`,
   `gpu_util_pct` (the whole GPU's util) and `idle` (null when it cannot be known);
 - `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires.
 Times are simulated Unix ms plus RFC 3339 strings, the same clock every service of the run uses.
@@ -58,8 +59,10 @@ class TruthWriter:
         idle_threshold: float,
         prestart_ms: int = 0,
         extra_meta: dict[str, Any] | None = None,
+        mig_observable: bool = False,
     ) -> None:
         self.model, self.start_ms, self.prestart_ms = model, start_ms, prestart_ms
+        self.mig_observable = mig_observable  # a dcgm-exporter shows each MIG instance's activity
         self.window_ms, self.threshold = idle_window_ms, idle_threshold
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         s = model.scenario
@@ -85,6 +88,7 @@ class TruthWriter:
                     "components": {o.component: o.expected_status for o in operands(s)},
                 },
                 "prestart_ms": prestart_ms,
+                "mig_util_observable": mig_observable,
                 **(extra_meta or {}),
             }
         )
@@ -145,7 +149,7 @@ class TruthWriter:
                     "sharing": d.sharing,
                     **_holder(h),
                     "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
-                    "util_observable": d.mig is None,
+                    "util_observable": d.mig is None or self.mig_observable,
                     "fb_used_mib": h.fb_used_mib,
                     "gpu_util_pct": gpu_util.get(d.gpu.uuid),
                     "idle": self._idle(h, t),
@@ -154,9 +158,10 @@ class TruthWriter:
 
     def _idle(self, h: Holding, t_ms: int) -> bool | None:
         """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
-        the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device.
+        the threshold. None where the hardware cannot show utilization (MIG without a dcgm-exporter) or
+        nobody holds the device.
         Pods of time 0 already existed for `prestart_ms` while the cluster waited, frozen, for the start."""
-        if h.pod is None or h.device.mig is not None:
+        if h.pod is None or (h.device.mig is not None and not self.mig_observable):
             return None
         start = h.pod.spec.start_ms or -self.prestart_ms
         if t_ms - start < self.window_ms:

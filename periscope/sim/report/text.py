@@ -57,7 +57,8 @@ def format_report(r: Row) -> str:
     ]
     tol = f"within ±{r['tolerance_pct']:g}"
     labels = ("owner right (tick x device)", f"shared-GPU util {tol}", f"exclusive util {tol}",
-              "reused name, new pod's usage", "XID owner at error time")  # in the order of SCORES
+              "reused name, new pod's usage", "XID owner at error time",
+              f"MIG-slice util {tol}")  # in the order of SCORES
     rows = [(label, _pct(p[key]), _pct(b[key])) for label, key in zip(labels, SCORES, strict=True)]
     rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
              ("policy statuses", _pct(p["policy"]), "n/a")]

@@ -167,8 +167,9 @@ imagePullSecrets:
 
 {{/* A component's NetworkPolicy (deploy/base): ingress on its own ports only (none: no ingress at all),
 egress to DNS and Kafka by port (the Kafka port(s) of kafka.bootstrap) and, for the watcher and the API,
-to the Kubernetes API. Call with (dict "ctx" $ "component" "joiner" "namespace" ns "ports" (list 9403)
-"apiserver" false); the API passes its own ingress rule as "from" (a list of peers). */}}
+to the Kubernetes API, for the probe to the dcgm-exporter's port ("dcgm"). Call with (dict "ctx" $
+"component" "joiner" "namespace" ns "ports" (list 9403) "apiserver" false); the API passes its own
+ingress rule as "from" (a list of peers). */}}
 {{- define "periscope.networkPolicy" -}}
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -205,6 +206,12 @@ spec:
         - port: {{ $port }}
           protocol: TCP
         {{- end }}
+    {{- if .dcgm }}
+    # the node's dcgm-exporter (probe.dcgmExporterUrl), by port
+    - ports:
+        - port: {{ .dcgm }}
+          protocol: TCP
+    {{- end }}
     {{- if .apiserver }}
     - ports:
         - port: 443
