@@ -135,7 +135,7 @@ def create_app(
     )
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
-        body = pod_series.render().encode() + generate_latest(registry)
+        body = pod_series.text().encode() + generate_latest(registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["ops"], response_model=schemas.Health)

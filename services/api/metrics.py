@@ -101,11 +101,25 @@ _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], 
 
 
 class PodSeries:
-    """Per pod-device gauges of the active rows, as exposition text."""
+    """Per pod-device gauges of the active rows, as exposition text.
+
+    The text is kept with the view version it was written from and reused while the view is unchanged:
+    at 100,000 rows one rendering holds the event loop for a noticeable time, and clients scraping at
+    once would otherwise each wait behind a rendering of the same rows.
+    """
 
     def __init__(self, view: View) -> None:
         self.view = view
         self._labels: dict[_LabelKey, str] = {}
+        self._text = ""
+        self._text_version = -1
+
+    def text(self) -> str:
+        """The exposition text of the view as it is now, rendered again only when it changed."""
+        if self.view.version != self._text_version:
+            version = self.view.version
+            self._text, self._text_version = self.render(), version
+        return self._text
 
     def _label_set(self, key: RowKey, pod: PodAttribution, row: AttributionRow) -> tuple[_LabelKey, str]:
         profile = row.mig.profile if row.mig else ""

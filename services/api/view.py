@@ -156,22 +156,26 @@ class View:
         self.policy: PolicyEvent | None = None
         self.nodes: dict[str, NodeEvent] = {}
         self.as_of_ms = 0  # newest event time applied
+        self.version = 0  # counts the applied records that changed the view (what a cached answer keys on)
 
     # ------------------------------------------------------------------ writes
 
     def apply(self, obj: object) -> bool:
         """Apply one decoded record; True if the view changed. Unknown types are ignored."""
         if isinstance(obj, PodAttribution):
-            return self.apply_pod(obj)
-        if isinstance(obj, GpuState):
-            return self.apply_gpu(obj)
-        if isinstance(obj, Finding):
-            return self.apply_finding(obj)
-        if isinstance(obj, PolicyEvent):
-            return self.apply_policy(obj)
-        if isinstance(obj, NodeEvent):
-            return self.apply_node(obj)
-        return False
+            changed = self.apply_pod(obj)
+        elif isinstance(obj, GpuState):
+            changed = self.apply_gpu(obj)
+        elif isinstance(obj, Finding):
+            changed = self.apply_finding(obj)
+        elif isinstance(obj, PolicyEvent):
+            changed = self.apply_policy(obj)
+        elif isinstance(obj, NodeEvent):
+            changed = self.apply_node(obj)
+        else:
+            return False
+        self.version += changed
+        return changed
 
     def _saw(self, t_ms: int) -> None:
         self.as_of_ms = max(self.as_of_ms, t_ms)
