@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from periscope.core.accounting import charge, mig_share, parent_power, unit_shares
 from periscope.core.allocation import Holding
 from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+_WHOLE = (1.0, "exclusive")  # a GPU's own share of itself, and its accounting basis
 
 
 def sharing_config(state: NodeState) -> tuple[str, int]:
@@ -37,10 +39,13 @@ def sharing_config(state: NodeState) -> tuple[str, int]:
 def attribute_sample(
     state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig,
     monitors: Sequence[Holding] = (),
+    gap_ms: int = 0,
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
-    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage."""
+    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage. Each row
+    observed is charged for `gap_ms`, the time since the node's previous sample
+    (periscope.core.accounting)."""
     t = tel.meta.time_ms
     watchers: dict[str, set[str]] = {}
     for m in monitors:
@@ -56,7 +61,7 @@ def attribute_sample(
         findings.append(_ambiguous(state.node, t, h))
 
     rows = state.rows
-    pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    pods, fraction, node, models = state.pods, state.devmap.fraction, state.node, state.devmap.models
     us: tuple[Usage, ...] | list[Usage]
     for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
@@ -67,9 +72,16 @@ def attribute_sample(
             usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device),
                                                  replicas)
             us = [usage[key] for key in keys]
-        for h, key, u in zip(hs, keys, us, strict=True):
+        d0 = hs[0].device
+        whole = _WHOLE if d0.mig is None else mig_share(d0.mig, models.get(d0.gpu_uuid, ""), fraction(d0))
+        for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
             row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
+            power = u.power_w
+            if power is None and d0.mig is not None:
+                pp = parent_power(samples, d0.gpu_uuid)
+                power = None if pp is None else pp * share  # its allocated share of the parent's
+            charge(row, t, gap_ms, share, basis, power, whole[0], cfg)
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:

@@ -52,6 +52,8 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
         "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
         **({"unres": r.unresolved} if r.unresolved else {}),
+        **({"led": [_num(x) for x in r.ledger], "lowg": _num(r.low_gpu_ms), "ib": r.idle_booked}
+           if r.ledger else {}),
     }
 
 
@@ -80,6 +82,9 @@ def _row_from(d: dict[str, Any]) -> RowState:
         idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
         unresolved=d.get("unres", ""),
+        # absent in records written before accounting: nothing charged yet
+        ledger=array("d", d.get("led", ())), low_gpu_ms=float(d.get("lowg", 0.0)),
+        idle_booked=bool(d.get("ib", False)),
     )
 
 
