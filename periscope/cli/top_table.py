@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 Json = Mapping[str, Any]
 SORTS = ("util", "idle", "memory")
@@ -132,17 +133,18 @@ def summary(snap: Snapshot) -> str:
 
 
 def table(snap: Snapshot, sort: str | None = None) -> Table:
-    t = Table(title=summary(snap), title_justify="left", box=None, pad_edge=False, header_style="bold")
+    # Every cell and the title are Text, never markup: a name such as "[red]x" is shown as it is.
+    t = Table(title=Text(summary(snap)), title_justify="left", box=None, pad_edge=False, header_style="bold")
     for name in COLUMNS:
         numeric = name in {"UTIL%", "MEM MiB", "POWER W", "IDLE GPU-h"}
         t.add_column(name, justify="right" if numeric else "left", no_wrap=True)
     for r in sort_rows(rows(snap), sort):
         idle_style = "yellow" if r.wasted is not None else None
-        t.add_row(
+        cells = (
             r.node, f"{r.gpu_index} {r.gpu}" if r.gpu_index >= 0 else r.gpu, r.device, r.namespace, r.pod,
             r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _hours(r.wasted),
-            style=idle_style,
         )
+        t.add_row(*(Text(c) for c in cells), style=idle_style)
     return t
 
 

@@ -9,11 +9,13 @@ NVML and /proc checks live in `doctor_nvml`; this module holds the kubelet check
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from grpc import aio
 
+from periscope.kubelet.checkpoint import MAX_CHECKPOINT_BYTES
 from services.probe.allocations import is_gpu_resource
 from services.probe.checkpoint_source import CheckpointSource
 from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, socket_identity
@@ -189,6 +191,14 @@ def checkpoint_check(path: str) -> Check:
             f"unreadable: {health.detail}",
             "run the probe as root (it reads a root-owned file)",
         )
+    if health.state == "corrupt" and _oversized(path):
+        return Check(
+            "checkpoint",
+            "fail",
+            f"{path}: {health.detail}",
+            "this is not the kubelet's checkpoint: point PERISCOPE_CHECKPOINT_PATH (or "
+            "PERISCOPE_KUBELET_ROOT) at the kubelet's device-plugins/kubelet_internal_checkpoint",
+        )
     if health.state == "corrupt":
         return Check(
             "checkpoint",
@@ -206,6 +216,13 @@ def checkpoint_check(path: str) -> Check:
             "the file has no checksum the probe can check; entries are used as they are",
         )
     return Check("checkpoint", "ok", detail)
+
+
+def _oversized(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > MAX_CHECKPOINT_BYTES
+    except OSError:
+        return False
 
 
 async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorReport:
