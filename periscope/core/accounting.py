@@ -11,7 +11,8 @@ been seen). The charge, in device-equivalent milliseconds (a whole GPU held for 
   u_i/100 + (1 - U/100)/n, or u_i/U once U reaches 100. Nobody busy gives 1/n each (1/replicas);
   without a utilization for every holder it is 1/n too. The parts of a GPU never exceed the GPU.
 - used: allocated time weighted by the row's utilization (u/100 of the whole GPU when shared, of the
-  slice on MIG); time without a utilization reading is `unmeasured`, neither used nor idle.
+  slice on MIG), at most the allocated share; time without a utilization reading is `unmeasured`,
+  neither used nor idle.
 - idle: the core's idle verdict (periscope.core.rows: held for the idle window with average
   utilization below the threshold) decides; once it holds, the allocated time of the below-threshold
   run it confirmed is booked from the run's first sample (as `wasted_gpu_hours` counts from
@@ -124,7 +125,9 @@ def charge(row: RowState, t_ms: int, gap_ms: int, share: float, basis: str, powe
     alloc = share * dt
     util = u.util_pct
     measured = util is not None
-    used = used_scale * (util or 0.0) / 100.0 * dt
+    # Never more than held: holders whose measured use adds up past the unit split it by use, each
+    # then using all of its part.
+    used = min(used_scale * (util or 0.0) / 100.0, share) * dt
     # Idle: the allocated time of the current below-threshold run is pending until the verdict holds
     # (unknown utilization neither extends nor ends a run, as in RowState.observe).
     in_run = measured and row.low_since_ms != 0
