@@ -183,7 +183,10 @@ def command(bootstrap: str | None, from_: str, to: str, by: str, fmt: str, price
     elif fmt == "csv":
         sys.stdout.write(csv_text(doc))
     else:
-        stdout_console(sys.stdout).print(table(doc))
+        console = stdout_console(sys.stdout)
+        if not sys.stdout.isatty():
+            console.width = 1000  # piped: one line per group, however long its key (a table is no wider)
+        console.print(table(doc))
     sys.stdout.flush()
     if warnings.count and not quiet:
         click.echo(f"periscope: warning: skipped {warnings.count} bad record(s)", err=True)
