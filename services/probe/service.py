@@ -3,9 +3,11 @@
 Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
 - telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
   each process labelled with pod UID / container ID / QoS from /proc;
-- allocations: every `tick` one stat of the checkpoint; PodResources is asked when the checkpoint
-  changed or is unusable, at once when the kubelet socket appears, vanishes or is replaced, and
-  otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
+- allocations: every `tick` one stat of the checkpoint, and one more before each telemetry sample (a
+  changed checkpoint is polled first, so a pod's first sample is never published ahead of the snapshot
+  that gives it its devices: its GPU time is not lost to unattributed usage); PodResources is asked
+  when the checkpoint changed or is unusable, at once when the kubelet socket appears, vanishes or is
+  replaced, and otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
   when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
 - DeviceInventory at start, whenever the hardware or a source's health changes, and at least every
@@ -112,6 +114,7 @@ class Probe:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
+        self._polling = asyncio.Lock()  # one allocation poll at a time (both loops may start one)
         self._last_inventory: tuple[Any, ...] | None = None
         self._last_inventory_at = 0.0
         self._last_health: tuple[SourceHealth, ...] = ()
@@ -214,6 +217,10 @@ class Probe:
             await self._open_nvml()
             if self.nvml.opened:
                 try:
+                    # One stat: the device manager allocated. Never wait here on a poll in progress
+                    # (a kubelet that does not answer must not stall the samples).
+                    if not self._polling.locked() and self.allocations.checkpoint.changed():
+                        await self._poll_allocations()
                     at = self.clock()  # the sample's event time: when it was taken, not when it was sent
                     devices = await asyncio.to_thread(self._sample)
                     self._put(
@@ -254,6 +261,10 @@ class Probe:
             kick = kick or self._kubelet_changed.is_set()
 
     async def _poll_allocations(self) -> bool:
+        async with self._polling:
+            return await self._poll_allocations_now()
+
+    async def _poll_allocations_now(self) -> bool:
         view = await self.allocations.poll(self.nvml.inventory)
         key = (view.entries, view.allocatable, view.health)
         due = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval
