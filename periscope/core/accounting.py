@@ -16,11 +16,17 @@ been seen). The charge, in device-equivalent milliseconds (a whole GPU held for 
 - idle: the core's idle verdict (periscope.core.rows: held for the idle window with average
   utilization below the threshold) decides; once it holds, the allocated time of the below-threshold
   run it confirmed is booked from the run's first sample (as `wasted_gpu_hours` counts from
-  `idle_since`), then every sample's while it holds. The run-up is booked in the window where the
+  `idle_since`; of that sample's gap, half: the run began somewhere within it), then every sample's
+  while it holds. The run-up is booked in the window where the
   verdict was reached.
 - memory: framebuffer MiB x ms; energy: the row's attributed power (on MIG, the parent GPU's power x
   the allocated share) x time, in joules.
 - request: one per allocated device x time, whatever the device is: the request x hours baseline.
+
+A pod's lifetime bounds its charges (the watcher's creation and deletion times): a sample does not
+charge a pod for the part of its gap before the pod was created, and a row whose pod was deleted after
+its last sample is charged up to the deletion, as last observed (`charge_end`). So a pod's time is
+billed from creation to deletion, not from sample to sample.
 
 Charges accumulate per tumbling window (the row's windows: periscope.core.rows) in the row's ledger
 and are published with the window (WindowStat's accounting fields). Pure and deterministic: the live
@@ -134,7 +140,8 @@ def charge(row: RowState, t_ms: int, gap_ms: int, share: float, basis: str, powe
     if not measured:
         pending = row.low_gpu_ms
     elif in_run:
-        pending = alloc if row.low_since_ms == t_ms else row.low_gpu_ms + alloc
+        # The run began somewhere in the gap before its first sample: half of that gap is in it.
+        pending = alloc / 2 if row.low_since_ms == t_ms else row.low_gpu_ms + alloc
     else:
         pending = 0.0
     idle = 0.0
@@ -146,6 +153,24 @@ def charge(row: RowState, t_ms: int, gap_ms: int, share: float, basis: str, powe
     amounts = (alloc, used, idle, 0.0 if measured else alloc, (u.fb_used_mib or 0.0) * dt,
                (power_w or 0.0) * dt / 1000.0, dt)
     accrue(row.ledger, t_ms - t_ms % cfg.window_ms, amounts, _basis_code(basis) if alloc else 0)
+
+
+def charge_end(row: RowState, end_ms: int, cfg: RowConfig) -> None:
+    """Charge a row whose pod was deleted at `end_ms`, after its last sample, for the time between, as
+    last observed (`RowState.charged`): the samples that follow no longer see it. Booked in the last
+    sample's window, the one the row publishes as it goes inactive; idle only where the verdict held."""
+    u, held = row.usage, row.charged
+    if u is None or held is None:
+        return
+    share, basis, power_w, used_scale = held
+    dt = float(min(max(0, end_ms - row.sample_ms), cfg.charge_gap_ms))
+    alloc = share * dt
+    measured = u.util_pct is not None
+    used = min(used_scale * (u.util_pct or 0.0) / 100.0, share) * dt
+    amounts = (alloc, used, alloc if row.idle and measured else 0.0, 0.0 if measured else alloc,
+               (u.fb_used_mib or 0.0) * dt, (power_w or 0.0) * dt / 1000.0, dt)
+    window = row.sample_ms - row.sample_ms % cfg.window_ms
+    accrue(row.ledger, window, amounts, _basis_code(basis) if alloc else 0)
 
 
 def accrue(ledger: array[float], start_ms: int, amounts: tuple[float, ...], basis: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from periscope.core.accounting import charge, mig_share, parent_power, unit_shares
+from periscope.core.accounting import charge, charge_end, mig_share, parent_power, unit_shares
 from periscope.core.allocation import Holding
 from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
@@ -15,6 +15,7 @@ from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
+    from periscope.core.pods import PodRegistry
 
 SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
@@ -81,7 +82,8 @@ def attribute_sample(
             if power is None and d0.mig is not None:
                 pp = parent_power(samples, d0.gpu_uuid)
                 power = None if pp is None else pp * share  # its allocated share of the parent's
-            charge(row, t, gap_ms, share, basis, power, whole[0], cfg)
+            charge(row, t, _since_start(pods, key[0], t, gap_ms), share, basis, power, whole[0], cfg)
+            row.charged = (share, basis, power, whole[0])
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
@@ -103,9 +105,30 @@ def attribute_sample(
     if ix.held_rows < len(rows):
         current = ix.held_keys()
         for key, row in rows.items():
-            if key not in current and row.deactivate():
-                touched.add(key[0])
+            if key not in current:
+                _charge_to_deletion(pods, key[0], row, t, cfg)
+                if row.deactivate():
+                    touched.add(key[0])
     return touched, findings
+
+
+def _since_start(pods: PodRegistry, uid: str, t: int, gap_ms: int) -> int:
+    """The part of the gap before a sample that the pod existed for: a pod created within the gap is
+    not charged for the time before it."""
+    rec = pods.pods.get(uid)
+    start = rec.start_ms if rec is not None else 0
+    return min(gap_ms, t - start) if 0 < start <= t else gap_ms
+
+
+def _charge_to_deletion(pods: PodRegistry, uid: str, row: RowState, t: int, cfg: RowConfig) -> None:
+    """A row that is no longer held because its pod was deleted since its last sample is charged, as
+    last observed, up to the deletion (the samples that follow no longer see it): its lifetime is
+    billed to the instant the watcher recorded, not to the last sample before it."""
+    rec = pods.pods.get(uid)
+    end = rec.deleted_ms if rec is not None else 0
+    if row.active and row.charged is not None and row.sample_ms < end <= t:
+        charge_end(row, end, cfg)
+    row.charged = None
 
 
 RowKey = tuple[str, str, str]

@@ -66,6 +66,8 @@ class RowState:
     ledger: array[float] = field(default_factory=_windows)
     low_gpu_ms: float = 0.0
     idle_booked: bool = False
+    # what the last sample charged per ms: share, basis, power (W), used scale; None once inactive
+    charged: tuple[float, str, float | None, float] | None = None
     # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
     _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
                                                        repr=False)

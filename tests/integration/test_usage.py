@@ -117,16 +117,20 @@ def test_usage_per_namespace_is_what_the_core_charges_and_reconciles(
     for ns, acct in want.items():
         assert {k: v for k, v in mine[ns].items() if k not in ("key", "pods")} == acct.to_json(priced=False)
     ml, nb = mine[f"ml-{node}"], mine[f"nb-{node}"]
-    # 5 minutes of a whole GPU at 80 %, and 2 minutes of the web pod's at 40 % on the other.
-    assert ml["allocated_gpu_hours"] == pytest.approx(7 / 60, abs=1e-6)
-    assert ml["used_gpu_hours"] == pytest.approx((5 * 0.8 + 2 * 0.4) / 60, abs=1e-6)
+    # A sample charges the second before it, so the period's windows (samples at 1:00 .. 5:59) hold the
+    # time from 0:59 to 5:59. 5 minutes of a whole GPU at 80 %, and on the other the web pod at 40 %
+    # from its creation at 4:00: 1:59.
+    assert ml["allocated_gpu_hours"] == pytest.approx((300 + 119) / 3600, abs=1e-6)
+    assert ml["used_gpu_hours"] == pytest.approx((300 * 0.8 + 119 * 0.4) / 3600, abs=1e-6)
     assert ml["pods"] == 2 and ml["idle_gpu_hours"] == 0
-    # The notebook: held at 1 % from 0 to 4 min, 3 of them in the period; idle once the 2-minute window
-    # passed, its whole run booked where the verdict was reached, inside the period.
-    assert nb["allocated_gpu_hours"] == pytest.approx(3 / 60, abs=1e-6)
-    assert nb["idle_gpu_hours"] == pytest.approx(238 / 3600, abs=1e-6)  # 1 s .. 239 s (a node's first
+    # The notebook: held at 1 % until its deletion at 4:00 (0:59 .. 4:00 in the period, the last second
+    # charged as last seen); idle once the 2-minute window passed, its whole run booked where the
+    # verdict was reached, inside the period.
+    assert nb["allocated_gpu_hours"] == pytest.approx(181 / 3600, abs=1e-6)
+    assert nb["idle_gpu_hours"] == pytest.approx(239 / 3600, abs=1e-6)  # 0:01 .. 4:00 (a node's first
     # sample has no previous one: it is charged nothing)
-    assert ml["request_gpu_hours"] == pytest.approx(7 / 60, abs=1e-6)  # whole GPUs: the baseline agrees
+    # whole GPUs: the baseline agrees
+    assert ml["request_gpu_hours"] == pytest.approx(ml["allocated_gpu_hours"], abs=1e-6)
     total = doc["total"]
     for k in ("allocated_gpu_hours", "used_gpu_hours", "idle_gpu_hours", "memory_gib_hours", "energy_wh"):
         assert sum(g[k] for g in doc["groups"]) == pytest.approx(total[k], abs=1e-6 * len(doc["groups"]))

@@ -106,9 +106,9 @@ def test_unknown_utilization_is_unmeasured_never_idle() -> None:
 
 def test_idle_is_the_confirmed_below_threshold_run_from_its_first_sample() -> None:
     # Busy for 10 s, then 1 % for 50 s: the verdict needs the 20 s idle window, and then books the run
-    # from its first sample.
+    # from its first sample (half of the second before it: the run began within it).
     a = one_gpu_run([80.0] * 10 + [1.0] * 50)
-    assert a.idle_gpu_ms == pytest.approx(50 * S)
+    assert a.idle_gpu_ms == pytest.approx(49.5 * S)
     assert a.gpu_ms == pytest.approx(59 * S)
 
 
@@ -282,3 +282,28 @@ def test_a_pods_numbers_are_unchanged_by_another_pod_reusing_its_name(
     alone, reused = history(False), history(True)
     assert reused[uid(1)] == alone[uid(1)]
     assert uid(2) in reused and uid(2) not in alone
+
+
+def lifetime_run(created: int, deleted: int = 0) -> Account:
+    events: list[NodeInput] = [inventory(0, gpus=1), pod(1, "train", created)]
+    if deleted:
+        events.append(pod(1, "train", created, deleted_at=deleted))
+    events.append(alloc(created, *held(1, "train", gpu(0))))
+    events += [tel(t * S, dev(gpu(0), 50.0, power=100.0)) for t in range(1, 11)]
+    events.sort(key=lambda e: e.meta.time_ms)
+    state, outs = run(events, CFG)
+    (a,) = totals(state, outs).values()
+    return a
+
+
+def test_a_pod_created_between_samples_is_not_charged_for_the_time_before_it() -> None:
+    a = lifetime_run(created=2500)
+    # First seen by the sample at 3 s, which charges only the half second since the pod's creation.
+    assert a.gpu_ms == pytest.approx(7.5 * S) and a.request_gpu_ms == pytest.approx(7.5 * S)
+
+
+def test_a_pod_deleted_between_samples_is_charged_up_to_its_deletion() -> None:
+    a = lifetime_run(created=0, deleted=5500)
+    # Samples at 2..5 s charge 4 s; the half second to the deletion is charged as last seen.
+    assert a.gpu_ms == pytest.approx(4.5 * S) and a.used_gpu_ms == pytest.approx(0.5 * 4.5 * S)
+    assert a.energy_j == pytest.approx(100 * 4.5)
