@@ -23,10 +23,11 @@ been seen). The charge, in device-equivalent milliseconds (a whole GPU held for 
   the allocated share) x time, in joules.
 - request: one per allocated device x time, whatever the device is: the request x hours baseline.
 
-A pod's lifetime bounds its charges (the watcher's creation and deletion times): a sample does not
-charge a pod for the part of its gap before the pod was created, and a row whose pod was deleted after
-its last sample is charged up to the deletion, as last observed (`charge_end`). So a pod's time is
-billed from creation to deletion, not from sample to sample.
+A pod's lifetime bounds the charges of a unit it holds alone (a whole GPU, a MIG slice; on a shared
+unit the other holders' shares of the same gap already assume it was there, or was not): a sample
+does not charge the pod for the part of its gap before the pod was created, and a row whose pod was
+deleted after its last sample is charged up to the deletion, as last observed (`charge_end`). So its
+time is billed from creation to deletion, not from sample to sample.
 
 Charges accumulate per tumbling window (the row's windows: periscope.core.rows) in the row's ledger
 and are published with the window (WindowStat's accounting fields). Pure and deterministic: the live

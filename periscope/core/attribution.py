@@ -75,6 +75,9 @@ def attribute_sample(
             us = [usage[key] for key in keys]
         d0 = hs[0].device
         whole = _WHOLE if d0.mig is None else mig_share(d0.mig, models.get(d0.gpu_uuid, ""), fraction(d0))
+        # A pod's lifetime bounds the charges of a unit it holds alone: on a shared one, the others'
+        # shares of the same gap already assume it was there, or was not.
+        alone = len(hs) == 1 and d0.replica is None
         for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
             row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
@@ -82,8 +85,9 @@ def attribute_sample(
             if power is None and d0.mig is not None:
                 pp = parent_power(samples, d0.gpu_uuid)
                 power = None if pp is None else pp * share  # its allocated share of the parent's
-            charge(row, t, _since_start(pods, key[0], t, gap_ms), share, basis, power, whole[0], cfg)
-            row.charged = (share, basis, power, whole[0])
+            charge(row, t, _since_start(pods, key[0], t, gap_ms) if alone else gap_ms, share, basis, power,
+                   whole[0], cfg)
+            row.charged = (share, basis, power, whole[0]) if alone else None
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
