@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import json
+import zlib
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from periscope.bus.clients import Kafka
 from periscope.cli.main import main
 from periscope.core.engine import flush, new_state, step
 from periscope.core.gpuhours import Account, RowTally
-from periscope.core.model import NodeInput, PodAttribution, PodEvent
+from periscope.core.model import AllocationSnapshot, NodeInput, PodAttribution, PodEvent
 from periscope.replay.settings import ReplaySettings
 from periscope.wirejson import rfc3339
 from tests.integration.test_replay import publish
@@ -69,7 +70,21 @@ def scenario(node: str) -> list[NodeInput]:
         web = t >= 4 * MIN
         evs.append(tel(t, dev(g0, 80.0, fb=4096.0, power=300.0), dev(g1, 40.0 if web else 1.0, index=1)))
     evs.sort(key=lambda e: e.meta.time_ms)
-    return [relocate(e, node, BASE) for e in evs]
+    return [own_uids(relocate(e, node, BASE), node) for e in evs]
+
+
+def own_uids(ev: NodeInput, node: str) -> NodeInput:
+    """The event with its pods' UIDs made this node's own: tests share the broker and the period, and
+    `--by pod` groups by UID, as UIDs are unique in a cluster."""
+    def mine(u: str) -> str:
+        return u and f"{zlib.crc32(node.encode()):08x}{u[8:]}"
+
+    if isinstance(ev, PodEvent):
+        return dataclasses.replace(ev, pod=dataclasses.replace(ev.pod, uid=mine(ev.pod.uid)))
+    if isinstance(ev, AllocationSnapshot):
+        entries = tuple(dataclasses.replace(e, pod_uid=mine(e.pod_uid)) for e in ev.entries)
+        return dataclasses.replace(ev, entries=entries)
+    return ev
 
 
 def core_totals(events: list[NodeInput]) -> dict[str, Account]:
