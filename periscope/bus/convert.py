@@ -333,12 +333,16 @@ def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
 
 def window_to_pb(x: m.WindowStat) -> apb.WindowStat:
     return apb.WindowStat(start_ms=x.start_ms, samples=x.samples, util_sum=x.util_sum,
-                          util_samples=x.util_samples, fb_max_mib=x.fb_max_mib, power_sum_w=x.power_sum_w)
+                          util_samples=x.util_samples, fb_max_mib=x.fb_max_mib, power_sum_w=x.power_sum_w,
+                          gpu_ms=x.gpu_ms, used_gpu_ms=x.used_gpu_ms, idle_gpu_ms=x.idle_gpu_ms,
+                          unmeasured_gpu_ms=x.unmeasured_gpu_ms, fb_mib_ms=x.fb_mib_ms, energy_j=x.energy_j,
+                          request_gpu_ms=x.request_gpu_ms, alloc_basis=x.alloc_basis)
 
 
 def window_from_pb(p: apb.WindowStat) -> m.WindowStat:
-    return m.WindowStat(start_ms=p.start_ms, samples=p.samples, util_sum=p.util_sum,
-                        util_samples=p.util_samples, fb_max_mib=p.fb_max_mib, power_sum_w=p.power_sum_w)
+    return m.WindowStat(p.start_ms, p.samples, p.util_sum, p.util_samples, p.fb_max_mib, p.power_sum_w,
+                        p.gpu_ms, p.used_gpu_ms, p.idle_gpu_ms, p.unmeasured_gpu_ms, p.fb_mib_ms, p.energy_j,
+                        p.request_gpu_ms, p.alloc_basis)
 
 
 def row_to_pb(x: m.AttributionRow) -> apb.AttributionRow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from periscope.core.accounting import charge, charge_end, mig_share, parent_power, unit_shares
 from periscope.core.allocation import Holding
 from periscope.core.holdings import index_of
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
@@ -14,9 +15,11 @@ from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
 
 if TYPE_CHECKING:
     from periscope.core.engine import NodeState
+    from periscope.core.pods import PodRegistry
 
 SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+_WHOLE = (1.0, "exclusive")  # a GPU's own share of itself, and its accounting basis
 
 
 def sharing_config(state: NodeState) -> tuple[str, int]:
@@ -37,10 +40,13 @@ def sharing_config(state: NodeState) -> tuple[str, int]:
 def attribute_sample(
     state: NodeState, tel: NodeTelemetry, holdings: list[Holding], cfg: RowConfig,
     monitors: Sequence[Holding] = (),
+    gap_ms: int = 0,
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
-    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage."""
+    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage. Each row
+    observed is charged for `gap_ms`, the time since the node's previous sample
+    (periscope.core.accounting)."""
     t = tel.meta.time_ms
     watchers: dict[str, set[str]] = {}
     for m in monitors:
@@ -56,7 +62,7 @@ def attribute_sample(
         findings.append(_ambiguous(state.node, t, h))
 
     rows = state.rows
-    pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    pods, fraction, node, models = state.pods, state.devmap.fraction, state.node, state.devmap.models
     us: tuple[Usage, ...] | list[Usage]
     for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
@@ -67,9 +73,21 @@ def attribute_sample(
             usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device),
                                                  replicas)
             us = [usage[key] for key in keys]
-        for h, key, u in zip(hs, keys, us, strict=True):
+        d0 = hs[0].device
+        whole = _WHOLE if d0.mig is None else mig_share(d0.mig, models.get(d0.gpu_uuid, ""), fraction(d0))
+        # A pod's lifetime bounds the charges of a unit it holds alone: on a shared one, the others'
+        # shares of the same gap already assume it was there, or was not.
+        alone = len(hs) == 1 and d0.replica is None
+        for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
             row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes, u.dcgm is not None), cfg)
+            power = u.power_w
+            if power is None and d0.mig is not None:
+                pp = parent_power(samples, d0.gpu_uuid)
+                power = None if pp is None else pp * share  # its allocated share of the parent's
+            charge(row, t, _since_start(pods, key[0], t, gap_ms) if alone else gap_ms, share, basis, power,
+                   whole[0], cfg)
+            row.charged = (share, basis, power, whole[0]) if alone else None
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
@@ -91,9 +109,30 @@ def attribute_sample(
     if ix.held_rows < len(rows):
         current = ix.held_keys()
         for key, row in rows.items():
-            if key not in current and row.deactivate():
-                touched.add(key[0])
+            if key not in current:
+                _charge_to_deletion(pods, key[0], row, t, cfg)
+                if row.deactivate():
+                    touched.add(key[0])
     return touched, findings
+
+
+def _since_start(pods: PodRegistry, uid: str, t: int, gap_ms: int) -> int:
+    """The part of the gap before a sample that the pod existed for: a pod created within the gap is
+    not charged for the time before it."""
+    rec = pods.pods.get(uid)
+    start = rec.start_ms if rec is not None else 0
+    return min(gap_ms, t - start) if 0 < start <= t else gap_ms
+
+
+def _charge_to_deletion(pods: PodRegistry, uid: str, row: RowState, t: int, cfg: RowConfig) -> None:
+    """A row that is no longer held because its pod was deleted since its last sample is charged, as
+    last observed, up to the deletion (the samples that follow no longer see it): its lifetime is
+    billed to the instant the watcher recorded, not to the last sample before it."""
+    rec = pods.pods.get(uid)
+    end = rec.deleted_ms if rec is not None else 0
+    if row.active and row.charged is not None and row.sample_ms < end <= t:
+        charge_end(row, end, cfg)
+    row.charged = None
 
 
 RowKey = tuple[str, str, str]

@@ -287,6 +287,16 @@ class WindowStat:
     util_samples: int = 0
     fb_max_mib: float = 0.0
     power_sum_w: float = 0.0
+    # GPU-hours accounting (periscope.core.accounting), device-equivalent ms: allocated, used, idle,
+    # unmeasured (no utilization reported), framebuffer MiB x ms, energy (J), one per device x ms
+    gpu_ms: float = 0.0
+    used_gpu_ms: float = 0.0
+    idle_gpu_ms: float = 0.0
+    unmeasured_gpu_ms: float = 0.0
+    fb_mib_ms: float = 0.0
+    energy_j: float = 0.0
+    request_gpu_ms: float = 0.0
+    alloc_basis: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from array import array
 from dataclasses import dataclass, field
 from math import inf, nan
 
+from periscope.core.accounting import forget_published, with_account
 from periscope.core.model import AttributionRow, DcgmProfile, MigRef, WindowStat
 from periscope.core.usage import Usage
 
@@ -27,6 +28,7 @@ class RowConfig:
     window_keep_ms: int = 3_600_000  # at most this much window history, even when idle detection wants more
     idle_window_ms: int = 600_000
     idle_threshold_pct: float = 5.0
+    charge_gap_ms: int = 60_000  # accounting: a sample is charged for at most this much time before it
 
 
 def _windows() -> array[float]:
@@ -59,6 +61,13 @@ class RowState:
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
     unresolved: str = ""  # why gpu_uuid is "" (the device ID names no known GPU)
+    # GPU-hours accounting (periscope.core.accounting): per window, what was charged (the windows not
+    # yet published and the last one); the pending below-threshold run; whether idle was booked.
+    ledger: array[float] = field(default_factory=_windows)
+    low_gpu_ms: float = 0.0
+    idle_booked: bool = False
+    # what the last sample charged per ms: share, basis, power (W), used scale; None once inactive
+    charged: tuple[float, str, float | None, float] | None = None
     # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
     _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
                                                        repr=False)
@@ -190,13 +199,20 @@ class RowState:
         end = len(w) - W if self.active else len(w)
         if end <= 0:
             return ()  # only the open window (every sample of an active row, but a window's first)
-        return tuple(_stat(w, i) for i in range(0, end, W) if w[i] > self.published_ms)
+        led = self.ledger
+        return tuple(with_account(led, _stat(w, i)) for i in range(0, end, W) if w[i] > self.published_ms)
+
+    def unpublished(self) -> tuple[WindowStat, ...]:
+        """Every window not published yet, the open one included (what a replay's end still holds)."""
+        w, led = self.windows, self.ledger
+        return tuple(with_account(led, _stat(w, i)) for i in range(0, len(w), W) if w[i] > self.published_ms)
 
     def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
         """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
         them."""
         if upto_start_ms > self.published_ms:
             self.published_ms = upto_start_ms
+            forget_published(self.ledger, upto_start_ms)
             self._pack()
             self._trim(cfg)
 

@@ -19,10 +19,11 @@ from periscope.cli.terminal import shown
 from periscope.core.duration import parse_duration_ms
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.controlplane.build import ControlPlaneUnavailable, check_buildable
+from periscope.sim.report.accounting import compare
 from periscope.sim.report.score import ReportOptions, Row, Truth, build_report
 from periscope.sim.report.text import format_report, live_snapshots, read_jsonl
 from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
-from periscope.sim.up import UpOptions, run_up, snapshots_path
+from periscope.sim.up import UpOptions, run_up, snapshots_path, usage_path
 from periscope.sim.up.limits import DEFAULT_LIMITS, LimitExceeded, UpLimits, check_limits
 
 
@@ -215,6 +216,13 @@ def up(ctx: click.Context, idle_window: str, retention: str, log_level: str, max
 )
 @click.option("--api", metavar="URL", help="Score one live snapshot of this API instead.")
 @click.option(
+    "--usage",
+    "usage_file",
+    type=click.Path(path_type=Path),
+    help="`periscope usage --by namespace --format json` over the run, for the accounting section "
+    "[default: <truth>.usage.json beside it, which `up --truth --exit-at-end` writes, when present].",
+)
+@click.option(
     "--allowance",
     type=click.IntRange(0, 100),
     default=2,
@@ -230,6 +238,7 @@ def report(
     truth_path: Path,
     snapshots: Path | None,
     api: str | None,
+    usage_file: Path | None,
     allowance: int,
     baseline_lag: str,
     as_json: bool,
@@ -248,7 +257,23 @@ def report(
     else:
         snaps = _read("snapshots file", snapshots or snapshots_path(truth_path))
     result = build_report(truth, snaps, ReportOptions(allowance_ticks=allowance, baseline_lag_ms=lag_ms))
+    result["accounting"] = _accounting(truth, usage_file, truth_path)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
+
+
+def _accounting(truth: Truth, given: Path | None, truth_path: Path) -> Row | None:
+    """The accounting section: `periscope usage`'s answer against the truth (None without one)."""
+    path = given or usage_path(truth_path)
+    if given is None and not path.is_file():
+        return None
+    what = f"usage file {path}"
+    if not path.is_file():
+        raise InputError(f"{what}: no such file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return compare(truth, doc)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise InputError(f"{what}: {e}") from None
 
 
 def _read(what: str, path: Path) -> list[Row]:

@@ -38,6 +38,14 @@ class WindowStat(_message.Message):
     UTIL_SAMPLES_FIELD_NUMBER: _builtins.int
     FB_MAX_MIB_FIELD_NUMBER: _builtins.int
     POWER_SUM_W_FIELD_NUMBER: _builtins.int
+    GPU_MS_FIELD_NUMBER: _builtins.int
+    USED_GPU_MS_FIELD_NUMBER: _builtins.int
+    IDLE_GPU_MS_FIELD_NUMBER: _builtins.int
+    UNMEASURED_GPU_MS_FIELD_NUMBER: _builtins.int
+    FB_MIB_MS_FIELD_NUMBER: _builtins.int
+    ENERGY_J_FIELD_NUMBER: _builtins.int
+    REQUEST_GPU_MS_FIELD_NUMBER: _builtins.int
+    ALLOC_BASIS_FIELD_NUMBER: _builtins.int
     start_ms: _builtins.int
     samples: _builtins.int
     util_sum: _builtins.float
@@ -45,6 +53,26 @@ class WindowStat(_message.Message):
     util_samples: _builtins.int
     fb_max_mib: _builtins.float
     power_sum_w: _builtins.float
+    gpu_ms: _builtins.float
+    """GPU-hours accounting of the window (periscope/core/accounting.py; docs/accounting.md), in
+    device-equivalent milliseconds: a whole GPU held for 1 ms is 1. Each sample counts the time since
+    the node's previous sample (at most the accounting gap limit).
+    allocated: held device-equivalents x time
+    """
+    used_gpu_ms: _builtins.float
+    """utilization-weighted"""
+    idle_gpu_ms: _builtins.float
+    """allocated during below-threshold runs the idle verdict confirmed"""
+    unmeasured_gpu_ms: _builtins.float
+    """allocated while no utilization was reported (neither used nor idle)"""
+    fb_mib_ms: _builtins.float
+    """framebuffer MiB x ms"""
+    energy_j: _builtins.float
+    """attributed power x time, joules (W x s)"""
+    request_gpu_ms: _builtins.float
+    """one per allocated device x time, whatever it is (request x hours)"""
+    alloc_basis: _builtins.str
+    """exclusive | mig-slices | mig-memory | process | memory-weighted |"""
     def __init__(
         self,
         *,
@@ -54,10 +82,18 @@ class WindowStat(_message.Message):
         util_samples: _builtins.int = ...,
         fb_max_mib: _builtins.float = ...,
         power_sum_w: _builtins.float = ...,
+        gpu_ms: _builtins.float = ...,
+        used_gpu_ms: _builtins.float = ...,
+        idle_gpu_ms: _builtins.float = ...,
+        unmeasured_gpu_ms: _builtins.float = ...,
+        fb_mib_ms: _builtins.float = ...,
+        energy_j: _builtins.float = ...,
+        request_gpu_ms: _builtins.float = ...,
+        alloc_basis: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fb_max_mib", b"fb_max_mib", "power_sum_w", b"power_sum_w", "samples", b"samples", "start_ms", b"start_ms", "util_samples", b"util_samples", "util_sum", b"util_sum"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_basis", b"alloc_basis", "energy_j", b"energy_j", "fb_max_mib", b"fb_max_mib", "fb_mib_ms", b"fb_mib_ms", "gpu_ms", b"gpu_ms", "idle_gpu_ms", b"idle_gpu_ms", "power_sum_w", b"power_sum_w", "request_gpu_ms", b"request_gpu_ms", "samples", b"samples", "start_ms", b"start_ms", "unmeasured_gpu_ms", b"unmeasured_gpu_ms", "used_gpu_ms", b"used_gpu_ms", "util_samples", b"util_samples", "util_sum", b"util_sum"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from services.api import apidocs, queries, schemas, webview
+from services.api import apidocs, queries, schemas, usage, webview
 from services.api.auth import Gate, caller
 from services.api.findings_series import FindingsCollector
 from services.api.headers import SecurityHeaders
@@ -98,6 +98,7 @@ def create_app(
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(queries.router(view), responses=AUTH_RESPONSES)
+    app.include_router(usage.router(view), responses=AUTH_RESPONSES)
     app.include_router(webview.router())
     app.include_router(apidocs.router())
     for r in extra_routers:

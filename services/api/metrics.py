@@ -164,6 +164,7 @@ class ViewCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._gpus()
         yield from self._xids()
+        yield from self._gpu_hours()
         yield from self._consumer()
 
     def _gpus(self) -> Iterator[Metric]:
@@ -217,6 +218,22 @@ class ViewCollector(Collector):
         for key, n in sorted(counts.items()):
             xid.add_metric(labels(key), n)
         yield xid
+
+    def _gpu_hours(self) -> Iterator[Metric]:
+        """GPU-hours counters per namespace and workload, bounded (services.api.accounts)."""
+        fams = [
+            CounterMetricFamily(f"periscope_gpu_hours_{what}", doc, labels=["namespace", "workload"])
+            for what, doc in (
+                ("allocated", "GPU-hours held: device-equivalents x time (docs/accounting.md)"),
+                ("used", "GPU-hours used: allocated time weighted by utilization"),
+                ("idle", "GPU-hours held in runs the idle verdict confirmed"),
+            )
+        ]
+        for key, hours in self.view.gpu_hours.hours():
+            lv = labels(key)
+            for fam, h in zip(fams, hours, strict=True):
+                fam.add_metric(lv, h)
+        yield from fams
 
     def _consumer(self) -> Iterator[Metric]:
         v = self.view

@@ -36,6 +36,7 @@ from periscope.core.model import (
     WindowStat,
 )
 from services.api import compact, render, windows
+from services.api.accounts import GpuHoursTotals, workload
 from services.api.windows import Stat
 
 # namespace, pod, pod_uid, container, device_id, ordinal: how many earlier rows of the pod have the same
@@ -157,6 +158,7 @@ class View:
         self.nodes: dict[str, NodeEvent] = {}
         self.as_of_ms = 0  # newest event time applied
         self.version = 0  # counts the applied records that changed the view (what a cached answer keys on)
+        self.gpu_hours = GpuHoursTotals()  # what the merged windows' accounting added up to (counters)
 
     # ------------------------------------------------------------------ writes
 
@@ -196,6 +198,8 @@ class View:
         ]
         if all(s == old.get(k) for k, s in zip(keys, series, strict=True)) and compact.same_pod(held, stored):
             return False
+        self._count(pod, [windows.taken(old.get(k, b""), r.windows, cutoff)
+                          for k, r in zip(keys, pod.rows, strict=True) if r.windows])
         self._saw(pod.as_of_ms)
         node, ns = intern(pod.node), intern(pod.namespace)
         if held is not None:
@@ -219,9 +223,17 @@ class View:
                 continue
             s = windows.merge(self._rows[k], r.windows, cutoff)
             if s != self._rows[k]:
+                self._count(pod, [windows.taken(self._rows[k], r.windows, cutoff)])
                 self._rows[k] = s
                 changed = True
         return changed
+
+    def _count(self, pod: PodAttribution, taken: list[list[tuple[windows.Acct, windows.Acct | None]]]
+               ) -> None:
+        key = (intern(pod.namespace), workload(pod))
+        for t in taken:
+            if t:
+                self.gpu_hours.add(key, t)
 
     def _drop_pod(self, uid: str, node: str | None = None, ns: str | None = None) -> None:
         """Forget the held pod `uid` and its rows. `node` and `ns`: where it probably is (the new state's),

@@ -3,9 +3,12 @@
 Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
 - telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
   each process labelled with pod UID / container ID / QoS from /proc;
-- allocations: every `tick` one stat of the checkpoint; PodResources is asked when the checkpoint
-  changed or is unusable, at once when the kubelet socket appears, vanishes or is replaced, and
-  otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
+- allocations: every `tick` one stat of the checkpoint, and one before and after each telemetry sample
+  (a changed checkpoint is polled first, and a change during the sample takes it again after the poll,
+  so a pod's first sample is never published ahead of the snapshot that gives it its devices: its GPU
+  time is not lost to unattributed usage); PodResources is asked
+  when the checkpoint changed or is unusable, at once when the kubelet socket appears, vanishes or is
+  replaced, and otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
   when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
 - DeviceInventory at start, whenever the hardware or a source's health changes, and at least every
@@ -117,6 +120,7 @@ class Probe:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
+        self._polling = asyncio.Lock()  # one allocation poll at a time (both loops may start one)
         self._last_inventory: tuple[Any, ...] | None = None
         self._last_inventory_at = 0.0
         self._last_health: tuple[SourceHealth, ...] = ()
@@ -216,6 +220,25 @@ class Probe:
             self.metrics.dcgm_devices.labels(self.node).set(sum(d.dcgm is not None for d in devices))
         return devices
 
+    async def _allocations_changed(self) -> bool:
+        """Poll the allocations if the checkpoint changed (one stat; the device manager allocated).
+        Never waits on a poll in progress: a kubelet that does not answer must not stall the samples."""
+        if self._polling.locked() or not self.allocations.checkpoint.changed():
+            return False
+        await self._poll_allocations()
+        return True
+
+    async def _sample_after_allocations(self) -> tuple[int, tuple[DeviceSample, ...]]:
+        """A sample taken after the allocations it may show: a changed checkpoint is polled first, and
+        when it changed while sampling, the sample is taken again after the poll."""
+        await self._allocations_changed()
+        at = self.clock()  # the sample's event time: when it was taken, not when it was sent
+        devices = await asyncio.to_thread(self._sample)
+        if await self._allocations_changed():
+            at = self.clock()
+            devices = await asyncio.to_thread(self._sample)
+        return at, devices
+
     async def _telemetry_loop(self) -> None:
         refresh_every = max(1, round(self.settings.allocation_interval / self.settings.tick))
         n = 0
@@ -224,8 +247,7 @@ class Probe:
             await self._open_nvml()
             if self.nvml.opened:
                 try:
-                    at = self.clock()  # the sample's event time: when it was taken, not when it was sent
-                    devices = await asyncio.to_thread(self._sample)
+                    at, devices = await self._sample_after_allocations()
                     self._put(
                         Kind.TELEMETRY, topics.TELEMETRY, NodeTelemetry(meta=self._meta(at), devices=devices)
                     )
@@ -277,6 +299,10 @@ class Probe:
             kick = kick or self._kubelet_changed.is_set()
 
     async def _poll_allocations(self) -> bool:
+        async with self._polling:
+            return await self._poll_allocations_now()
+
+    async def _poll_allocations_now(self) -> bool:
         view = await self.allocations.poll(self.nvml.inventory)
         key = (view.entries, view.allocatable, view.health)
         due = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval

@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 
 from periscope.sim.cluster.truth import read_truth
+from periscope.sim.report.accounting import format_accounting
 from periscope.sim.report.score import SCORES, Row, parse_time
 from periscope.sim.up.sampler import api_get, final_row
 
@@ -71,4 +72,6 @@ def format_report(r: Row) -> str:
         n = f["recovered_ticks"]
         took = "not recovered" if n is None else f"recovered in {n} ticks"
         lines.append(f"fault {f['fault']}{where} at {f['at']}: {took}{'' if f['ok'] else '  <-- too slow'}")
+    if r.get("accounting"):
+        lines += format_accounting(r["accounting"])
     return "\n".join(lines)

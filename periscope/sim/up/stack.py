@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,8 +44,9 @@ from periscope.sim.controlplane.cluster import KubeCluster, start_for_scenario
 from periscope.sim.scenario import describe
 from periscope.sim.up.child import Child, Emit
 from periscope.sim.up.restarts import CrashBudget, CrashPolicy
-from periscope.sim.up.sampler import Sampler, snapshots_path
+from periscope.sim.up.sampler import Sampler, snapshots_path, usage_path
 from periscope.sim.up.services import JOINER_APP_ID, Tuning, py, services
+from periscope.wirejson import rfc3339
 
 # Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
 # (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
@@ -98,6 +100,7 @@ class Stack:
         self.restart_at: dict[str, float] = {}  # crashed children waiting out their back-off (monotonic)
         self.kube: KubeCluster | None = None
         self.renew_at: float | None = None  # when the embedded broker is next renewed (monotonic)
+        self.engine_settings: dict[str, str] = {}  # the joiner's engine settings, for `periscope usage`
 
     # ------------------------------------------------------------------ children
 
@@ -146,6 +149,9 @@ class Stack:
         self.api_url = f"http://127.0.0.1:{opts.api_port or free_port()}"
         for name, argv, settings in services(opts, self.scenario, ready, self.api_url, tune):
             self._add(name, argv, settings)
+            if name == "joiner":
+                keep = ("window", "idle_window", "idle_threshold", "lateness", "heartbeat")
+                self.engine_settings = {k: settings[k] for k in keep}
 
     def topic_plan(self) -> TopicPlan:
         """Every topic keeps `--retention` of history (Kafka: with segments short enough for it to apply)."""
@@ -252,6 +258,35 @@ class Stack:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
                 return
             time.sleep(0.05)
+
+    def record_usage(self) -> None:
+        """With --truth, once the scenario ended: `periscope usage` by namespace over the run's whole
+        windows (the joiner's engine settings, this broker), kept as `<truth>.usage.json` for the
+        accounting section of `periscope report`. A failure is said, not fatal: the run itself is fine."""
+        if self.opts.truth is None or self.start_ms is None or self.broker is None:
+            return
+        w = self._tuning().idle_bucket_ms
+        first, end = -(-self.start_ms // w) * w, (self.start_ms + self.scenario.duration_ms) // w * w
+        if first >= end:
+            return
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+        settings = {**self.broker.settings("admin"), **self.engine_settings, "clock": self.clock.setting(),
+                    "replay_workers": "1"}
+        env |= {f"PERISCOPE_{k.upper()}": v for k, v in settings.items()}
+        argv = py("periscope.cli.main", "usage", "--from", rfc3339(first), "--to", rfc3339(end), "--by",
+                  "namespace", "--format", "json", "--quiet")
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
+        except subprocess.TimeoutExpired:
+            self._say("periscope usage over the run took longer than 180s; no accounting for the report")
+            return
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"status {done.returncode}"])[-1]
+            self._say(f"periscope usage over the run failed: {why}")
+            return
+        path = usage_path(self.opts.truth)
+        path.write_text(done.stdout, encoding="utf-8")
+        self._say(f"GPU-hours of the run ({rfc3339(first)} .. {rfc3339(end)}) written to {path}")
 
     def renew_broker(self) -> None:
         """A fresh embedded broker at the same address: the services stop, the broker (and all it holds)
