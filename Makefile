@@ -50,7 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 bench-quick: $(STAMP)
-	$(BIN)/python bench/run.py --quick
+	$(BIN)/python bench/run.py --quick --out bench/results-quick.json
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -232,7 +232,8 @@ def measure(rows: int, history_min: int, requests: int, rounds: int, full_lists:
     proc = ctx.Process(target=_serve, args=(rows, history_min, child), daemon=True)
     proc.start()
     try:
-        if not parent.poll(600):
+        # Filling 100,000 rows takes about a minute on a quiet machine; far longer on a shared, loaded one.
+        if not parent.poll(1800):
             raise RuntimeError("API server did not start")
         info = parent.recv()
         nodes = rows // NodeShape().gpus

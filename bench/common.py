@@ -9,6 +9,7 @@ import gc
 import math
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -21,10 +22,11 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
+from periscope.bus import topics
 from periscope.bus.clients import Kafka
-from periscope.bus.profile import EMBEDDED, BrokerProfile
+from periscope.bus.profile import EMBEDDED, BrokerProfile, profile
 from periscope.bus.security import PLAINTEXT, KafkaSecurity
-from periscope.devkit.brokers import LocalBroker
+from periscope.devkit.brokers import BrokerKind, LocalBroker
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +58,21 @@ class Figure:
     goal: Goal | None = None
     runs: list[float] = field(default_factory=list)  # the repeats the median came from
     brief: str = ""  # the setup in a few words, for the README table
+    baseline: str | None = None  # the key of the same-run figure this one is compared with
+    broker: str | None = None  # the broker it was measured through (run.py sets it); None: no broker
 
     def as_json(self) -> dict[str, Any]:
+        runs = [r for r in self.runs if r == r]  # NaN: a repeat that could not be timed
         return {
             "value": rounded(self.value),
             "unit": self.unit,
+            "broker": self.broker,
             "goal": None if self.goal is None else self.goal.text,
             "goal_met": None if self.goal is None else self.goal.met(self.value),
+            "min": rounded(min(runs)) if runs else None,
+            "max": rounded(max(runs)) if runs else None,
             "runs": [rounded(r) for r in self.runs],
+            "baseline": self.baseline,
             "brief": self.brief,
             "setup": self.setup,
             "limit": self.limit,
@@ -155,6 +164,17 @@ def deep_size(root: object) -> int:
     return total
 
 
+def load() -> dict[str, Any]:
+    """The machine's load now: `uptime` as it prints it, and the 1, 5 and 15 minute load averages
+    (processes running or waiting for a core; other work on a shared machine shows here)."""
+    try:
+        done = subprocess.run(["uptime"], capture_output=True, text=True, timeout=5, check=False)
+        line = done.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        line = ""
+    return {"uptime": line, "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()]}
+
+
 def machine() -> dict[str, Any]:
     model = platform.processor() or ""
     try:
@@ -173,10 +193,23 @@ def machine() -> dict[str, Any]:
 
 
 # The security settings of every benchmark Kafka client (periscope.bus.security). The benchmarks run
-# their own plaintext embedded broker; a run against a secured broker sets this once.
+# their own plaintext broker; a run against a secured broker sets this once.
 SECURITY: KafkaSecurity = PLAINTEXT
-# The broker the benchmarks run on (run.py --broker): its profile decides how every client behaves.
+# The broker the benchmarks run on now (run.py --broker, one kind after the other): its profile decides
+# how every client behaves, and bench.common.broker starts one of its kind.
 PROFILE: BrokerProfile = EMBEDDED
+LABELS: dict[str, str] = {"embedded": "the embedded broker", "kafka": "Apache Kafka"}
+
+
+def use_broker(kind: BrokerKind) -> None:
+    """Run what follows on brokers of this kind."""
+    global PROFILE
+    PROFILE = profile(kind)
+
+
+def broker_label() -> str:
+    """The current broker kind in words, for setups and limits ("the embedded broker", "Apache Kafka")."""
+    return LABELS[PROFILE.name]
 
 
 def kafka_security() -> KafkaSecurity:
@@ -209,15 +242,38 @@ async def end_offsets(bootstrap: str, topic: str) -> int:
         await consumer.stop()
 
 
-@contextlib.contextmanager
-def broker(tmp: Path) -> Iterator[LocalBroker]:
-    """A broker of the benchmarks' kind (PROFILE), every topic created, stopped at the end."""
-    from periscope.bus.admin import ensure_topics
+async def _leaders_ready(bootstrap: str) -> None:
+    """Wait until every partition of every topic answers: Apache Kafka returns from CreateTopics
+    before its partitions have leaders that take writes (NOT_LEADER_OR_FOLLOWER for a second or two,
+    which producers retry with warnings); asking for end offsets waits that out."""
+    from aiokafka import TopicPartition
 
-    b = LocalBroker(PROFILE.name, Path(tempfile.mkdtemp(prefix="broker-", dir=tmp)))
+    from periscope.bus.admin import partition_counts
+
+    counts = await partition_counts(kafka(bootstrap), [t.name for t in topics.ALL])
+    consumer = kafka(bootstrap).consumer(client_id="bench-ready")
+    await consumer.start()
+    try:
+        await consumer.end_offsets([TopicPartition(t, p) for t, n in counts.items() for p in range(n)])
+    finally:
+        await consumer.stop()
+
+
+@contextlib.contextmanager
+def broker(tmp: Path, partitions: int | None = None) -> Iterator[LocalBroker]:
+    """A broker of the benchmarks' kind (PROFILE), every topic created (node-keyed inputs and outputs
+    with `partitions` each; default the deployment's), stopped and its data removed at the end."""
+    from periscope.bus.admin import DEFAULT_PLAN, TopicPlan, ensure_topics
+
+    where = Path(tempfile.mkdtemp(prefix="broker-", dir=tmp))
+    b = LocalBroker(PROFILE.name, where)
     b.start()
     try:
-        asyncio.run(ensure_topics(kafka(b.bootstrap)))
+        plan = DEFAULT_PLAN if partitions is None else TopicPlan(partitions=partitions)
+        asyncio.run(ensure_topics(kafka(b.bootstrap), plan=plan))
+        if PROFILE.name == "kafka":  # the embedded broker's topics take writes once created
+            asyncio.run(_leaders_ready(b.bootstrap))
         yield b
     finally:
         b.stop()
+        shutil.rmtree(where, ignore_errors=True)  # Apache Kafka keeps what it was sent on disk

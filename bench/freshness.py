@@ -33,7 +33,7 @@ from aiokafka.errors import KafkaError
 
 from bench import probe as probes
 from bench import processes
-from bench.common import Figure, Goal, kafka, percentile, rounded
+from bench.common import Figure, Goal, broker_label, kafka, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -248,7 +248,9 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                "synthetic": [a for (n, _), a in ages.items() if n in synthetic]}
     headline = by_kind["real"] if real else by_kind["synthetic"]
     if len(headline) < 5:
-        raise RuntimeError(f"only {len(headline)} freshness samples; worker log:\n{worker.log()[-1500:]}\n"
+        raise RuntimeError(f"only {len(headline)} freshness samples ({len(by_kind['real'])} of real probes, "
+                           f"{len(by_kind['synthetic'])} of synthetic markers, {len(out_ages)} at the output "
+                           f"topic); worker log:\n{worker.log()[-1500:]}\n"
                            f"api log:\n{api.log()[-1500:]}")
     p50, p99 = percentile(headline, 50), percentile(headline, 99)
     inc50, inc99 = incumbent_staleness(50), incumbent_staleness(99)
@@ -256,7 +258,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
         "load": f"{nodes} synthetic nodes x {shape.gpus} GPUs at 1 s ticks = {nodes * shape.gpus} "
                 f"device-samples/s, live, wall-clock event time; plus {real_probes} real probes "
                 f"(8 GPUs x 64 processes each, 1 s tick)",
-        "pipeline": "probes and load publisher -> embedded broker -> 1 joiner worker (python -m "
+        "pipeline": f"probes and load publisher -> {broker_label()} -> 1 joiner worker (python -m "
                     "services.joiner) -> output topics -> periscope api (own process, consumer + uvicorn) "
                     f"-> this process polling GET /v1/pods?namespace={MARKER_NS} every "
                     f"{poll_s * 1000:.0f} ms",
@@ -289,8 +291,10 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
              f"{poll_s * 1000:.0f} ms; {len(headline)} samples")
     inc_brief = "age of a value seen through U(0,30 s) collect + U(0,15 s) scrape"
     figures = [
-        Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief),
-        Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, [p99], brief),
+        Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief,
+               baseline="incumbent_staleness_p50_s"),
+        Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, [p99], brief,
+               baseline="incumbent_staleness_p99_s"),
         Figure("incumbent_staleness_p50_s", inc50, "s", inc, "collect and scrape intervals", None, [inc50],
                inc_brief),
         Figure("incumbent_staleness_p99_s", inc99, "s", inc, "collect and scrape intervals", None, [inc99],

@@ -1,5 +1,6 @@
-"""Catch-up after a broker outage: the embedded broker paused (SIGSTOP, memory kept) under the freshness
-run's live load, then resumed; the figure is the seconds from the resume until the API is fresh again.
+"""Catch-up after a broker outage: the broker (embedded or Apache Kafka) paused (SIGSTOP: every thread
+stops, memory and disk kept) under the freshness run's live load, then resumed; the figure is the
+seconds from the resume until the API is fresh again.
 
 Fresh means what a user checks: /readyz answers 200 and the newest sample shown for the marker
 namespace is younger than the freshness goal (2 s). During the pause the real probes buffer, the load
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from bench.common import Figure
+from bench.common import Figure, broker_label
 from periscope.contract.values import parse_time_ms
 
 FRESH_S = 2.0
@@ -54,7 +55,7 @@ async def catch_up(broker_pid: int, api_url: str, namespace: str, pause_s: float
             await asyncio.sleep(0.1)
     if fresh_after is None:
         raise RuntimeError(f"not fresh {timeout_s:g}s after a {pause_s:g}s broker pause")
-    setup = {"outage": f"embedded broker paused (SIGSTOP) for {pause_s:g} s under the freshness load, then "
+    setup = {"outage": f"{broker_label()} paused (SIGSTOP) for {pause_s:g} s under the freshness load, then "
                        "resumed (SIGCONT)",
              "fresh": f"/readyz 200 and the newest marker sample in /v1/pods younger than {FRESH_S:g} s",
              "readyz_503_after_s": None if stale_at is None else round(stale_at, 1)}

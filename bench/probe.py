@@ -4,11 +4,11 @@ Each of 8 pods owns one GPU and runs 8 processes on it. Two measurements:
 
 * service: `python -m services.probe` as its own process against the fake NVML state file, a /proc
   tree, a kubelet checkpoint file and a PodResources server on a unix socket (served from this
-  process), publishing to the embedded broker. Its CPU time (user + system, /proc/<pid>/stat) over
-  a span of ticks, divided by the ticks: everything the probe does per tick (telemetry sample, /proc,
-  a stat of the checkpoint, PodResources `List` on its own period (default two ticks; at once when
-  the checkpoint changes, which it does not here), encoding, Kafka producer, event loop, the XID
-  wait thread).
+  process), publishing to the broker (embedded or Apache Kafka). Its CPU time (user + system,
+  /proc/<pid>/stat) over a span of ticks, divided by the ticks: everything the probe does per tick
+  (telemetry sample, /proc, a stat of the checkpoint, PodResources `List` on its own period (default
+  two ticks; at once when the checkpoint changes, which it does not here), encoding, Kafka producer,
+  event loop, the XID wait thread).
 * sample: the telemetry tick's own work in this thread (`Probe._sample`, building the NodeTelemetry and
   encoding it), with a breakdown by step.
 
@@ -31,7 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import CpuTimer, Figure, Goal, end_offsets, free_port, kafka_env, median, proc_cpu_s
+from bench.common import (
+    CpuTimer,
+    Figure,
+    Goal,
+    broker_label,
+    end_offsets,
+    free_port,
+    kafka_env,
+    median,
+    proc_cpu_s,
+)
 from bench.workload import (
     NAMESPACE,
     RESOURCE,
@@ -246,7 +256,7 @@ def service_cpu(root: Path, bootstrap: str, tick_s: float, warm_s: float, span_s
              "span_s": span_s,
              "what": "whole `python -m services.probe` process CPU (user+system) per tick after "
                      f"{warm_s:.0f}s warm-up: fake NVML state file, /proc tree, checkpoint file, "
-                     "PodResources on a unix socket, publishing to the embedded broker",
+                     f"PodResources on a unix socket, publishing to {broker_label()}",
              "note": "allocations: a stat of the checkpoint every tick; PodResources List (and the "
                      f"snapshot compare) every podresources_interval, by default 2 ticks = {2 * tick_s:g}s "
                      "here, at once when the checkpoint changes (it does not here); "
@@ -259,5 +269,5 @@ def service_cpu(root: Path, bootstrap: str, tick_s: float, warm_s: float, span_s
                   "Kafka producer round trip, event-loop and thread hand-offs; PodResources List every "
                   f"other tick; here also the fake NVML's polling XID wait (~{xid_ms_per_s * tick_s:.1f} ms "
                   "of each tick)", GOAL, [ms],
-                  f"whole probe process, 8 GPUs x 64 processes, fake NVML + /proc + kubelet, real broker, "
-                  f"{ticks} ticks")
+                  f"whole probe process, 8 GPUs x 64 processes, fake NVML + /proc + kubelet, publishing to "
+                  f"{broker_label()}, {ticks} ticks", baseline="probe_sample_cpu_ms_per_tick")

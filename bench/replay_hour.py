@@ -1,9 +1,15 @@
 """`periscope replay` end to end: an hour of a 50-node, 8-GPU cluster through the broker and the CLI.
 
-Every input event of `periscope.devkit.workload.generate(spec)` is published to a fresh embedded broker
-the way the probes and the watcher publish them (protobuf through periscope.bus.codec, key = node name,
-the registry's topics and partition counts, one record per batch), each record stamped with its event
-time, as if the hour had been recorded live. Then the real command runs in its own process,
+Every input event of `periscope.devkit.workload.generate(spec)` is published to a fresh broker (the
+embedded one or Apache Kafka, bench.common.PROFILE) the way the probes and the watcher publish them
+(protobuf through periscope.bus.codec, key = node name, the registry's topics and partition counts,
+batched as the broker profile says: one record per batch on the embedded broker, normal batches with
+compression on Kafka), each record stamped with its event time, as if the hour had been recorded
+live: run.py places the hour so that it ended a minute before the run (`recent_start_ms`). Apache
+Kafka deletes by record time: with the input topics' 7-day retention, an hour stamped with the
+generator's fixed epoch (weeks back) is deleted whole, active segment included, at the broker's first
+retention check (30 s after it starts, then every 5 minutes), while it is being published or replayed.
+Then the real command runs in its own process,
 
     python -m periscope.cli.main replay --bootstrap B --from START --to START+1h --format json
 
@@ -31,9 +37,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench import common
 from bench.common import (
     Figure,
     Goal,
+    broker_label,
     end_offsets,
     kafka,
     kafka_env,
@@ -53,18 +61,26 @@ from periscope.replay.runner import node_of
 ROOT = Path(__file__).resolve().parent.parent
 TOPIC_OF: dict[str, topics.Topic] = {t.message: t for t in topics.NODE_INPUTS}
 CHUNK = 5000  # events handed to the producer per round (one send_many per topic)
-# One record per batch, as the probes and the watcher send them (send_and_wait, one at a time), but
-# thousands in flight. The embedded broker reports a partition's end offset as its last batch's base
-# offset + 1, so records batched behind that one would lie past the end replay reads to; with batches
-# of a few records (aiokafka's default 16 KiB holds 8 telemetry records) replay would lose up to 7 per
-# partition, with 1 MiB batches nearly all. One-record batches publish ~3x slower (~3,500 records/s).
-MAX_BATCH_BYTES = 1
+# On the embedded broker one record per batch, as the probes and the watcher send them there (the
+# profile's one_record_batches), but thousands in flight: it reports a partition's end offset as its
+# last batch's base offset + 1, so records batched behind that one would lie past the end replay reads
+# to; with batches of a few records (aiokafka's default 16 KiB holds 8 telemetry records) replay would
+# lose up to 7 per partition, with 1 MiB batches nearly all. One-record batches publish ~3x slower
+# (~3,500 records/s). On Apache Kafka the profile's batching (linger, 256 KiB batches, lz4).
 TIMEOUT_S = 1800.0
 _SUMMARY = re.compile(r"read (\d+) record\(s\), (\d+) event\(s\); (\d+) device sample\(s\) in ([\d.]+)s "
                       r"\((\d+) device samples/s\); (\d+) bad record\(s\) skipped; ([\d.]+)s in all"
                       r"(?:; reading ([\d.]+)s, replaying ([\d.]+)s, writing ([\d.]+)s)?")
 
 GOAL = Goal(">=", 30_000, ">= 30,000 device-samples/s")
+BROKER_SETUP = {"embedded": "embedded (Tansu, memory storage)",
+                "kafka": "Apache Kafka (KRaft, one node, log on the local disk)"}
+
+
+def recent_start_ms(duration_ms: int, now_ms: int | None = None) -> int:
+    """Start of a range of `duration_ms` that ended a minute before now, on a whole second."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return (now_ms - duration_ms - 60_000) // 1000 * 1000
 
 
 def topic_of(ev: NodeInput) -> topics.Topic:
@@ -77,8 +93,9 @@ async def publish(bootstrap: str, spec: ClusterSpec, chunk: int = CHUNK) -> dict
     counts: Counter[str] = Counter()
     pods: set[str] = set()
     started = time.perf_counter()
-    async with Publisher(kafka(bootstrap), "bench-replay-hour", linger_ms=0,
-                         max_batch_bytes=MAX_BATCH_BYTES) as pub:
+    one_per_batch = common.PROFILE.one_record_batches
+    async with Publisher(kafka(bootstrap), "bench-replay-hour",
+                         linger_ms=0 if one_per_batch else None) as pub:
 
         async def flush() -> None:
             for topic, items in by_topic.items():
@@ -202,9 +219,10 @@ def digest(path: Path) -> str:
 
 def run(spec: ClusterSpec, tmp: Path, baseline: Figure | None = None, repeats: int = 1
         ) -> tuple[list[Figure], dict[str, Any]]:
-    """Publish the spec to a fresh embedded broker, then replay it with the CLI `repeats` times each
-    with its default workers (one per CPU) and with `--workers 1`, paired and alternating; check that
-    every run printed the same document, and that it is attribution; measure."""
+    """Publish the spec to a fresh broker of the current kind (bench.common.PROFILE), then replay it
+    with the CLI `repeats` times each with its default workers (one per CPU) and with `--workers 1`,
+    paired and alternating; check that every run printed the same document, and that it is
+    attribution; measure."""
     tmp.mkdir(parents=True, exist_ok=True)
     out = tmp / "replay.json"
     from_ms, to_ms = spec.start_ms, spec.start_ms + spec.duration_ms
@@ -311,7 +329,7 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
         "publish_s": round(pub["seconds"], 2),
         "publish_records_per_s": round(pub["records"] / pub["seconds"]),
         "publish_bytes_about": round(pub["records"] * record_bytes),
-        "broker": "embedded (Tansu, memory storage), fresh; registry topics (4 partitions)",
+        "broker": BROKER_SETUP[common.PROFILE.name] + "; fresh; registry topics (4 partitions)",
         "broker_rss_bytes_after_publish": pub["broker_rss_bytes"],
         "broker_cpu_s_during_publish": round(pub["broker_cpu_s"], 2),
         "command": "python -m periscope.cli.main " + " ".join(cli["argv"]) + " > file",
@@ -362,12 +380,14 @@ def figures(spec: ClusterSpec, pub: dict[str, Any], cli: dict[str, Any], scan: d
              "(telemetry as read, each node's freed once it is replayed); each worker spools its nodes' "
              "items to a file")
     encode_share = encode_s * pub["records"] / pub["seconds"]
+    batching = ("one record per batch, as the services send them there (the embedded broker's end offset "
+                "counts a multi-record last batch as one record, so replay would miss the rest)"
+                if common.PROFILE.one_record_batches else
+                "records batched as the services send them to Kafka (linger, 256 KiB batches, lz4)")
     pub_limit = (f"CPU, this Python process: protobuf encoding is {encode_share:.0%} of the time "
                  f"(~{record_bytes:.0f} bytes a record), the rest is aiokafka's per-record send path; "
-                 "one record per batch, as the services send them (the embedded broker's end offset "
-                 "counts a multi-record last batch as one record, so replay would miss the rest); "
-                 f"the broker used {pub['broker_cpu_s']:.1f} CPU s in {pub['seconds']:.0f} s")
-    brief = (f"{shape} published to the embedded broker, then `periscope replay --format json` "
+                 f"{batching}; the broker used {pub['broker_cpu_s']:.1f} CPU s in {pub['seconds']:.0f} s")
+    brief = (f"{shape} published to {broker_label()}, then `periscope replay --format json` "
              "in its own process")
     figs = [
         Figure("replay_hour_device_samples_per_s", speed, "device-samples/s", setup, limit, GOAL, [speed],

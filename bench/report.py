@@ -4,27 +4,44 @@ from __future__ import annotations
 
 from typing import Any
 
-# Headline figures first, in the order the README lists them.
+# Headline figures first, in the order the README lists them; a figure measured on Apache Kafka
+# (`kafka_<name>`) follows its embedded-broker twin.
 ORDER = (
     "joiner_device_samples_per_s", "raw_consume_device_samples_per_s",
     "raw_consume_decode_device_samples_per_s", "joiner_vs_raw_ratio",
+    "joiner_worker_cpu_us_per_device_sample",
+    "joiner_three_workers_device_samples_per_s", "joiner_scale_out_ratio",
     "freshness_p50_s", "freshness_p99_s", "incumbent_staleness_p50_s", "incumbent_staleness_p99_s",
-    "freshness_vs_incumbent_p50_ratio", "freshness_vs_incumbent_p99_ratio",
+    "freshness_vs_incumbent_p50_ratio", "freshness_vs_incumbent_p99_ratio", "outage_catch_up_s",
     "api_p50_ms", "api_p99_ms", "api_p99_ms_nodelay", "api_p50_ms_at_10k_rows", "api_p99_ms_at_10k_rows",
     "api_auth_p99_ratio", "api_auth_p99_ms", "api_auth_off_p99_ms",
     "replay_device_samples_per_s", "replay_core_only_device_samples_per_s",
     "replay_steady_device_samples_per_s", "replay_parallel_device_samples_per_s",
     "replay_one_process_device_samples_per_s", "replay_parallel_vs_one_process_ratio",
     "replay_hour_device_samples_per_s", "replay_hour_one_process_device_samples_per_s",
-    "replay_hour_parallel_vs_one_process_ratio",
+    "replay_hour_parallel_vs_one_process_ratio", "replay_hour_speedup_vs_realtime",
+    "replay_hour_publish_records_per_s",
+    "api_load_p99_ms", "api_load_without_owners_p99_ms", "api_load_max_ms", "api_load_requests_per_s",
+    "api_load_share_429", "api_load_owners_share_429", "api_owners_burst_share_429",
+    "api_owners_burst_max_ms",
     "probe_cpu_ms_per_tick", "probe_sample_cpu_ms_per_tick",
     "joiner_bytes_per_row", "joiner_rss_bytes_per_row", "api_bytes_per_row",
+    "eos_at_least_once_records_per_s", "eos_exactly_once_records_per_s", "eos_rate_ratio",
+    "eos_at_least_once_cpu_us_per_record", "eos_exactly_once_cpu_us_per_record", "eos_cpu_ratio",
+    "eos_at_least_once_live_p99_s", "eos_exactly_once_live_p99_s",
 )
+BROKER_NAMES = {"embedded": "embedded", "kafka": "Apache Kafka", None: "none"}
 
 
 def _keys(results: dict[str, Any]) -> list[str]:
     figs = results.get("figures", {})
-    return [k for k in ORDER if k in figs] + sorted(k for k in figs if k not in ORDER)
+    rank = {k: i for i, k in enumerate(ORDER)}
+
+    def order(key: str) -> tuple[int, int, str]:
+        base = key.removeprefix("kafka_") if figs[key].get("broker") == "kafka" else key
+        return (rank.get(base, len(ORDER)), 0 if base == key else 1, base)
+
+    return sorted(figs, key=order)
 
 
 def fmt(x: float | None) -> str:
@@ -41,44 +58,80 @@ def _met(m: bool | None) -> str:
     return {True: "yes", False: "NO", None: ""}[m]
 
 
+def _spread(f: dict[str, Any]) -> str:
+    """min-max over the repeats, when there were several."""
+    if len(f.get("runs", [])) < 2 or f.get("min") is None:
+        return ""
+    return f"{fmt(f['min'])}-{fmt(f['max'])} (n={len(f['runs'])})"
+
+
+def _against(f: dict[str, Any]) -> str:
+    """The same-run figures this one is compared with: its baseline, and for a figure measured on
+    Apache Kafka the embedded broker's."""
+    out = []
+    for name, other in (("", f.get("baseline")), ("embedded broker: ", f.get("vs_embedded"))):
+        if isinstance(other, dict):
+            ratio = f" ({fmt(other['ratio'])}x)" if other.get("ratio") is not None else ""
+            out.append(f"{name}`{other['figure']}` {fmt(other['value'])}{ratio}")
+    return "; ".join(out)
+
+
 def table(results: dict[str, Any]) -> str:
     figs = results.get("figures", {})
-    rows = [("figure", "value", "unit", "goal", "met")]
+    rows = [("figure", "broker", "value", "min-max", "unit", "goal", "met")]
     for k in _keys(results):
         f = figs[k]
-        rows.append((k, fmt(f["value"]), f["unit"], f["goal"] or "", _met(f["goal_met"])))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
-    lines = ["  ".join(c.rjust(w) if i == 1 else c.ljust(w)
+        rows.append((k, BROKER_NAMES.get(f.get("broker"), "?"), fmt(f["value"]), _spread(f), f["unit"],
+                     f["goal"] or "", _met(f["goal_met"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i == 2 else c.ljust(w)
                        for i, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     m = results.get("machine", {})
     lines.append(f"\n{results.get('mode', '')} run, {results.get('date', '')}, {m.get('cpu_model', '')} "
-                 f"({m.get('cpus', '?')} CPUs), Python {m.get('python', '')}")
+                 f"({m.get('cpus', '?')} CPUs), Python {m.get('python', '')}; {_load_line(m)}")
     return "\n".join(lines)
+
+
+def _load_line(m: dict[str, Any]) -> str:
+    before = (m.get("load_before") or {}).get("load_average_1_5_15_min")
+    after = (m.get("load_after") or {}).get("load_average_1_5_15_min")
+    if not before or not after:
+        return "load not recorded"
+    return (f"load average (1/5/15 min) {'/'.join(f'{x:g}' for x in before)} before, "
+            f"{'/'.join(f'{x:g}' for x in after)} after")
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any], source: str = "bench/results.json") -> str:
+    """The README table of `results`, read from the file named `source`."""
     figs = results.get("figures", {})
     m = results.get("machine", {})
+    brokers = results.get("brokers") or {}
     out = [
         f"Measured {results.get('date', '')[:10]} on {m.get('cpu_model', '?')}, {m.get('cpus', '?')} CPUs, "
-        f"Python {m.get('python', '')} ({results.get('mode', '')} run, {results.get('wall_s', '?')} s). "
-        f"Source {results.get('source', {}).get('commit', '?')}. "
-        "Each figure is the median of its repeats; full setup in bench/results.json.",
+        f"Python {m.get('python', '')} ({results.get('mode', '')} run, {results.get('wall_s', '?')} s; "
+        f"{_load_line(m)}). Source {results.get('source', {}).get('commit', '?')}. "
+        "Each figure is the median of its repeats (min-max beside it when there were several), compared "
+        f"with figures of the same run; full setup in {source}.",
         "",
-        "| figure | value | goal | setup | what limits it |",
-        "|---|---|---|---|---|",
+        *(f"- {BROKER_NAMES.get(k, k)}: {v}" for k, v in brokers.items()),
+        *([f"- Apache Kafka left out: {results['kafka_left_out']}"] if results.get("kafka_left_out") else []),
+        "",
+        "| figure | broker | value | same run | goal | setup | what limits it |",
+        "|---|---|---|---|---|---|---|",
     ]
     for k in _keys(results):
         f = figs[k]
         goal = f["goal"] or ""
         if f["goal_met"] is not None:
             goal = f"{goal} ({'met' if f['goal_met'] else 'not met'})"
-        out.append(f"| `{k}` | {fmt(f['value'])} {f['unit']} | {_cell(goal)} | {_cell(f.get('brief', ''))} | "
-                   f"{_cell(f.get('limit', ''))} |")
+        spread = _spread(f)
+        value = f"{fmt(f['value'])} {f['unit']}" + (f" ({spread})" if spread else "")
+        out.append(f"| `{k}` | {BROKER_NAMES.get(f.get('broker'), '?')} | {value} | {_cell(_against(f))} | "
+                   f"{_cell(goal)} | {_cell(f.get('brief', ''))} | {_cell(f.get('limit', ''))} |")
     return "\n".join(out)

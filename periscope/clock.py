@@ -27,6 +27,10 @@ class WallClock:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    def event_ms(self, wall_ms: float) -> int:
+        """This clock's time at the wall time `wall_ms` (a record's broker timestamp, say)."""
+        return int(wall_ms)
+
     def __repr__(self) -> str:
         return "WallClock()"
 
@@ -43,6 +47,10 @@ class ScaledClock:
     def now_ms(self) -> int:
         wall = time.time_ns() // 1_000_000
         return self.origin_ms + int((wall - self.origin_ms) * self.speed)
+
+    def event_ms(self, wall_ms: float) -> int:
+        """This clock's time at the wall time `wall_ms` (a record's broker timestamp, say)."""
+        return self.origin_ms + int((wall_ms - self.origin_ms) * self.speed)
 
     def wall_ms(self, sim_ms: int) -> float:
         """The wall time (Unix ms) at which this clock shows `sim_ms`."""

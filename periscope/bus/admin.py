@@ -95,14 +95,23 @@ class TopicPlan:
     min_insync_replicas: int = 1
     retention_ms: dict[str, int] = field(default_factory=lambda: _ms(RETENTION_S))
     compression: str = "lz4"
+    # Kafka deletes whole closed segments only, and rolls one after 7 days (or 1 GiB) by default: a
+    # retention much shorter than that needs segments at least as short to take effect.
+    segment_ms: int | None = None
 
     def partitions_of(self, topic: Topic) -> int:
         return topic.partitions or self.partitions
 
     def configs(self, topic: Topic) -> dict[str, str]:
         retention = self.retention_ms[topic.role]
-        return {"cleanup.policy": "delete", "retention.ms": str(retention),
-                "min.insync.replicas": str(self.min_insync_replicas), "compression.type": self.compression}
+        segment = {"segment.ms": str(self.segment_ms)} if self.segment_ms is not None else {}
+        out = {"cleanup.policy": "delete", "retention.ms": str(retention), **segment,
+               "min.insync.replicas": str(self.min_insync_replicas), "compression.type": self.compression}
+        if topic.role == "input":
+            # The broker stamps each input record with the time it took it, which no producer can set:
+            # the joiner rejects a record whose event time is too far ahead of it (PERISCOPE_FUTURE_SKEW).
+            out["message.timestamp.type"] = "LogAppendTime"
+        return out
 
 
 DEFAULT_PLAN = TopicPlan()

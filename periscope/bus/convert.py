@@ -42,10 +42,12 @@ def _check_order(cls: type[_T], names: str) -> type[_T]:
 
 
 _Meta = _check_order(m.Meta, "node source epoch seq time_ms")
+_DcgmProfile = _check_order(m.DcgmProfile, "gr_engine_active_pct sm_active_pct sm_occupancy_pct "
+                                           "tensor_active_pct dram_active_pct")
 _ProcessSample = _check_order(m.ProcessSample,
                               "pid pod_uid container_id qos sm_util_pct mem_util_pct used_mib")
 _DeviceSample = _check_order(m.DeviceSample, "uuid parent_uuid index mig util_pct mem_util_pct fb_used_mib "
-                                             "fb_total_mib power_w temp_c lost processes error")
+                                             "fb_total_mib power_w temp_c lost processes error dcgm")
 
 
 def _pairs(mapping: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -155,7 +157,26 @@ def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
         uuid=x.uuid, parent_uuid=x.parent_uuid, index=x.index, mig=mig_to_pb(x.mig), util_pct=x.util_pct,
         mem_util_pct=x.mem_util_pct, fb_used_mib=x.fb_used_mib, fb_total_mib=x.fb_total_mib,
         power_w=x.power_w, temp_c=x.temp_c, lost=x.lost,
-        processes=[process_to_pb(s) for s in x.processes], error=x.error)
+        processes=[process_to_pb(s) for s in x.processes], error=x.error, dcgm=dcgm_to_pb(x.dcgm))
+
+
+def dcgm_to_pb(x: m.DcgmProfile | None) -> npb.DcgmProfile | None:
+    if x is None:
+        return None
+    return npb.DcgmProfile(
+        gr_engine_active_pct=x.gr_engine_active_pct, sm_active_pct=x.sm_active_pct,
+        sm_occupancy_pct=x.sm_occupancy_pct, tensor_active_pct=x.tensor_active_pct,
+        dram_active_pct=x.dram_active_pct)
+
+
+def dcgm_from_pb(p: npb.DcgmProfile) -> m.DcgmProfile:
+    has = p.HasField
+    return _DcgmProfile(
+        p.gr_engine_active_pct if has("gr_engine_active_pct") else None,
+        p.sm_active_pct if has("sm_active_pct") else None,
+        p.sm_occupancy_pct if has("sm_occupancy_pct") else None,
+        p.tensor_active_pct if has("tensor_active_pct") else None,
+        p.dram_active_pct if has("dram_active_pct") else None)
 
 
 def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
@@ -170,7 +191,8 @@ def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
         total if total or has("fb_total_mib") else None,
         power if power or has("power_w") else None,
         temp if temp or has("temp_c") else None,
-        p.lost, tuple(map(process_from_pb, p.processes)), p.error)
+        p.lost, tuple(map(process_from_pb, p.processes)), p.error,
+        dcgm_from_pb(p.dcgm) if has("dcgm") else None)
 
 
 def node_telemetry_to_pb(x: m.NodeTelemetry) -> npb.NodeTelemetry:
@@ -311,12 +333,16 @@ def policy_event_from_pb(p: cpb.PolicyEvent) -> m.PolicyEvent:
 
 def window_to_pb(x: m.WindowStat) -> apb.WindowStat:
     return apb.WindowStat(start_ms=x.start_ms, samples=x.samples, util_sum=x.util_sum,
-                          util_samples=x.util_samples, fb_max_mib=x.fb_max_mib, power_sum_w=x.power_sum_w)
+                          util_samples=x.util_samples, fb_max_mib=x.fb_max_mib, power_sum_w=x.power_sum_w,
+                          gpu_ms=x.gpu_ms, used_gpu_ms=x.used_gpu_ms, idle_gpu_ms=x.idle_gpu_ms,
+                          unmeasured_gpu_ms=x.unmeasured_gpu_ms, fb_mib_ms=x.fb_mib_ms, energy_j=x.energy_j,
+                          request_gpu_ms=x.request_gpu_ms, alloc_basis=x.alloc_basis)
 
 
 def window_from_pb(p: apb.WindowStat) -> m.WindowStat:
-    return m.WindowStat(start_ms=p.start_ms, samples=p.samples, util_sum=p.util_sum,
-                        util_samples=p.util_samples, fb_max_mib=p.fb_max_mib, power_sum_w=p.power_sum_w)
+    return m.WindowStat(p.start_ms, p.samples, p.util_sum, p.util_samples, p.fb_max_mib, p.power_sum_w,
+                        p.gpu_ms, p.used_gpu_ms, p.idle_gpu_ms, p.unmeasured_gpu_ms, p.fb_mib_ms, p.energy_j,
+                        p.request_gpu_ms, p.alloc_basis)
 
 
 def row_to_pb(x: m.AttributionRow) -> apb.AttributionRow:
@@ -326,7 +352,9 @@ def row_to_pb(x: m.AttributionRow) -> apb.AttributionRow:
         power_w=x.power_w, active=x.active, idle=x.idle, first_seen_ms=x.first_seen_ms,
         last_seen_ms=x.last_seen_ms, sources=x.sources, idle_since_ms=x.idle_since_ms,
         avg_util_pct=x.avg_util_pct, wasted_gpu_hours=x.wasted_gpu_hours, gpu_fraction=x.gpu_fraction,
-        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms, unresolved=x.unresolved)
+        windows=[window_to_pb(w) for w in x.windows], sample_ms=x.sample_ms, unresolved=x.unresolved,
+        sm_active_pct=x.sm_active_pct, sm_occupancy_pct=x.sm_occupancy_pct,
+        tensor_active_pct=x.tensor_active_pct, dram_active_pct=x.dram_active_pct)
 
 
 def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
@@ -342,7 +370,11 @@ def row_from_pb(p: apb.AttributionRow) -> m.AttributionRow:
         avg_util_pct=p.avg_util_pct if has("avg_util_pct") else None,
         wasted_gpu_hours=p.wasted_gpu_hours, gpu_fraction=p.gpu_fraction,
         windows=tuple(window_from_pb(w) for w in p.windows), sample_ms=p.sample_ms,
-        unresolved=p.unresolved)
+        unresolved=p.unresolved,
+        sm_active_pct=p.sm_active_pct if has("sm_active_pct") else None,
+        sm_occupancy_pct=p.sm_occupancy_pct if has("sm_occupancy_pct") else None,
+        tensor_active_pct=p.tensor_active_pct if has("tensor_active_pct") else None,
+        dram_active_pct=p.dram_active_pct if has("dram_active_pct") else None)
 
 
 def pod_attribution_to_pb(x: m.PodAttribution) -> apb.PodAttribution:

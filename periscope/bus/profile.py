@@ -14,7 +14,12 @@ else (PERISCOPE_KAFKA_PROFILE=embedded; `periscope up` sets it for what it start
 - a waiting fetch is not answered when records arrive: consumers wait briefly per fetch;
 - a group's first generation is numbered 0, which aiokafka takes for "never joined" and so never
   leaves: a consumer sends that LeaveGroup itself;
-- no compression codecs were seen to work, so none is used.
+- no compression codecs were seen to work, so none is used;
+- retention is stored but never applied: `retention.ms`, `retention.bytes` and `segment.*` are
+  accepted at topic creation and echoed by DescribeConfigs, yet every record stays fetchable (and in
+  memory) for the broker's life, and DeleteRecords is not implemented (the broker panics and drops
+  the connection). Only a fresh broker frees the memory, which is how the development kit bounds it
+  (`retention_applied`: periscope.devkit.brokers.LocalBroker.renew, used by `periscope up --retention`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class BrokerProfile:
     offsets_for_times_exact: bool  # ListOffsets(timestamp) finds the first record at or after it
     fetch_max_wait_ms: int  # a consumer's longest wait in one fetch
     leave_generation_zero: bool  # send the LeaveGroup aiokafka skips for generation 0
+    retention_applied: bool  # topics' retention.ms/segment.ms delete old records (else nothing does)
 
 
 KAFKA = BrokerProfile(
@@ -45,13 +51,13 @@ KAFKA = BrokerProfile(
     one_record_batches=False, fence_records=False, end_offsets_exact=True, offsets_for_times_exact=True,
     # Apache Kafka answers a waiting fetch as soon as fetch.min.bytes (1) arrived: a long wait costs
     # no latency and saves empty round trips.
-    fetch_max_wait_ms=500, leave_generation_zero=False,
+    fetch_max_wait_ms=500, leave_generation_zero=False, retention_applied=True,
 )
 
 EMBEDDED = BrokerProfile(
     name="embedded", idempotent=False, compression=None, linger_ms=5, max_batch_bytes=16 * 1024,
     one_record_batches=True, fence_records=True, end_offsets_exact=False, offsets_for_times_exact=False,
-    fetch_max_wait_ms=100, leave_generation_zero=True,
+    fetch_max_wait_ms=100, leave_generation_zero=True, retention_applied=False,
 )
 
 PROFILES: dict[str, BrokerProfile] = {p.name: p for p in (KAFKA, EMBEDDED)}

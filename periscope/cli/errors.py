@@ -7,17 +7,37 @@ service's own entry point). `report` is the one place that writes such a line.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import IO, Any
 
 import click
 
+from periscope.cli.terminal import printable
+
 INPUT_ERROR_EXIT = 2
 
 
+MAX_LINE = 380  # characters after `periscope: `
+_LONGEST_WORD = 200  # characters of one word (a quoted value, a path) a message carries whole
+
+
+def _clipped(word: str) -> str:
+    if len(word) <= _LONGEST_WORD:
+        return word
+    close = word[-1] if word[-1] in "'\")]:," else ""
+    return f"{word[:150]}...({len(word)} characters){close}"
+
+
 def one_line(message: str) -> str:
-    """Collapse a message onto one line: the contract is one line per error."""
-    return " ".join(str(message).split()) or "error"
+    """Collapse a message onto one line (the contract is one line per error), without the escape
+    sequences or control characters a value from outside may have brought into it, with any word
+    longer than 200 characters (a 400-digit value, echoed by click or by us) cut short, and the whole
+    line kept under MAX_LINE characters (a value of many words quoted whole)."""
+    line = " ".join(_clipped(w) for w in printable(" ".join(str(message).split())).split()) or "error"
+    if len(line) > MAX_LINE:
+        line = f"{line[: MAX_LINE - 60]}... (cut: {len(line)} characters in all)"
+    return line
 
 
 def report(message: str, file: IO[Any] | None = None) -> None:
@@ -35,9 +55,13 @@ class InputError(click.ClickException):
 
 
 def read_input_file(path: str, what: str, limit: int = 64 * 1024 * 1024) -> bytes:
-    """Read a user-named file, turning every way it can fail into an InputError naming it."""
+    """Read at most `limit` bytes of a user-named file, turning every way it can fail into an InputError
+    naming it. A FIFO nobody writes to reads as empty instead of hanging (opened without blocking, then
+    read blocking, so a pipe such as `<(cat f)` still works)."""
     try:
-        with open(path, "rb") as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            os.set_blocking(fd, True)
             data = f.read(limit + 1)
     except FileNotFoundError:
         raise InputError(f"{what} {path}: no such file") from None

@@ -14,7 +14,13 @@ from rich.text import Text
 from periscope.cli.errors import InputError, read_input_file
 from periscope.core.cgroup import parse_cgroup
 from periscope.core.deviceid import parse_device_id
-from periscope.kubelet.checkpoint import Checkpoint, CheckpointError, checkpoint_to_json, parse_checkpoint
+from periscope.kubelet.checkpoint import (
+    MAX_CHECKPOINT_BYTES,
+    Checkpoint,
+    CheckpointError,
+    checkpoint_to_json,
+    parse_checkpoint,
+)
 
 
 def _print_json(obj: Any) -> None:
@@ -31,7 +37,7 @@ def inspect() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def checkpoint(path: str, as_json: bool) -> None:
     """Parse a kubelet device-manager checkpoint (kubelet_internal_checkpoint), read-only."""
-    data = read_input_file(path, "checkpoint")
+    data = read_input_file(path, "checkpoint", limit=MAX_CHECKPOINT_BYTES)
     try:
         cp = parse_checkpoint(data)
     except CheckpointError as exc:

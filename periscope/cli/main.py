@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "join": ("services.joiner.cli", "command", "Run the joiner: attribute GPU use to pods."),
     "api": ("services.api.cli", "command", "Serve the HTTP query API over the joiner's outputs."),
     "replay": ("services.replay.cli", "command", "Rebuild attribution for a past time range."),
+    "usage": ("services.replay.usage_cli", "command", "GPU-hours accounting for a past period."),
     "inspect": ("periscope.cli.inspect", "inspect", "Parse a kubelet checkpoint, cgroup file or device ID."),
     "doctor": ("services.probe.doctor_cli", "command", "Check every source the probe needs on this node."),
     "top": ("periscope.cli.top", "command", "A live table of GPUs and the pods holding them, from the API."),

@@ -3,7 +3,8 @@ rendering is tested against golden text.
 
 One row per device a pod container holds now (a time-slicing replica or a MIG slice is its own
 row), and one row per GPU that nobody holds (left out when a namespace filter is on: a free GPU
-belongs to no namespace).
+belongs to no namespace). On a MIG slice UTIL% is the instance's DCGM graphics-engine activity; the
+DCGM columns (SM%, TENSOR%, DRAM%) show only when some row has them (a node's dcgm-exporter is scraped).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 Json = Mapping[str, Any]
 SORTS = ("util", "idle", "memory")
@@ -22,6 +24,7 @@ COLUMNS = (
     "NODE", "GPU", "DEVICE", "NAMESPACE", "POD", "UID", "CONTAINER",
     "UTIL%", "MEM MiB", "POWER W", "IDLE GPU-h",
 )
+DCGM_COLUMNS = ("SM%", "TENSOR%", "DRAM%")  # after UTIL%, only when some row has DCGM profiling data
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,9 @@ class Row:
     mem: float | None
     power: float | None
     wasted: float | None  # GPU-hours; None when not idle
+    sm: float | None = None  # DCGM profiling fields of the row's own unit (percent)
+    tensor: float | None = None
+    dram: float | None = None
 
 
 def _text(v: Any) -> str:
@@ -85,6 +91,7 @@ def rows(snap: Snapshot) -> list[Row]:
                 namespace=_text(p["namespace"]), pod=_text(p["pod"]), uid=str(p["pod_uid"])[:8],
                 container=str(p["container"]), util=p.get("util_pct"), mem=p.get("fb_used_mib"),
                 power=p.get("power_w"), wasted=wasted.get((str(p["pod_uid"]), str(p["device_id"]))),
+                sm=p.get("sm_active_pct"), tensor=p.get("tensor_active_pct"), dram=p.get("dram_active_pct"),
             )
         )
     if snap.namespace is None:
@@ -137,17 +144,24 @@ def summary(snap: Snapshot) -> str:
 
 
 def table(snap: Snapshot, sort: str | None = None) -> Table:
-    t = Table(title=summary(snap), title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for name in COLUMNS:
-        numeric = name in {"UTIL%", "MEM MiB", "POWER W", "IDLE GPU-h"}
+    # Every cell and the title are Text, never markup: a name such as "[red]x" is shown as it is.
+    t = Table(title=Text(summary(snap)), title_justify="left", box=None, pad_edge=False, header_style="bold")
+    items = sort_rows(rows(snap), sort)
+    dcgm = any(r.sm is not None or r.tensor is not None or r.dram is not None for r in items)
+    util_at = COLUMNS.index("UTIL%") + 1
+    names = (*COLUMNS[:util_at], *DCGM_COLUMNS, *COLUMNS[util_at:]) if dcgm else COLUMNS
+    for name in names:
+        numeric = name in {"UTIL%", "MEM MiB", "POWER W", "IDLE GPU-h", *DCGM_COLUMNS}
         t.add_column(name, justify="right" if numeric else "left", no_wrap=True)
-    for r in sort_rows(rows(snap), sort):
+    for r in items:
         idle_style = "yellow" if r.wasted is not None else None
-        t.add_row(
+        cells: tuple[str, ...] = (
             r.node, f"{r.gpu_index} {r.gpu}" if r.gpu_index >= 0 else r.gpu, r.device, r.namespace, r.pod,
             r.uid, r.container, _num(r.util, 0), _num(r.mem, 0), _num(r.power, 0), _hours(r.wasted),
-            style=idle_style,
         )
+        if dcgm:
+            cells = (*cells[:util_at], _num(r.sm, 0), _num(r.tensor, 0), _num(r.dram, 0), *cells[util_at:])
+        t.add_row(*(Text(c) for c in cells), style=idle_style)
     return t
 
 

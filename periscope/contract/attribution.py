@@ -16,6 +16,13 @@ from pydantic import BaseModel, Field
 from periscope.contract.values import Json, Mig, mig_json, num, text, time_json
 from periscope.core.model import AttributionRow, PodAttribution, WindowStat
 
+# What a window's rendering leaves to the usage outputs: its GPU-hours accounting (WindowStat's gpu_ms ..
+# alloc_basis), which periscope.core.gpuhours sums per group for /v1/usage and `periscope usage`.
+WINDOW_LEAVES = frozenset({"gpu_ms", "used_gpu_ms", "idle_gpu_ms", "unmeasured_gpu_ms", "fb_mib_ms",
+                           "energy_j", "request_gpu_ms", "alloc_basis"})
+ROW_LEAVES = frozenset(f"windows.{f}" for f in WINDOW_LEAVES)  # the same, under a row
+POD_LEAVES = frozenset(f"rows.{f}" for f in ROW_LEAVES)  # and under a pod's rows
+
 
 class Window(BaseModel):
     start: str | None
@@ -43,7 +50,9 @@ class RowFields(BaseModel):
     mig: Mig | None
     sharing: str = Field(description="exclusive | time-slicing | mps | mig")
     share_basis: str = Field(description="exclusive | process | memory-weighted | equal-split | none")
-    util_pct: float | None = Field(description="attributed share of the latest sample; null when unknown")
+    util_pct: float | None = Field(
+        description="attributed share of the latest sample; on a MIG slice the instance's DCGM "
+        "graphics-engine activity (sources then include dcgm); null when unknown")
     fb_used_mib: float | None
     power_w: float | None
     active: bool
@@ -58,6 +67,13 @@ class RowFields(BaseModel):
     gpu_fraction: float | None
     unresolved: str | None = Field(
         None, description="why the device ID names no known GPU (gpu_uuid is then null); null when it does")
+    sm_active_pct: float | None = Field(
+        None, description="DCGM_FI_PROF_SM_ACTIVE of the held unit in percent; null when not available or "
+        "the unit is shared (DCGM measures the unit, not a pod)")
+    sm_occupancy_pct: float | None = Field(None, description="DCGM_FI_PROF_SM_OCCUPANCY in percent, as above")
+    tensor_active_pct: float | None = Field(
+        None, description="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE in percent, as above")
+    dram_active_pct: float | None = Field(None, description="DCGM_FI_PROF_DRAM_ACTIVE in percent, as above")
 
 
 def _row_fields(r: AttributionRow) -> Json:
@@ -70,6 +86,8 @@ def _row_fields(r: AttributionRow) -> Json:
         "first_seen": time_json(r.first_seen_ms), "last_seen": time_json(r.last_seen_ms),
         "sample_at": time_json(r.sample_ms), "sources": list(r.sources), "gpu_fraction": num(r.gpu_fraction),
         "unresolved": r.unresolved or None,
+        "sm_active_pct": num(r.sm_active_pct), "sm_occupancy_pct": num(r.sm_occupancy_pct),
+        "tensor_active_pct": num(r.tensor_active_pct), "dram_active_pct": num(r.dram_active_pct),
     }
 
 

@@ -45,16 +45,26 @@ def time_json(ms: int) -> str | None:
         return None
 
 
+# The instants `rfc3339` can write: years 1 to 9999 in UTC.
+MIN_TIME_MS = -62_135_596_800_000  # 0001-01-01T00:00:00.000Z
+MAX_TIME_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
 def parse_time_ms(text: str) -> int:
-    """RFC 3339 (a 'Z' or an offset; naive means UTC) -> Unix ms; ValueError when it is not one."""
+    """RFC 3339 (a 'Z' or an offset; naive means UTC) -> Unix ms; ValueError when it is not one, or
+    when it is an instant outside years 1-9999 in UTC (which could not be written back)."""
+    shown = repr(text) if len(text) <= 40 else f"{text[:30]!r}... ({len(text)} characters)"
     try:
         t = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"not an RFC 3339 time: {text!r} (use e.g. 2026-11-22T04:05:06Z)") from None
+        raise ValueError(f"not an RFC 3339 time: {shown} (use e.g. 2026-11-22T04:05:06Z)") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=UTC)
     delta = t - _EPOCH
-    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+    ms = delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
+        raise ValueError(f"out of range: {shown} is outside 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z")
+    return ms
 
 
 def num(x: float | None) -> float | None:

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from periscope.core.accounting import charge, charge_end, mig_share, parent_power, unit_shares
 from periscope.core.allocation import Holding
 from periscope.core.holdings import HoldingIndex
 from periscope.core.model import Finding, NodeTelemetry, Owner, ProcessSample
 from periscope.core.mps import without_mps_daemons
+from periscope.core.pods import PodRegistry
 from periscope.core.rows import RowConfig, RowState
 from periscope.core.state import NodeState, RowKey
 from periscope.core.usage import Usage, sharing_of, single_usage, split_instance
 
+_WHOLE = (1.0, "exclusive")  # a GPU's own share of itself, and its accounting basis
+
 
 def attribute_sample(
     state: NodeState, tel: NodeTelemetry, ix: HoldingIndex, cfg: RowConfig, monitors: Sequence[Holding] = (),
+    gap_ms: int = 0,
 ) -> tuple[set[str], list[Finding]]:
     """Update row state from one sample; return the pod UIDs whose attribution changed and the
     findings that hold at this instant. A monitoring pod's processes on a GPU it has admin access to
-    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage."""
+    (the operator's DRA validator runs CUDA there) are expected, not unattributed usage. Each row
+    observed is charged for `gap_ms`, the time since the node's previous sample
+    (periscope.core.accounting)."""
     t = tel.meta.time_ms
     watchers: dict[str, set[str]] = {}
     for m in monitors:
@@ -33,7 +40,7 @@ def attribute_sample(
         findings.append(_ambiguous(state.node, t, h))
 
     rows = state.rows
-    pods, fraction, node = state.pods, state.devmap.fraction, state.node
+    pods, fraction, node, models = state.pods, state.devmap.fraction, state.node, state.devmap.models
     us: tuple[Usage, ...] | list[Usage]
     for inst, (hs, keys) in by_instance.items():
         sample = samples.get(inst)
@@ -44,9 +51,21 @@ def attribute_sample(
             usage, unattributed = split_instance(sample, hs, pods, strategy, fraction(hs[0].device),
                                                  replicas)
             us = [usage[key] for key in keys]
-        for h, key, u in zip(hs, keys, us, strict=True):
+        d0 = hs[0].device
+        whole = _WHOLE if d0.mig is None else mig_share(d0.mig, models.get(d0.gpu_uuid, ""), fraction(d0))
+        # A pod's lifetime bounds the charges of a unit it holds alone: on a shared one, the others'
+        # shares of the same gap already assume it was there, or was not.
+        alone = len(hs) == 1 and d0.replica is None
+        for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
             row = _row(rows, h, key, t)
-            row.observe(t, u, _sources(h.sources, u.seen_processes), cfg)
+            row.observe(t, u, _sources(h.sources, u.seen_processes, u.dcgm is not None), cfg)
+            power = u.power_w
+            if power is None and d0.mig is not None:
+                pp = parent_power(samples, d0.gpu_uuid)
+                power = None if pp is None else pp * share  # its allocated share of the parent's
+            charge(row, t, _since_start(pods, key[0], t, gap_ms) if alone else gap_ms, share, basis, power,
+                   whole[0], cfg)
+            row.charged = (share, basis, power, whole[0]) if alone else None
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:
@@ -69,9 +88,30 @@ def attribute_sample(
     if ix.held_rows < len(rows):
         current = ix.held_keys()
         for key, row in rows.items():
-            if key not in current and row.deactivate():
-                touched.add(key[0])
+            if key not in current:
+                _charge_to_deletion(pods, key[0], row, t, cfg)
+                if row.deactivate():
+                    touched.add(key[0])
     return touched, findings
+
+
+def _since_start(pods: PodRegistry, uid: str, t: int, gap_ms: int) -> int:
+    """The part of the gap before a sample that the pod existed for: a pod created within the gap is
+    not charged for the time before it."""
+    rec = pods.pods.get(uid)
+    start = rec.start_ms if rec is not None else 0
+    return min(gap_ms, t - start) if 0 < start <= t else gap_ms
+
+
+def _charge_to_deletion(pods: PodRegistry, uid: str, row: RowState, t: int, cfg: RowConfig) -> None:
+    """A row that is no longer held because its pod was deleted since its last sample is charged, as
+    last observed, up to the deletion (the samples that follow no longer see it): its lifetime is
+    billed to the instant the watcher recorded, not to the last sample before it."""
+    rec = pods.pods.get(uid)
+    end = rec.deleted_ms if rec is not None else 0
+    if row.active and row.charged is not None and row.sample_ms < end <= t:
+        charge_end(row, end, cfg)
+    row.charged = None
 
 
 def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowState:
@@ -93,15 +133,17 @@ def _row(rows: dict[RowKey, RowState], h: Holding, key: RowKey, t: int) -> RowSt
     return row
 
 
-_SOURCES: dict[tuple[tuple[str, ...], bool], tuple[str, ...]] = {}
+_SOURCES: dict[tuple[tuple[str, ...], bool, bool], tuple[str, ...]] = {}
 
 
-def _sources(allocation: tuple[str, ...], seen_processes: bool) -> tuple[str, ...]:
-    """A row's sources, sorted: memoized, as a few combinations recur on every sample."""
-    key = (allocation, seen_processes)
+def _sources(allocation: tuple[str, ...], seen_processes: bool, dcgm: bool = False) -> tuple[str, ...]:
+    """A row's sources, sorted: memoized, as a few combinations recur on every sample. `dcgm`: some
+    of the row's numbers came from the node's dcgm-exporter."""
+    key = (allocation, seen_processes, dcgm)
     srcs = _SOURCES.get(key)
     if srcs is None:
-        srcs = tuple(sorted(set(allocation) | ({"process"} if seen_processes else set())))
+        extra = ({"process"} if seen_processes else set()) | ({"dcgm"} if dcgm else set())
+        srcs = tuple(sorted(set(allocation) | extra))
         if len(_SOURCES) < 1024:
             _SOURCES[key] = srcs
     return srcs

@@ -36,9 +36,11 @@ def _moved(old: float | None, new: float | None, threshold: float) -> bool:
 # Fields compared exactly, read as one tuple each (attrgetter runs in C); the numbers are compared with
 # thresholds; last_seen_ms, sample_ms and as_of_ms only advance, and windows are compared by whether any
 # closed since the last publication. The numbers are checked first: they are what usually moved.
+_PROFILE = ("sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct")  # percent, like util
 _ROW_EXACT = attrgetter(*(f.name for f in fields(AttributionRow) if f.name not in (
     "util_pct", "avg_util_pct", "fb_used_mib", "power_w", "wasted_gpu_hours", "last_seen_ms", "sample_ms",
-    "windows")))
+    "windows", *_PROFILE)))
+_PROFILE_OF = attrgetter(*_PROFILE)
 _POD_EXACT = attrgetter(*(f.name for f in fields(PodAttribution) if f.name not in ("rows", "as_of_ms")))
 _GPU_EXACT = attrgetter(*(f.name for f in fields(GpuState) if f.name not in (
     "util_pct", "fb_used_mib", "power_w", "temp_c", "mig_devices", "sample_ms", "as_of_ms")))
@@ -56,7 +58,9 @@ def row_changed(old: AttributionRow, new: AttributionRow, cfg: ChangeConfig) -> 
             or _moved(old.fb_used_mib, new.fb_used_mib, cfg.fb_mib)
             or _moved(old.power_w, new.power_w, cfg.power_w)
             or _moved(old.wasted_gpu_hours, new.wasted_gpu_hours, cfg.wasted_gpu_hours)
-            or _ROW_EXACT(old) != _ROW_EXACT(new))
+            or _ROW_EXACT(old) != _ROW_EXACT(new)
+            or (_PROFILE_OF(old) != _PROFILE_OF(new) and any(
+                _moved(a, b, cfg.util_pct) for a, b in zip(_PROFILE_OF(old), _PROFILE_OF(new), strict=True))))
 
 
 def _mig_changed(old: MigState, new: MigState, cfg: ChangeConfig) -> bool:

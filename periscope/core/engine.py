@@ -204,6 +204,7 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
     t = tel.meta.time_ms
+    gap = t - state.processed_ms if state.processed_ms else 0  # the time this sample is charged for
     state.processed_ms = t
     # Kept for duplicate detection and the GPU view. Only the last sample is held, so its processes
     # are dropped when the state is persisted (periscope.core.snapshot), not copied out on every sample.
@@ -211,7 +212,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     state.counters.samples += 1
     state.counters.device_samples += len(tel.devices)
     held = state.held_at(t)
-    touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors)
+    touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors, gap)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
     by_pod = rows_by_pod(state)

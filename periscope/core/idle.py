@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from periscope.core.model import AttributionRow, PodAttribution
-from periscope.core.windows import START, UTIL_SAMPLES, UTIL_SUM, Stat
+from periscope.core.windows import START, UTIL_SAMPLES, UTIL_SUM
 
 HOUR_MS = 3_600_000
 
@@ -54,7 +54,12 @@ def wasted_gpu_hours(since_ms: int, t_ms: int, gpu_fraction: float) -> float:
     return max(0, t_ms - since_ms) / HOUR_MS * gpu_fraction
 
 
-def _avg(windows: Sequence[Stat]) -> float | None:
+# A row's windows as flat numbers in WindowStat's order (periscope.core.windows): the rule reads only the
+# start and the utilization sums, so the API's longer tuples (with accounting) serve as they are.
+Windows = Sequence[Sequence[float]]
+
+
+def _avg(windows: Windows) -> float | None:
     samples = sum(w[UTIL_SAMPLES] for w in windows)
     if samples <= 0:
         return None
@@ -62,7 +67,7 @@ def _avg(windows: Sequence[Stat]) -> float | None:
 
 
 def from_windows(
-    windows: Sequence[Stat], *, active: bool, first_seen_ms: int, as_of_ms: int, gpu_fraction: float,
+    windows: Windows, *, active: bool, first_seen_ms: int, as_of_ms: int, gpu_fraction: float,
     rule: IdleRule = DEFAULT_RULE, window_len_ms: int = 60_000,
 ) -> IdleVerdict | None:
     """The rule over a row's closed windows (any order; `window_len_ms`: their length when fewer than
@@ -96,7 +101,7 @@ def from_windows(
     return IdleVerdict(since, avg, wasted_gpu_hours(since, as_of_ms, gpu_fraction))
 
 
-def row_verdict(pod: PodAttribution, row: AttributionRow, windows: Sequence[Stat],
+def row_verdict(pod: PodAttribution, row: AttributionRow, windows: Windows,
                 rule: IdleRule = DEFAULT_RULE) -> IdleVerdict | None:
     """`from_windows` for a published row: as of its pod's latest state (or its own latest sample)."""
     return from_windows(windows, active=row.active, first_seen_ms=row.first_seen_ms,

@@ -84,6 +84,18 @@ class ProcessSample:
 
 
 @dataclass(frozen=True, slots=True)
+class DcgmProfile:
+    """DCGM profiling fields of one device from the node's dcgm-exporter, in percent (DCGM's ratios
+    x 100); None where the exporter gave no (fresh) value."""
+
+    gr_engine_active_pct: float | None = None  # MIG-safe utilization: graphics/compute engine activity
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceSample:
     uuid: str
     parent_uuid: str = ""  # set for MIG instances
@@ -98,6 +110,7 @@ class DeviceSample:
     lost: bool = False
     processes: tuple[ProcessSample, ...] = ()
     error: str = ""
+    dcgm: DcgmProfile | None = None  # from the node's dcgm-exporter, when the probe scrapes one
 
     @property
     def gpu_uuid(self) -> str:
@@ -274,6 +287,16 @@ class WindowStat:
     util_samples: int = 0
     fb_max_mib: float = 0.0
     power_sum_w: float = 0.0
+    # GPU-hours accounting (periscope.core.accounting), device-equivalent ms: allocated, used, idle,
+    # unmeasured (no utilization reported), framebuffer MiB x ms, energy (J), one per device x ms
+    gpu_ms: float = 0.0
+    used_gpu_ms: float = 0.0
+    idle_gpu_ms: float = 0.0
+    unmeasured_gpu_ms: float = 0.0
+    fb_mib_ms: float = 0.0
+    energy_j: float = 0.0
+    request_gpu_ms: float = 0.0
+    alloc_basis: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,6 +322,11 @@ class AttributionRow:
     windows: tuple[WindowStat, ...] = ()
     sample_ms: int = 0
     unresolved: str = ""  # why the device ID names no known GPU ("" when it does; gpu_uuid is then "")
+    # DCGM profiling fields of the held unit, where the unit is this row's alone (percent; else None).
+    sm_active_pct: float | None = None
+    sm_occupancy_pct: float | None = None
+    tensor_active_pct: float | None = None
+    dram_active_pct: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ from array import array
 from dataclasses import dataclass, field
 from math import inf, nan
 
+from periscope.core.accounting import forget_published, with_account
 from periscope.core.idle import DEFAULT_RULE, idle_since, is_idle, wasted_gpu_hours
-from periscope.core.model import AttributionRow, MigRef, WindowStat
+from periscope.core.model import AttributionRow, DcgmProfile, MigRef, WindowStat
 from periscope.core.usage import Usage
 from periscope.core.windows import (
     FB_MAX,
@@ -38,6 +39,7 @@ class RowConfig:
     window_keep_ms: int = 3_600_000  # at most this much window history, even when idle detection wants more
     idle_window_ms: int = DEFAULT_RULE.window_ms
     idle_threshold_pct: float = DEFAULT_RULE.threshold_pct
+    charge_gap_ms: int = 60_000  # accounting: a sample is charged for at most this much time before it
 
 
 def _windows() -> array[float]:
@@ -70,6 +72,13 @@ class RowState:
     idle_since_ms: int = 0
     avg_util_pct: float | None = None
     unresolved: str = ""  # why gpu_uuid is "" (the device ID names no known GPU)
+    # GPU-hours accounting (periscope.core.accounting): per window, what was charged (the windows not
+    # yet published and the last one); the pending below-threshold run; whether idle was booked.
+    ledger: array[float] = field(default_factory=_windows)
+    low_gpu_ms: float = 0.0
+    idle_booked: bool = False
+    # what the last sample charged per ms: share, basis, power (W), used scale; None once inactive
+    charged: tuple[float, str, float | None, float] | None = None
     # _closed_sums' cache: first window summed, last closed window, util sum, util samples.
     _closed: tuple[float, float, float, float] = field(default=(inf, nan, 0.0, 0.0), compare=False,
                                                        repr=False)
@@ -202,13 +211,22 @@ class RowState:
         end = len(w) - W if self.active else len(w)
         if end <= 0:
             return ()  # only the open window (every sample of an active row, but a window's first)
-        return tuple(_stat(w, i) for i in range(0, end, W) if w[i + START] > self.published_ms)
+        led = self.ledger
+        return tuple(with_account(led, _stat(w, i)) for i in range(0, end, W)
+                     if w[i + START] > self.published_ms)
+
+    def unpublished(self) -> tuple[WindowStat, ...]:
+        """Every window not published yet, the open one included (what a replay's end still holds)."""
+        w, led = self.windows, self.ledger
+        return tuple(with_account(led, _stat(w, i)) for i in range(0, len(w), W)
+                     if w[i + START] > self.published_ms)
 
     def mark_published(self, upto_start_ms: int, cfg: RowConfig) -> None:
         """The windows up to `upto_start_ms` were published: keep them only while idle detection needs
         them."""
         if upto_start_ms > self.published_ms:
             self.published_ms = upto_start_ms
+            forget_published(self.ledger, upto_start_ms)
             self._pack()
             self._trim(cfg)
 
@@ -226,7 +244,21 @@ class RowState:
             gpu_fraction=u.gpu_fraction if u else 1.0,
             windows=self.closed_unpublished() if len(self.windows) > W or not self.active else (),
             sample_ms=self.sample_ms, unresolved=self.unresolved,
+            **_profile(u.dcgm if live and u else None),
         )
+
+
+_NO_PROFILE: dict[str, float | None] = {
+    "sm_active_pct": None, "sm_occupancy_pct": None, "tensor_active_pct": None, "dram_active_pct": None,
+}
+
+
+def _profile(p: DcgmProfile | None) -> dict[str, float | None]:
+    """The row's DCGM profiling fields, by keyword (none unless the unit is the holder's alone)."""
+    if p is None:
+        return _NO_PROFILE
+    return {"sm_active_pct": p.sm_active_pct, "sm_occupancy_pct": p.sm_occupancy_pct,
+            "tensor_active_pct": p.tensor_active_pct, "dram_active_pct": p.dram_active_pct}
 
 
 def _stat(w: array[float], i: int) -> WindowStat:

@@ -94,8 +94,11 @@ def from_positional(tp: Any, data: Any) -> Any:
             return tuple(from_positional(targs[0], x) for x in data)
         return tuple(from_positional(a, x) for a, x in zip(targs, data, strict=True))
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        return tp(*(from_positional(hints[f.name], x) for f, x in zip(_fields(tp), data, strict=True)))
+        hints, fs = _hints(tp), _fields(tp)
+        if len(data) > len(fs):
+            raise ValueError(f"{tp.__name__}: {len(data)} values for {len(fs)} fields")
+        # Fewer values: written before fields were added at the end; those take their defaults.
+        return tp(*(from_positional(hints[f.name], x) for f, x in zip(fs, data, strict=False)))
     if isinstance(tp, type) and issubclass(tp, Enum):
         return tp(data)
     if tp is float and isinstance(data, int):

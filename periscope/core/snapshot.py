@@ -53,6 +53,9 @@ def _row_to(r: RowState) -> dict[str, Any]:
         "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
         "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
         **({"unres": r.unresolved} if r.unresolved else {}),
+        **({"led": [_num(x) for x in r.ledger], "lowg": _num(r.low_gpu_ms), "ib": r.idle_booked}
+           if r.ledger else {}),
+        **({"chg": _charged_to(r.charged)} if r.charged is not None else {}),
     }
 
 
@@ -81,6 +84,10 @@ def _row_from(d: dict[str, Any]) -> RowState:
         idle_windows=array("d", d.get("iwin", ())),
         low_since_ms=d["low"], idle=d["idle"], idle_since_ms=d["idle_since"], avg_util_pct=d["avg"],
         unresolved=d.get("unres", ""),
+        # absent in records written before accounting: nothing charged yet
+        ledger=array("d", d.get("led", ())), low_gpu_ms=float(d.get("lowg", 0.0)),
+        idle_booked=bool(d.get("ib", False)),
+        charged=_charged(d.get("chg")),
     )
 
 
@@ -179,3 +186,14 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         if isinstance(part, dict) and part.get("pub") is not None:
             state.emitted["pod/" + uid] = from_positional(PodAttribution, part["pub"])
     return state
+
+
+def _charged_to(c: tuple[float, str, float | None, float]) -> list[Any]:
+    return [_num(c[0]), c[1], None if c[2] is None else _num(c[2]), _num(c[3])]
+
+
+def _charged(v: Any) -> tuple[float, str, float | None, float] | None:
+    """A row's last charge rate, as persisted (absent before it was kept: no end charge then)."""
+    if not isinstance(v, list) or len(v) != 4:
+        return None
+    return (float(v[0]), str(v[1]), None if v[2] is None else float(v[2]), float(v[3]))

@@ -7,6 +7,11 @@ and power are split in proportion to each holder's processes' memory (`memory-we
 give no per-process utilization for MPS clients, and their memory is the only per-client measure.
 MIG: per-instance memory, util only when the hardware reports it, power stays with the parent GPU
 (it is a whole-GPU value).
+
+DCGM (the node's dcgm-exporter, when the probe scrapes one): NVML's util stays primary; where NVML
+has none (always on a MIG instance) the unit's graphics-engine activity stands in for it, and the
+profiling fields go to a holder whose unit is its alone. On a shared GPU they describe the GPU, not a
+pod, so no holder gets them (copying them to every sharer is the mistake this project exists to avoid).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 
 from periscope.core.allocation import Holding
 from periscope.core.frozen import fast_init
-from periscope.core.model import DeviceSample, ProcessSample
+from periscope.core.model import DcgmProfile, DeviceSample, ProcessSample
 from periscope.core.pods import PodRegistry
 
 
@@ -30,10 +35,20 @@ class Usage:
     share_basis: str  # exclusive | process | memory-weighted | equal-split | none
     gpu_fraction: float
     seen_processes: bool  # the holder's own processes were observed on the device
+    dcgm: DcgmProfile | None = None  # the unit's profiling fields, when the unit is this holder's alone
+    util_from_dcgm: bool = False  # util_pct is DCGM's graphics-engine activity (NVML had none)
 
 
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
+
+
+def device_util(d: DeviceSample) -> tuple[float | None, bool]:
+    """The unit's utilization and whether it came from DCGM: NVML's when it has one, else DCGM's
+    graphics-engine activity (the MIG-safe measure)."""
+    if d.util_pct is not None or d.dcgm is None or d.dcgm.gr_engine_active_pct is None:
+        return d.util_pct, False
+    return d.dcgm.gr_engine_active_pct, True
 
 
 def sharing_of(holders: Sequence[Holding], strategy: str) -> str:
@@ -142,8 +157,12 @@ def single_usage(
         return Usage(util_pct=None, fb_used_mib=None, power_w=None, sharing=sharing, share_basis="none",
                      gpu_fraction=base_fraction, seen_processes=False), unattributed
     util, fb, power = sample.util_pct, sample.fb_used_mib, sample.power_w
+    dcgm, from_dcgm = sample.dcgm, False
+    if dcgm is not None and util is None:
+        util, from_dcgm = device_util(sample)
     usage = Usage(util_pct=None if util is None else round(util, 3),
                   fb_used_mib=None if fb is None else round(fb, 3),
                   power_w=None if power is None else round(power, 3), sharing=sharing,
-                  share_basis="exclusive", gpu_fraction=base_fraction, seen_processes=seen)
+                  share_basis="exclusive", gpu_fraction=base_fraction, seen_processes=seen,
+                  dcgm=dcgm, util_from_dcgm=from_dcgm)
     return usage, unattributed

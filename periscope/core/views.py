@@ -19,7 +19,7 @@ from periscope.core.model import (
 from periscope.core.pods import PodRegistry
 from periscope.core.rows import RowState
 from periscope.core.state import NodeState
-from periscope.core.usage import sharing_of
+from periscope.core.usage import device_util, sharing_of
 
 
 def rows_by_pod(state: NodeState) -> dict[str, list[RowState]]:
@@ -78,7 +78,7 @@ def gpu_states(
                 MigState(
                     uuid=m.uuid, profile=m.mig.profile, gi=m.mig.gi, ci=m.mig.ci,
                     fb_used_mib=m.fb_used_mib, fb_total_mib=m.fb_total_mib, owners=owners_of(mine),
-                    util_pct=m.util_pct, monitors=owners_of(seen),
+                    util_pct=device_util(m)[0], monitors=owners_of(seen),
                 )
             )
         if migs:
@@ -88,8 +88,10 @@ def gpu_states(
             sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
         out.append(GpuState(
             node=node, gpu_uuid=d.uuid, model=models.get(d.uuid, ""), index=d.index, mig_devices=tuple(migs),
-            sharing=sharing, util_pct=d.util_pct, fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib,
-            power_w=d.power_w, temp_c=d.temp_c, owners=ix.owners(d.uuid), last_xid=last_xid.get(d.uuid),
+            sharing=sharing,
+            util_pct=d.util_pct if d.util_pct is not None or d.dcgm is None else device_util(d)[0],
+            fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib, power_w=d.power_w, temp_c=d.temp_c,
+            owners=ix.owners(d.uuid), last_xid=last_xid.get(d.uuid),
             sample_ms=t, lost=d.lost, as_of_ms=t,
             monitors=owners_of([h for h in watch if h.device.mig is None]) if watch else (),
         ))

@@ -1,8 +1,9 @@
 """Where each number of a tumbling window sits when windows are kept flat (arrays of doubles, tuples).
 
 A row keeps its windows in `array("d")` runs of `W` numbers (periscope.core.rows) and the API keeps them
-as tuples in the same order (services.api.windows): `WindowStat`'s fields, in order. Windows kept only
-for idle detection hold `IW` numbers. The offsets are named here, once; the hot paths index with them.
+as tuples that start in the same order (services.api.windows): `WindowStat`'s first fields, in order (a
+row keeps its accounting apart, in periscope.core.accounting's ledger). Windows kept only for idle
+detection hold `IW` numbers. The offsets are named here, once; the hot paths index with them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,3 @@ IDLE_START = 0
 IDLE_UTIL_SUM = 1
 IDLE_UTIL_SAMPLES = 2
 IW = 3  # numbers per idle-only window
-
-# start_ms, samples, util_sum, util_samples, fb_max_mib, power_sum_w (a WindowStat as a plain tuple)
-Stat = tuple[int, int, float, int, float, float]

@@ -89,8 +89,14 @@ def distribution(pom: Path = POM, *, quiet: bool = True) -> Path:
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what the storage tool makes)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (what the storage tool makes).
+
+    Never one that starts with '-' (1 in 64 would): the storage tool's `-t` would take it for an option
+    and fail; Kafka's own random ids are drawn again for the same reason."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 def _properties(values: Mapping[str, object]) -> str:

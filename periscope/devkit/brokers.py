@@ -100,6 +100,15 @@ class LocalBroker:
         elif self._kafka is not None:
             self._kafka.stop(grace_s)
 
+    def renew(self, grace_s: float = 1.0) -> None:
+        """Replace the embedded broker with a fresh, empty one at the same address (behind the same TLS
+        proxy with `secure`). The embedded broker applies no retention (periscope.bus.profile), so this
+        is what bounds its memory; Apache Kafka applies retention and is never renewed."""
+        broker = self._mtls.broker if self._mtls is not None else self._embedded
+        if broker is None:
+            raise ValueError("only the embedded broker is renewed; Apache Kafka applies retention")
+        broker.restart(grace_s)
+
     def client(self, service: str = "admin") -> Kafka:
         """How `service` (probe, watcher, joiner, api, admin) connects, as a Kafka connection."""
         if self._sasl is not None:

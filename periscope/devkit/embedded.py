@@ -180,6 +180,16 @@ class EmbeddedBroker:
             time.sleep(0.02)
         return False
 
+    def restart(self, grace_s: float = 5.0, timeout_s: float = 30) -> str:
+        """Stop the broker and start a fresh, empty one (memory storage) on the same port, so clients
+        reconnect to the address they know. The only way to free what it holds (periscope.bus.profile)."""
+        requested, self._requested_port = self._requested_port, self.port
+        try:
+            self.stop(grace_s)
+            return self.start(timeout_s)
+        finally:
+            self._requested_port = requested
+
     def log_tail(self, max_bytes: int = 4000) -> str:
         if self._log_path is None or not self._log_path.exists():
             return ""

@@ -15,6 +15,11 @@ replays the kubelet's trick of dumping the V1 types and renaming them to the v2 
 matches checksums written by real kubelets (the unit tests carry two published files). When the
 dump cannot be reproduced (an AllocResp that is not base64) or no checksum is stored, `checksum_ok`
 is None: a mismatch is reported as data, and never makes a structurally valid file "corrupt".
+
+Size. A kubelet's checkpoint is kilobytes (one entry of a few hundred bytes per container and
+resource), while parsing costs about 20 times the file's size in memory and a second per MiB or two:
+`read_checkpoint_file` reads at most MAX_CHECKPOINT_BYTES of a regular file and refuses a larger one
+unread, so no file placed where the checkpoint belongs can take a node's memory.
 """
 
 from __future__ import annotations
@@ -22,7 +27,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,8 +45,39 @@ _Raw = tuple[str, str, str, _DeviceIDs, bytes | None]
 _ENTRY_KEYS = ("PodUID", "ContainerName", "ResourceName", "DeviceIDs", "AllocResp")
 
 
+# 110 pods (the kubelet's default maximum) x 8 GPUs x about 500 bytes is 440 KiB; ten times that.
+MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024
+
+
 class CheckpointError(ValueError):
     """The bytes are not a device-manager checkpoint (not JSON, or not its structure)."""
+
+
+class CheckpointTooLarge(CheckpointError):
+    """The file is larger than any checkpoint a kubelet writes; it was not read."""
+
+
+def read_checkpoint_file(path: str, limit: int = MAX_CHECKPOINT_BYTES) -> bytes:
+    """A checkpoint file's bytes. CheckpointTooLarge beyond `limit` (the file is not read), CheckpointError
+    for what is not a regular file (a FIFO or a device cannot stall or flood the reader), OSError when
+    it cannot be opened."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError("not a regular file")
+        if st.st_size > limit:
+            raise CheckpointTooLarge(_too_large(st.st_size, limit))
+        data = f.read(limit + 1)  # it may have grown since the fstat
+    if len(data) > limit:
+        raise CheckpointTooLarge(_too_large(len(data), limit))
+    return data
+
+
+def _too_large(size: int, limit: int) -> str:
+    mib = 1024 * 1024
+    return (f"{size / mib:.1f} MiB, larger than the {limit // mib} MiB any kubelet checkpoint stays under "
+            "(they are kilobytes): not read")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +115,7 @@ def parse_checkpoint(data: bytes) -> Checkpoint:
     body = doc["Data"]
     checksum = doc.get("Checksum")
     if checksum is not None and (type(checksum) is not int or not 0 <= checksum < 2**64):
-        raise CheckpointError(f'"Checksum" is not an unsigned integer: {checksum!r}')
+        raise CheckpointError(f'"Checksum" is not an unsigned integer: {_shown(checksum)}')
     boot_id = _opt_str(doc.get("BootID"), "BootID")
 
     raw_entries = body.get("PodDeviceEntries")
@@ -108,6 +146,12 @@ def parse_checkpoint(data: bytes) -> Checkpoint:
     return Checkpoint(fmt, checksum_ok, entries, regs, boot_id)
 
 
+def _shown(value: object) -> str:
+    """A value from the file in an error message: its repr, at most 60 characters of it."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:50]}... ({type(value).__name__})"
+
+
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
@@ -115,7 +159,7 @@ def _no_constant(name: str) -> None:
 def _opt_str(value: object, what: str) -> str:
     if value is None or isinstance(value, str):
         return value or ""
-    raise CheckpointError(f"{what} is not a string: {value!r}")
+    raise CheckpointError(f"{what} is not a string: {_shown(value)}")
 
 
 def _str_list(value: object, what: str) -> list[str] | None:
@@ -136,7 +180,8 @@ def _raw_entry(e: object, i: int) -> tuple[_Raw, bool]:
         devices = {}
         for key, val in ids.items():
             if not re.fullmatch(r"[+-]?[0-9]+", key) or not -(2**63) <= int(key) < 2**63:
-                raise CheckpointError(f"PodDeviceEntries[{i}].DeviceIDs key {key!r} is not a NUMA node id")
+                raise CheckpointError(
+                    f"PodDeviceEntries[{i}].DeviceIDs key {_shown(key)} is not a NUMA node id")
             devices[int(key)] = _str_list(val, f"PodDeviceEntries[{i}].DeviceIDs[{key}]")
     else:
         devices = _str_list(ids, f"PodDeviceEntries[{i}].DeviceIDs")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from periscope.bus.settings import ServiceSettings
+from periscope.clock import clock_from_setting
 from periscope.config import positive, seconds
 from periscope.core.engine import EngineConfig
 from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
@@ -28,6 +29,14 @@ class JoinerSettings(ServiceSettings, EngineSettings):
         "allocations and pods only; `off` joins on arrival (a lagging worker names wrong owners)"))
     max_hold: float = Field(default=600.0, description=(
         "an input stream silent this long (event time) stops holding the others"))
+    # One record stamped years ahead would otherwise move its node's event time so far that every real
+    # sample after it looks late.
+    future_skew: float = Field(default=600.0, description=(
+        "a record whose event time is further ahead of the broker's time of the record is dead-lettered; "
+        "the broker's time is read through `clock`"))
+    clock: str = Field(default="wall", description=(
+        "how the broker's time is read: `wall`, or `sim:<origin_ms>:<speed>` under `periscope up` (a faster "
+        "simulation)"))
     state_persist_interval: float = Field(default=5.0, description=(
         "at most this often, telemetry-driven row state is persisted"))
     web_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
@@ -43,15 +52,22 @@ class JoinerSettings(ServiceSettings, EngineSettings):
         "/readyz is 503 when no input record was handled for longer than this since the last partition "
         "assignment (probes tick every second, so a working pipeline never goes that long)"))
 
-    @field_validator("max_hold", "state_persist_interval", "session_timeout", "stale_after", mode="before")
+    @field_validator("max_hold", "state_persist_interval", "session_timeout", "stale_after", "future_skew",
+                     mode="before")
     @classmethod
     def _parse_duration(cls, value: Any) -> Any:
         return seconds(value)
 
-    @field_validator("max_hold", "state_persist_interval", "stale_after")
+    @field_validator("max_hold", "state_persist_interval", "stale_after", "future_skew")
     @classmethod
     def _positive_duration(cls, value: float) -> float:
         return positive(value)
+
+    @field_validator("clock")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        clock_from_setting(value)  # raises ValueError naming the bad part
+        return value
 
     @field_validator("session_timeout")
     @classmethod

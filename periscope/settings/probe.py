@@ -49,6 +49,17 @@ class ProbeSettings(ServiceSettings):
         "/readyz is 503 while buffered events have waited longer than this for the broker"))
     clock: str = Field(default="wall", description=(
         "event-time source: `wall`, or `sim:<origin_ms>:<speed>` when a simulated cluster runs faster"))
+    dcgm_exporter_url: str = Field(default="", description=(
+        "the node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields; "
+        "empty: not scraped"))
+    # The exporter itself refreshes every 30 s by default, and parsing a MIG node's exposition costs tens
+    # of milliseconds, hence a period of its own.
+    dcgm_interval: float | None = Field(default=None, description=(
+        "how often the dcgm-exporter is scraped; unset: 5 s, or the tick if longer. Values two failed "
+        "scrapes old are dropped"))
+    dcgm_timeout: float = Field(default=0.5, description="how long one dcgm-exporter scrape may take")
+    dcgm_max_bytes: int = Field(default=8 * 1024 * 1024, description=(
+        "the largest dcgm-exporter exposition read (at least 1024)"))
 
     @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval",
                      mode="before")
@@ -61,7 +72,36 @@ class ProbeSettings(ServiceSettings):
     def _positive(cls, value: float) -> float:
         return positive(value)
 
-    @field_validator("podresources_interval", mode="before")
+    @field_validator("dcgm_timeout", mode="before")
+    @classmethod
+    def _parse_timeout(cls, value: Any) -> Any:
+        return seconds(value)
+
+    @field_validator("dcgm_timeout")
+    @classmethod
+    def _timeout(cls, value: float) -> float:
+        return positive(value)
+
+    @field_validator("dcgm_exporter_url")
+    @classmethod
+    def _dcgm_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL (e.g. http://127.0.0.1:9400/metrics)")
+        return value
+
+    @field_validator("dcgm_max_bytes")
+    @classmethod
+    def _max_bytes(cls, value: int) -> int:
+        if value < 1024:
+            raise ValueError("must be at least 1024")
+        return value
+
+    def dcgm_every(self) -> float:
+        """The dcgm-exporter scrape period in effect (see dcgm_interval)."""
+        return self.dcgm_interval if self.dcgm_interval is not None else max(self.tick, 5.0)
+
+    @field_validator("podresources_interval", "dcgm_interval", mode="before")
     @classmethod
     def _optional_duration(cls, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import replace
@@ -14,13 +15,16 @@ import click
 from click.decorators import FC
 
 from periscope.cli.errors import InputError
+from periscope.cli.terminal import shown
 from periscope.core.duration import parse_duration_ms
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.controlplane.build import ControlPlaneUnavailable, check_buildable
+from periscope.sim.report.accounting import compare
 from periscope.sim.report.score import ReportOptions, Row, Truth, build_report
 from periscope.sim.report.text import format_report, live_snapshots, read_jsonl
 from periscope.sim.scenario import ScenarioError, builtin_names, load_scenario
-from periscope.sim.up import UpOptions, run_up, snapshots_path
+from periscope.sim.up import UpOptions, run_up, snapshots_path, usage_path
+from periscope.sim.up.limits import DEFAULT_LIMITS, LimitExceeded, UpLimits, check_limits
 
 
 # click's own checks (IntRange, Path(writable=True)) word a failure as "Invalid value for ..." and neither
@@ -29,9 +33,9 @@ def _duration(flag: str, text: str) -> int:
     try:
         ms = parse_duration_ms(text)
     except ValueError as e:
-        raise InputError(f"{flag} {text}: {e}") from None
+        raise InputError(f"{flag} {shown(text)}: {e}") from None
     if ms <= 0:
-        raise InputError(f"{flag} {text}: must be longer than 0s")
+        raise InputError(f"{flag} {shown(text)}: must be longer than 0s")
     return ms
 
 
@@ -49,10 +53,14 @@ def _port_free(flag: str, port: int) -> None:
 
 
 def _writable(flag: str, path: Path) -> None:
-    parent = path.resolve().parent
-    if path.is_dir():
+    try:
+        parent = path.resolve().parent
+        is_dir, parent_is_dir = path.is_dir(), parent.is_dir()
+    except OSError as e:  # a name too long, a loop of links
+        raise InputError(f"{flag} {path}: {e.strerror or e}") from None
+    if is_dir:
         raise InputError(f"{flag} {path}: is a directory, not a file")
-    if not parent.is_dir():
+    if not parent_is_dir:
         raise InputError(f"{flag} {path}: directory {parent} does not exist")
     try:
         with open(path, "a", encoding="utf-8"):
@@ -101,6 +109,14 @@ def _kafka_toolchain() -> None:
 )
 @click.option("--idle-window", default="10m", help="Window for allocated-but-idle.")
 @click.option(
+    "--retention",
+    default="1h",
+    metavar="DURATION|0",
+    help="History the broker keeps (replay and usage reach this far back). Apache Kafka deletes older "
+    "records; the embedded broker cannot, so it is replaced by a fresh one this often (the services restart "
+    "for a few seconds), which bounds its memory. 0 keeps everything (memory grows for as long as up runs).",
+)
+@click.option(
     "--idle-threshold",
     type=click.FloatRange(0, 100),
     default=5.0,
@@ -141,13 +157,22 @@ def _kafka_toolchain() -> None:
     "every topic there (the network cannot). Kafka: TLS + SASL/SCRAM-SHA-512 on Kafka's own listener (no "
     "plaintext port), a principal per service with ACLs; prints `kafka credentials: DIR`.",
 )
+@click.option("--max-nodes", type=click.IntRange(1, 10_000), default=DEFAULT_LIMITS.nodes,
+              help="Refuse a scenario with more nodes (each is a probe process of about 70 MiB).")
+@click.option("--max-gpus", type=click.IntRange(1, 1_000_000), default=DEFAULT_LIMITS.gpus,
+              help="Refuse a scenario with more GPUs in all.")
+@click.option("--max-pods", type=click.IntRange(1, 10_000_000), default=DEFAULT_LIMITS.pods,
+              help="Refuse a scenario with more pods.")
 @click.pass_context
-def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> None:
+def up(ctx: click.Context, idle_window: str, retention: str, log_level: str, max_nodes: int, max_gpus: int,
+       max_pods: int, **flags: Any) -> None:
     """Run the embedded stack (broker, probes, watcher, joiner, API) against a simulated cluster."""
     opts = UpOptions(**flags, log_level=log_level.upper())  # the other flags are UpOptions' own fields
     try:
-        model = ClusterModel(load_scenario(opts.scenario))
-    except ScenarioError as e:
+        scenario = load_scenario(opts.scenario)
+        check_limits(scenario, UpLimits(nodes=max_nodes, gpus=max_gpus, pods=max_pods))
+        model = ClusterModel(scenario)
+    except (ScenarioError, LimitExceeded) as e:
         raise InputError(str(e)) from None
     if opts.api_auth and not any(u.cluster for u in model.scenario.users):
         raise InputError(f"--api-auth: scenario {model.scenario.name} has no user with cluster: true")
@@ -160,15 +185,20 @@ def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> No
         except ControlPlaneUnavailable as e:
             raise InputError(f"--apiserver kube: {e}") from None
     window_ms = _duration("--idle-window", idle_window)
+    retention_ms = 0 if retention.strip() == "0" else _duration("--retention", retention)
+    if 0 < retention_ms < 60_000:
+        raise InputError(f"--retention {shown(retention)}: at least 1m (or 0 to keep everything)")
     _port_free("--api-port", opts.api_port)
     _port_free("--broker-port", opts.broker_port)
     if opts.api_port and opts.api_port == opts.broker_port:
         raise InputError(f"--api-port {opts.api_port}: the broker uses that port too")
     if opts.truth is not None:
         _writable("--truth", opts.truth)
+        # The simulator writes it from its own working directory: name it absolutely.
+        opts = replace(opts, truth=opts.truth.resolve())
     if opts.broker == "kafka":
         _kafka_toolchain()
-    ctx.exit(run_up(replace(opts, idle_window_ms=window_ms), model))
+    ctx.exit(run_up(replace(opts, idle_window_ms=window_ms, retention_ms=retention_ms), model))
 
 
 @click.command("report", context_settings={"show_default": True})
@@ -186,6 +216,13 @@ def up(ctx: click.Context, idle_window: str, log_level: str, **flags: Any) -> No
 )
 @click.option("--api", metavar="URL", help="Score one live snapshot of this API instead.")
 @click.option(
+    "--usage",
+    "usage_file",
+    type=click.Path(path_type=Path),
+    help="`periscope usage --by namespace --format json` over the run, for the accounting section "
+    "[default: <truth>.usage.json beside it, which `up --truth --exit-at-end` writes, when present].",
+)
+@click.option(
     "--allowance",
     type=click.IntRange(0, 100),
     default=2,
@@ -201,6 +238,7 @@ def report(
     truth_path: Path,
     snapshots: Path | None,
     api: str | None,
+    usage_file: Path | None,
     allowance: int,
     baseline_lag: str,
     as_json: bool,
@@ -219,11 +257,27 @@ def report(
     else:
         snaps = _read("snapshots file", snapshots or snapshots_path(truth_path))
     result = build_report(truth, snaps, ReportOptions(allowance_ticks=allowance, baseline_lag_ms=lag_ms))
+    result["accounting"] = _accounting(truth, usage_file, truth_path)
     click.echo(json.dumps(result, indent=2) if as_json else format_report(result))
 
 
-def _read(what: str, path: Path) -> list[Row]:
+def _accounting(truth: Truth, given: Path | None, truth_path: Path) -> Row | None:
+    """The accounting section: `periscope usage`'s answer against the truth (None without one)."""
+    path = given or usage_path(truth_path)
+    if given is None and not path.is_file():
+        return None
+    what = f"usage file {path}"
     if not path.is_file():
+        raise InputError(f"{what}: no such file")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return compare(truth, doc)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as e:
+        raise InputError(f"{what}: {e}") from None
+
+
+def _read(what: str, path: Path) -> list[Row]:
+    if not os.path.isfile(path):
         raise InputError(f"{what} {path}: no such file")
     try:
         return read_jsonl(path)

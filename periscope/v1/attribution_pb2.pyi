@@ -38,6 +38,14 @@ class WindowStat(_message.Message):
     UTIL_SAMPLES_FIELD_NUMBER: _builtins.int
     FB_MAX_MIB_FIELD_NUMBER: _builtins.int
     POWER_SUM_W_FIELD_NUMBER: _builtins.int
+    GPU_MS_FIELD_NUMBER: _builtins.int
+    USED_GPU_MS_FIELD_NUMBER: _builtins.int
+    IDLE_GPU_MS_FIELD_NUMBER: _builtins.int
+    UNMEASURED_GPU_MS_FIELD_NUMBER: _builtins.int
+    FB_MIB_MS_FIELD_NUMBER: _builtins.int
+    ENERGY_J_FIELD_NUMBER: _builtins.int
+    REQUEST_GPU_MS_FIELD_NUMBER: _builtins.int
+    ALLOC_BASIS_FIELD_NUMBER: _builtins.int
     start_ms: _builtins.int
     samples: _builtins.int
     util_sum: _builtins.float
@@ -45,6 +53,26 @@ class WindowStat(_message.Message):
     util_samples: _builtins.int
     fb_max_mib: _builtins.float
     power_sum_w: _builtins.float
+    gpu_ms: _builtins.float
+    """GPU-hours accounting of the window (periscope/core/accounting.py; docs/accounting.md), in
+    device-equivalent milliseconds: a whole GPU held for 1 ms is 1. Each sample counts the time since
+    the node's previous sample (at most the accounting gap limit).
+    allocated: held device-equivalents x time
+    """
+    used_gpu_ms: _builtins.float
+    """utilization-weighted"""
+    idle_gpu_ms: _builtins.float
+    """allocated during below-threshold runs the idle verdict confirmed"""
+    unmeasured_gpu_ms: _builtins.float
+    """allocated while no utilization was reported (neither used nor idle)"""
+    fb_mib_ms: _builtins.float
+    """framebuffer MiB x ms"""
+    energy_j: _builtins.float
+    """attributed power x time, joules (W x s)"""
+    request_gpu_ms: _builtins.float
+    """one per allocated device x time, whatever it is (request x hours)"""
+    alloc_basis: _builtins.str
+    """exclusive | mig-slices | mig-memory | process | memory-weighted |"""
     def __init__(
         self,
         *,
@@ -54,10 +82,18 @@ class WindowStat(_message.Message):
         util_samples: _builtins.int = ...,
         fb_max_mib: _builtins.float = ...,
         power_sum_w: _builtins.float = ...,
+        gpu_ms: _builtins.float = ...,
+        used_gpu_ms: _builtins.float = ...,
+        idle_gpu_ms: _builtins.float = ...,
+        unmeasured_gpu_ms: _builtins.float = ...,
+        fb_mib_ms: _builtins.float = ...,
+        energy_j: _builtins.float = ...,
+        request_gpu_ms: _builtins.float = ...,
+        alloc_basis: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fb_max_mib", b"fb_max_mib", "power_sum_w", b"power_sum_w", "samples", b"samples", "start_ms", b"start_ms", "util_samples", b"util_samples", "util_sum", b"util_sum"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alloc_basis", b"alloc_basis", "energy_j", b"energy_j", "fb_max_mib", b"fb_max_mib", "fb_mib_ms", b"fb_mib_ms", "gpu_ms", b"gpu_ms", "idle_gpu_ms", b"idle_gpu_ms", "power_sum_w", b"power_sum_w", "request_gpu_ms", b"request_gpu_ms", "samples", b"samples", "start_ms", b"start_ms", "unmeasured_gpu_ms", b"unmeasured_gpu_ms", "used_gpu_ms", b"used_gpu_ms", "util_samples", b"util_samples", "util_sum", b"util_sum"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -88,6 +124,10 @@ class AttributionRow(_message.Message):
     WINDOWS_FIELD_NUMBER: _builtins.int
     SAMPLE_MS_FIELD_NUMBER: _builtins.int
     UNRESOLVED_FIELD_NUMBER: _builtins.int
+    SM_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    SM_OCCUPANCY_PCT_FIELD_NUMBER: _builtins.int
+    TENSOR_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    DRAM_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
     container: _builtins.str
     device_id: _builtins.str
     """kubelet device ID"""
@@ -118,11 +158,19 @@ class AttributionRow(_message.Message):
     """Why the device ID could not be resolved to a GPU ("" when it was): gpu_uuid is then "", the usage
     numbers are null, and the node's `device-ids` source health says the same.
     """
+    sm_active_pct: _builtins.float
+    """DCGM profiling fields of the held unit (percent; from the node's dcgm-exporter), set only where the
+    unit is the row's alone (a whole GPU or a MIG instance with one holder): DCGM measures the unit,
+    not a process, so a shared GPU's numbers belong to no single pod. Null when not available.
+    """
+    sm_occupancy_pct: _builtins.float
+    tensor_active_pct: _builtins.float
+    dram_active_pct: _builtins.float
     @_builtins.property
     def mig(self) -> _common_pb2.MigRef: ...
     @_builtins.property
     def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """checkpoint | podresources | process | dra"""
+        """checkpoint | podresources | process | dra | dcgm"""
 
     @_builtins.property
     def windows(self) -> _containers.RepeatedCompositeFieldContainer[Global___WindowStat]:
@@ -156,25 +204,45 @@ class AttributionRow(_message.Message):
         windows: _abc.Iterable[Global___WindowStat] | None = ...,
         sample_ms: _builtins.int = ...,
         unresolved: _builtins.str = ...,
+        sm_active_pct: _builtins.float | None = ...,
+        sm_occupancy_pct: _builtins.float | None = ...,
+        tensor_active_pct: _builtins.float | None = ...,
+        dram_active_pct: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "avg_util_pct", b"avg_util_pct", "fb_used_mib", b"fb_used_mib", "mig", b"mig", "power_w", b"power_w", "util_pct", b"util_pct"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_dram_active_pct", b"_dram_active_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_sm_active_pct", b"_sm_active_pct", "_sm_occupancy_pct", b"_sm_occupancy_pct", "_tensor_active_pct", b"_tensor_active_pct", "_util_pct", b"_util_pct", "avg_util_pct", b"avg_util_pct", "dram_active_pct", b"dram_active_pct", "fb_used_mib", b"fb_used_mib", "mig", b"mig", "power_w", b"power_w", "sm_active_pct", b"sm_active_pct", "sm_occupancy_pct", b"sm_occupancy_pct", "tensor_active_pct", b"tensor_active_pct", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sources", b"sources", "unresolved", b"unresolved", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct", "_dram_active_pct", b"_dram_active_pct", "_fb_used_mib", b"_fb_used_mib", "_power_w", b"_power_w", "_sm_active_pct", b"_sm_active_pct", "_sm_occupancy_pct", b"_sm_occupancy_pct", "_tensor_active_pct", b"_tensor_active_pct", "_util_pct", b"_util_pct", "active", b"active", "avg_util_pct", b"avg_util_pct", "container", b"container", "device_id", b"device_id", "dram_active_pct", b"dram_active_pct", "fb_used_mib", b"fb_used_mib", "first_seen_ms", b"first_seen_ms", "gpu_fraction", b"gpu_fraction", "gpu_uuid", b"gpu_uuid", "idle", b"idle", "idle_since_ms", b"idle_since_ms", "last_seen_ms", b"last_seen_ms", "mig", b"mig", "power_w", b"power_w", "sample_ms", b"sample_ms", "share_basis", b"share_basis", "sharing", b"sharing", "sm_active_pct", b"sm_active_pct", "sm_occupancy_pct", b"sm_occupancy_pct", "sources", b"sources", "tensor_active_pct", b"tensor_active_pct", "unresolved", b"unresolved", "util_pct", b"util_pct", "wasted_gpu_hours", b"wasted_gpu_hours", "windows", b"windows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__avg_util_pct: _TypeAlias = _typing.Literal["avg_util_pct"]  # noqa: Y015
     _WhichOneofArgType__avg_util_pct: _TypeAlias = _typing.Literal["_avg_util_pct", b"_avg_util_pct"]  # noqa: Y015
+    _WhichOneofReturnType__dram_active_pct: _TypeAlias = _typing.Literal["dram_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__dram_active_pct: _TypeAlias = _typing.Literal["_dram_active_pct", b"_dram_active_pct"]  # noqa: Y015
     _WhichOneofReturnType__fb_used_mib: _TypeAlias = _typing.Literal["fb_used_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_used_mib: _TypeAlias = _typing.Literal["_fb_used_mib", b"_fb_used_mib"]  # noqa: Y015
     _WhichOneofReturnType__power_w: _TypeAlias = _typing.Literal["power_w"]  # noqa: Y015
     _WhichOneofArgType__power_w: _TypeAlias = _typing.Literal["_power_w", b"_power_w"]  # noqa: Y015
+    _WhichOneofReturnType__sm_active_pct: _TypeAlias = _typing.Literal["sm_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__sm_active_pct: _TypeAlias = _typing.Literal["_sm_active_pct", b"_sm_active_pct"]  # noqa: Y015
+    _WhichOneofReturnType__sm_occupancy_pct: _TypeAlias = _typing.Literal["sm_occupancy_pct"]  # noqa: Y015
+    _WhichOneofArgType__sm_occupancy_pct: _TypeAlias = _typing.Literal["_sm_occupancy_pct", b"_sm_occupancy_pct"]  # noqa: Y015
+    _WhichOneofReturnType__tensor_active_pct: _TypeAlias = _typing.Literal["tensor_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__tensor_active_pct: _TypeAlias = _typing.Literal["_tensor_active_pct", b"_tensor_active_pct"]  # noqa: Y015
     _WhichOneofReturnType__util_pct: _TypeAlias = _typing.Literal["util_pct"]  # noqa: Y015
     _WhichOneofArgType__util_pct: _TypeAlias = _typing.Literal["_util_pct", b"_util_pct"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__avg_util_pct) -> _WhichOneofReturnType__avg_util_pct | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__dram_active_pct) -> _WhichOneofReturnType__dram_active_pct | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__fb_used_mib) -> _WhichOneofReturnType__fb_used_mib | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__power_w) -> _WhichOneofReturnType__power_w | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_active_pct) -> _WhichOneofReturnType__sm_active_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_occupancy_pct) -> _WhichOneofReturnType__sm_occupancy_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tensor_active_pct) -> _WhichOneofReturnType__tensor_active_pct | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__util_pct) -> _WhichOneofReturnType__util_pct | None: ...
 

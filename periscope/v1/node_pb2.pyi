@@ -227,6 +227,67 @@ class ProcessSample(_message.Message):
 Global___ProcessSample: _TypeAlias = ProcessSample  # noqa: Y015
 
 @_typing.final
+class DcgmProfile(_message.Message):
+    """DCGM profiling fields of one device (a physical GPU or a MIG instance), from the node's
+    dcgm-exporter, converted from DCGM's ratios (0-1) to percent. Each is absent when the exporter did
+    not export it for this device (profiling module off, GPU without profiling support, field not in
+    its counters file) or its value was older than two scrapes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GR_ENGINE_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    SM_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    SM_OCCUPANCY_PCT_FIELD_NUMBER: _builtins.int
+    TENSOR_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    DRAM_ACTIVE_PCT_FIELD_NUMBER: _builtins.int
+    gr_engine_active_pct: _builtins.float
+    """DCGM_FI_PROF_GR_ENGINE_ACTIVE: MIG-safe utilization"""
+    sm_active_pct: _builtins.float
+    """DCGM_FI_PROF_SM_ACTIVE"""
+    sm_occupancy_pct: _builtins.float
+    """DCGM_FI_PROF_SM_OCCUPANCY"""
+    tensor_active_pct: _builtins.float
+    """DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"""
+    dram_active_pct: _builtins.float
+    """DCGM_FI_PROF_DRAM_ACTIVE"""
+    def __init__(
+        self,
+        *,
+        gr_engine_active_pct: _builtins.float | None = ...,
+        sm_active_pct: _builtins.float | None = ...,
+        sm_occupancy_pct: _builtins.float | None = ...,
+        tensor_active_pct: _builtins.float | None = ...,
+        dram_active_pct: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_dram_active_pct", b"_dram_active_pct", "_gr_engine_active_pct", b"_gr_engine_active_pct", "_sm_active_pct", b"_sm_active_pct", "_sm_occupancy_pct", b"_sm_occupancy_pct", "_tensor_active_pct", b"_tensor_active_pct", "dram_active_pct", b"dram_active_pct", "gr_engine_active_pct", b"gr_engine_active_pct", "sm_active_pct", b"sm_active_pct", "sm_occupancy_pct", b"sm_occupancy_pct", "tensor_active_pct", b"tensor_active_pct"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_dram_active_pct", b"_dram_active_pct", "_gr_engine_active_pct", b"_gr_engine_active_pct", "_sm_active_pct", b"_sm_active_pct", "_sm_occupancy_pct", b"_sm_occupancy_pct", "_tensor_active_pct", b"_tensor_active_pct", "dram_active_pct", b"dram_active_pct", "gr_engine_active_pct", b"gr_engine_active_pct", "sm_active_pct", b"sm_active_pct", "sm_occupancy_pct", b"sm_occupancy_pct", "tensor_active_pct", b"tensor_active_pct"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__dram_active_pct: _TypeAlias = _typing.Literal["dram_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__dram_active_pct: _TypeAlias = _typing.Literal["_dram_active_pct", b"_dram_active_pct"]  # noqa: Y015
+    _WhichOneofReturnType__gr_engine_active_pct: _TypeAlias = _typing.Literal["gr_engine_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__gr_engine_active_pct: _TypeAlias = _typing.Literal["_gr_engine_active_pct", b"_gr_engine_active_pct"]  # noqa: Y015
+    _WhichOneofReturnType__sm_active_pct: _TypeAlias = _typing.Literal["sm_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__sm_active_pct: _TypeAlias = _typing.Literal["_sm_active_pct", b"_sm_active_pct"]  # noqa: Y015
+    _WhichOneofReturnType__sm_occupancy_pct: _TypeAlias = _typing.Literal["sm_occupancy_pct"]  # noqa: Y015
+    _WhichOneofArgType__sm_occupancy_pct: _TypeAlias = _typing.Literal["_sm_occupancy_pct", b"_sm_occupancy_pct"]  # noqa: Y015
+    _WhichOneofReturnType__tensor_active_pct: _TypeAlias = _typing.Literal["tensor_active_pct"]  # noqa: Y015
+    _WhichOneofArgType__tensor_active_pct: _TypeAlias = _typing.Literal["_tensor_active_pct", b"_tensor_active_pct"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__dram_active_pct) -> _WhichOneofReturnType__dram_active_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gr_engine_active_pct) -> _WhichOneofReturnType__gr_engine_active_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_active_pct) -> _WhichOneofReturnType__sm_active_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__sm_occupancy_pct) -> _WhichOneofReturnType__sm_occupancy_pct | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tensor_active_pct) -> _WhichOneofReturnType__tensor_active_pct | None: ...
+
+Global___DcgmProfile: _TypeAlias = DcgmProfile  # noqa: Y015
+
+@_typing.final
 class DeviceSample(_message.Message):
     """One device (a physical GPU or a MIG instance) in one sample."""
 
@@ -245,6 +306,7 @@ class DeviceSample(_message.Message):
     LOST_FIELD_NUMBER: _builtins.int
     PROCESSES_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    DCGM_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """GPU-... or MIG-..."""
     parent_uuid: _builtins.str
@@ -269,6 +331,10 @@ class DeviceSample(_message.Message):
 
     @_builtins.property
     def processes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProcessSample]: ...
+    @_builtins.property
+    def dcgm(self) -> Global___DcgmProfile:
+        """set when the node's dcgm-exporter reported this device"""
+
     def __init__(
         self,
         *,
@@ -285,10 +351,11 @@ class DeviceSample(_message.Message):
         lost: _builtins.bool = ...,
         processes: _abc.Iterable[Global___ProcessSample] | None = ...,
         error: _builtins.str = ...,
+        dcgm: Global___DcgmProfile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_mem_util_pct", b"_mem_util_pct", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "mem_util_pct", b"mem_util_pct", "mig", b"mig", "power_w", b"power_w", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_mem_util_pct", b"_mem_util_pct", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "dcgm", b"dcgm", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "mem_util_pct", b"mem_util_pct", "mig", b"mig", "power_w", b"power_w", "temp_c", b"temp_c", "util_pct", b"util_pct"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_mem_util_pct", b"_mem_util_pct", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "error", b"error", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "index", b"index", "lost", b"lost", "mem_util_pct", b"mem_util_pct", "mig", b"mig", "parent_uuid", b"parent_uuid", "power_w", b"power_w", "processes", b"processes", "temp_c", b"temp_c", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib", "_fb_used_mib", b"_fb_used_mib", "_mem_util_pct", b"_mem_util_pct", "_power_w", b"_power_w", "_temp_c", b"_temp_c", "_util_pct", b"_util_pct", "dcgm", b"dcgm", "error", b"error", "fb_total_mib", b"fb_total_mib", "fb_used_mib", b"fb_used_mib", "index", b"index", "lost", b"lost", "mem_util_pct", b"mem_util_pct", "mig", b"mig", "parent_uuid", b"parent_uuid", "power_w", b"power_w", "processes", b"processes", "temp_c", b"temp_c", "util_pct", b"util_pct", "uuid", b"uuid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__fb_total_mib: _TypeAlias = _typing.Literal["fb_total_mib"]  # noqa: Y015
     _WhichOneofArgType__fb_total_mib: _TypeAlias = _typing.Literal["_fb_total_mib", b"_fb_total_mib"]  # noqa: Y015

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from periscope.contract.values import time_json
 from periscope.core.idle import DEFAULT_RULE, IdleRule
-from services.api import apidocs, queries, schemas, webview
+from services.api import apidocs, queries, schemas, usage, webview
 from services.api.auth import Gate, caller
 from services.api.errors import ApiError
 from services.api.findings_series import FindingsCollector
@@ -101,6 +101,7 @@ def create_app(
         return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
     app.include_router(queries.router(view, idle_rule), responses=AUTH_RESPONSES)
+    app.include_router(usage.router(view), responses=AUTH_RESPONSES)
     app.include_router(webview.router())
     app.include_router(apidocs.router())
     for r in extra_routers:
@@ -137,7 +138,7 @@ def create_app(
     )
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
-        body = pod_series.render().encode() + generate_latest(registry)
+        body = pod_series.text().encode() + generate_latest(registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(cluster)

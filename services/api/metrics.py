@@ -71,6 +71,26 @@ _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], 
         lambda r: None if (m := num(r.fb_used_mib)) is None else m * _MIB,
     ),
     ("periscope_pod_gpu_power_watts", "Attributed board power", lambda r: num(r.power_w)),
+    (
+        "periscope_pod_gpu_sm_active_percent",
+        "DCGM SM activity of the pod's own unit (whole GPU or MIG instance; absent when shared or unknown)",
+        lambda r: num(r.sm_active_pct),
+    ),
+    (
+        "periscope_pod_gpu_sm_occupancy_percent",
+        "DCGM SM occupancy of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.sm_occupancy_pct),
+    ),
+    (
+        "periscope_pod_gpu_tensor_active_percent",
+        "DCGM tensor pipe activity of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.tensor_active_pct),
+    ),
+    (
+        "periscope_pod_gpu_dram_active_percent",
+        "DCGM device memory interface activity of the pod's own unit (absent when shared or unknown)",
+        lambda r: num(r.dram_active_pct),
+    ),
     ("periscope_pod_gpu_idle", "1 when the allocation is idle (the joiner's flag)", lambda r: float(r.idle)),
     (
         "periscope_pod_gpu_idle_wasted_gpu_hours",
@@ -81,11 +101,25 @@ _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], 
 
 
 class PodSeries:
-    """Per pod-device gauges of the active rows, as exposition text."""
+    """Per pod-device gauges of the active rows, as exposition text.
+
+    The text is kept with the view version it was written from and reused while the view is unchanged:
+    at 100,000 rows one rendering holds the event loop for a noticeable time, and clients scraping at
+    once would otherwise each wait behind a rendering of the same rows.
+    """
 
     def __init__(self, view: View) -> None:
         self.view = view
         self._labels: dict[_LabelKey, str] = {}
+        self._text = ""
+        self._text_version = -1
+
+    def text(self) -> str:
+        """The exposition text of the view as it is now, rendered again only when it changed."""
+        if self.view.version != self._text_version:
+            version = self.view.version
+            self._text, self._text_version = self.render(), version
+        return self._text
 
     def _label_set(self, key: RowKey, pod: PodAttribution, row: AttributionRow) -> tuple[_LabelKey, str]:
         profile = row.mig.profile if row.mig else ""
@@ -130,6 +164,7 @@ class ViewCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from self._gpus()
         yield from self._xids()
+        yield from self._gpu_hours()
         yield from self._consumer()
 
     def _gpus(self) -> Iterator[Metric]:
@@ -183,6 +218,22 @@ class ViewCollector(Collector):
         for key, n in sorted(counts.items()):
             xid.add_metric(labels(key), n)
         yield xid
+
+    def _gpu_hours(self) -> Iterator[Metric]:
+        """GPU-hours counters per namespace and workload, bounded (services.api.accounts)."""
+        fams = [
+            CounterMetricFamily(f"periscope_gpu_hours_{what}", doc, labels=["namespace", "workload"])
+            for what, doc in (
+                ("allocated", "GPU-hours held: device-equivalents x time (docs/accounting.md)"),
+                ("used", "GPU-hours used: allocated time weighted by utilization"),
+                ("idle", "GPU-hours held in runs the idle verdict confirmed"),
+            )
+        ]
+        for key, hours in self.view.gpu_hours.hours():
+            lv = labels(key)
+            for fam, h in zip(fams, hours, strict=True):
+                fam.add_metric(lv, h)
+        yield from fams
 
     def _consumer(self) -> Iterator[Metric]:
         v = self.view

@@ -103,4 +103,32 @@ class Ready(BaseModel):
     last_refusal: str | None = Field(None, description="why the last refused record was refused")
 
 
+class UsageNumbers(BaseModel):
+    allocated_gpu_hours: float = Field(description="held device-equivalents x time (docs/accounting.md)")
+    used_gpu_hours: float = Field(description="allocated time weighted by utilization")
+    idle_gpu_hours: float = Field(description="allocated time of runs the idle verdict confirmed")
+    unmeasured_gpu_hours: float = Field(description="allocated time without a utilization reading")
+    memory_gib_hours: float
+    energy_wh: float
+    efficiency: float | None = Field(description="used over measured allocated; null when nothing measured")
+    request_gpu_hours: float = Field(description="the request x hours baseline: one per device held")
+    cost: float | None = Field(description="always null here: prices are a `periscope usage` option")
+    pods: int
+
+
+class UsageGroup(UsageNumbers):
+    key: str
+    namespace: str | None = Field(None, description="with by=pod")
+    pod: str | None = Field(None, description="with by=pod")
+
+
+class Usage(BaseModel):
+    from_: str = Field(alias="from")
+    to: str
+    by: str = Field(description="namespace | workload | pod | node | gpu-model")
+    groups: list[UsageGroup]
+    total: UsageNumbers
+    as_of: str
+
+
 __all__ = ["FindingRow", "Gpu", "IdleRow", "PodDetail", "PodRow", "XidRow"]  # the items, for the routes

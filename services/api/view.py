@@ -38,6 +38,7 @@ from periscope.core.model import (
     WindowStat,
 )
 from services.api import compact, windows
+from services.api.accounts import GpuHoursTotals, workload
 from services.api.windows import Stat
 
 # namespace, pod, pod_uid, container, device_id, ordinal: how many earlier rows of the pod have the same
@@ -158,22 +159,27 @@ class View:
         self.policy: PolicyEvent | None = None
         self.nodes: dict[str, NodeEvent] = {}
         self.as_of_ms = 0  # newest event time applied
+        self.version = 0  # counts the applied records that changed the view (what a cached answer keys on)
+        self.gpu_hours = GpuHoursTotals()  # what the merged windows' accounting added up to (counters)
 
     # ------------------------------------------------------------------ writes
 
     def apply(self, obj: object) -> bool:
         """Apply one decoded record; True if the view changed. Unknown types are ignored."""
         if isinstance(obj, PodAttribution):
-            return self.apply_pod(obj)
-        if isinstance(obj, GpuState):
-            return self.apply_gpu(obj)
-        if isinstance(obj, Finding):
-            return self.apply_finding(obj)
-        if isinstance(obj, PolicyEvent):
-            return self.apply_policy(obj)
-        if isinstance(obj, NodeEvent):
-            return self.apply_node(obj)
-        return False
+            changed = self.apply_pod(obj)
+        elif isinstance(obj, GpuState):
+            changed = self.apply_gpu(obj)
+        elif isinstance(obj, Finding):
+            changed = self.apply_finding(obj)
+        elif isinstance(obj, PolicyEvent):
+            changed = self.apply_policy(obj)
+        elif isinstance(obj, NodeEvent):
+            changed = self.apply_node(obj)
+        else:
+            return False
+        self.version += changed
+        return changed
 
     def _saw(self, t_ms: int) -> None:
         self.as_of_ms = max(self.as_of_ms, t_ms)
@@ -194,6 +200,8 @@ class View:
         ]
         if all(s == old.get(k) for k, s in zip(keys, series, strict=True)) and compact.same_pod(held, stored):
             return False
+        self._count(pod, [windows.taken(old.get(k, b""), r.windows, cutoff)
+                          for k, r in zip(keys, pod.rows, strict=True) if r.windows])
         self._saw(pod.as_of_ms)
         node, ns = intern(pod.node), intern(pod.namespace)
         if held is not None:
@@ -217,9 +225,17 @@ class View:
                 continue
             s = windows.merge(self._rows[k], r.windows, cutoff)
             if s != self._rows[k]:
+                self._count(pod, [windows.taken(self._rows[k], r.windows, cutoff)])
                 self._rows[k] = s
                 changed = True
         return changed
+
+    def _count(self, pod: PodAttribution, taken: list[list[tuple[windows.Acct, windows.Acct | None]]]
+               ) -> None:
+        key = (intern(pod.namespace), workload(pod))
+        for t in taken:
+            if t:
+                self.gpu_hours.add(key, t)
 
     def _drop_pod(self, uid: str, node: str | None = None, ns: str | None = None) -> None:
         """Forget the held pod `uid` and its rows. `node` and `ns`: where it probably is (the new state's),

@@ -20,6 +20,11 @@ Pruning the oldest windows (every minute per row, once a row holds a full retent
 them as skipped in the header, so the block is not recompressed each time; skipped windows are dropped
 for good at the next repacking, which comes at the latest once `SEAL` are skipped.
 
+A window that carries GPU-hours accounting (WindowStat's gpu_ms .. request_gpu_ms: what /v1/usage and
+the GPU-hours counters sum) adds those seven columns to every record of its series, as float64; the
+start column's code says so ("L" or "Q" in place of "I" or "q": the same sizes, unsigned), so a series
+without accounting is laid out, and sized, exactly as before. The accounting basis is not kept.
+
 Pure functions over bytes: no I/O, no clock.
 """
 
@@ -32,8 +37,12 @@ from collections.abc import Iterable
 
 from periscope.core.model import WindowStat
 
-# start_ms, samples, util_sum, util_samples, fb_max_mib, power_sum_w: WindowStat's fields in order
-Stat = tuple[int, int, float, int, float, float]
+# start_ms, samples, util_sum, util_samples, fb_max_mib, power_sum_w, then the accounting: gpu_ms,
+# used_gpu_ms, idle_gpu_ms, unmeasured_gpu_ms, fb_mib_ms, energy_j, request_gpu_ms (WindowStat's order)
+Stat = tuple[int, int, float, int, float, float, float, float, float, float, float, float, float]
+_ACCOUNTED = {"I": "L", "q": "Q"}  # the start column's code when the records carry accounting
+_NONE = (0.0,) * 7
+Acct = tuple[int, float, float, float]  # start_ms, allocated, used and idle GPU-ms of a window
 
 # Header: first start (ms); the record's struct codes: start offset, counts (samples and util_samples),
 # util_sum, fb_max_mib, power_sum_w; how many windows the compressed block holds and its length (0, 0
@@ -51,7 +60,8 @@ def _record(codes: bytes) -> struct.Struct:
     rec = _records.get(codes)
     if rec is None:
         c = codes.decode()
-        rec = _records[codes] = struct.Struct(f"<{c[0]}{c[1]}{c[1]}{c[2]}{c[3]}{c[4]}")
+        acct = "7d" if c[0] in "LQ" else ""
+        rec = _records[codes] = struct.Struct(f"<{c[0]}{c[1]}{c[1]}{c[2]}{c[3]}{c[4]}{acct}")
     return rec
 
 
@@ -71,8 +81,11 @@ def _int_code(lo: int, hi: int) -> str:
 def _codes(stats: list[Stat], base: int) -> bytes:
     """The narrowest exact layout for `stats`."""
     counts = [c for s in stats for c in (s[1], s[3])]
+    start = "I" if stats[-1][0] - base <= _U32_MAX else "q"  # sorted: the last start is the farthest
+    if any(s[6:] != _NONE for s in stats):
+        start = _ACCOUNTED[start]
     return "".join((
-        "I" if stats[-1][0] - base <= _U32_MAX else "q",  # sorted: the last start is the farthest
+        start,
         _int_code(min(counts), max(counts)),
         *("f" if all(_f32_exact(s[i]) for s in stats) else "d" for i in (2, 4, 5)),
     )).encode()
@@ -81,7 +94,9 @@ def _codes(stats: list[Stat], base: int) -> bytes:
 def _fits(s: Stat, base: int, codes: bytes) -> bool:
     """Whether one more window fits the layout `codes` unchanged."""
     start, count, floats = chr(codes[0]), chr(codes[1]), codes[2:].decode()
-    if start == "I" and not 0 <= s[0] - base <= _U32_MAX:
+    if start in "IL" and not 0 <= s[0] - base <= _U32_MAX:
+        return False
+    if start in "Iq" and s[6:] != _NONE:
         return False
     if _int_code(min(s[1], s[3]), max(s[1], s[3])) > count:  # "H" < "I" < "q"
         return False
@@ -89,15 +104,18 @@ def _fits(s: Stat, base: int, codes: bytes) -> bool:
 
 
 def _pack_one(rec: struct.Struct, s: Stat, base: int) -> bytes:
+    if len(rec.format) > 8:  # "<" and six columns, then the accounting's "7d"
+        return rec.pack(s[0] - base, s[1], s[3], s[2], s[4], s[5], *s[6:])
     return rec.pack(s[0] - base, s[1], s[3], s[2], s[4], s[5])
 
 
 def stat(w: WindowStat) -> Stat:
-    return (w.start_ms, w.samples, w.util_sum, w.util_samples, w.fb_max_mib, w.power_sum_w)
+    return (w.start_ms, w.samples, w.util_sum, w.util_samples, w.fb_max_mib, w.power_sum_w, w.gpu_ms,
+            w.used_gpu_ms, w.idle_gpu_ms, w.unmeasured_gpu_ms, w.fb_mib_ms, w.energy_j, w.request_gpu_ms)
 
 
 def window(s: Stat) -> WindowStat:
-    return WindowStat(s[0], s[1], s[2], s[3], s[4], s[5])
+    return WindowStat(*s)
 
 
 def _shuffle(raw: bytes, size: int) -> bytes:
@@ -143,10 +161,10 @@ def unpack(series: bytes) -> list[Stat]:
         return []
     base, rec, body = _body(series)
     skip: int = _HEAD.unpack_from(series)[4]
-    return [
-        (base + o, n, u, un, fb, pw)
-        for o, n, un, u, fb, pw in rec.iter_unpack(memoryview(body)[skip * rec.size :])
-    ]
+    records = rec.iter_unpack(memoryview(body)[skip * rec.size :])
+    if len(rec.format) > 8:
+        return [(base + r[0], r[1], r[3], r[2], r[4], r[5], *r[6:]) for r in records]  # type: ignore[misc]
+    return [(base + o, n, u, un, fb, pw, *_NONE) for o, n, un, u, fb, pw in records]
 
 
 def _tail(series: bytes) -> tuple[int, struct.Struct]:
@@ -214,3 +232,16 @@ def prune(series: bytes, cutoff_ms: int) -> bytes:
 
 def windows(series: bytes) -> tuple[WindowStat, ...]:
     return tuple(window(s) for s in unpack(series))
+
+
+def taken(series: bytes, new: Iterable[WindowStat], cutoff_ms: int) -> list[tuple[Acct, Acct | None]]:
+    """What `merge(series, new, cutoff_ms)` takes of `new`'s GPU-hours accounting: per window carrying
+    some, (start, allocated, used, idle GPU-ms) and the same of the copy it replaces (None: not held)."""
+    incoming = [(w.start_ms, w.gpu_ms, w.used_gpu_ms, w.idle_gpu_ms) for w in new
+                if w.start_ms >= cutoff_ms and (w.gpu_ms or w.used_gpu_ms or w.idle_gpu_ms)]
+    if not incoming:
+        return []
+    if not series or min(a[0] for a in incoming) > _last_start(series):
+        return [(a, None) for a in incoming]  # the common case: newer than every held window
+    held = {s[0]: (s[0], s[6], s[7], s[8]) for s in unpack(series)}
+    return [(a, held.get(a[0])) for a in incoming]

@@ -68,6 +68,7 @@ class _Touched:
     outs: list[Output] = field(default_factory=list)
     probe: bool = False  # a probe record arrived (the node is not quiet)
     persist: bool = False  # a state-based input changed the state: persist at once
+    watermark_ms: int = 0  # the node's event time before the batch
 
 
 class Joiner:
@@ -75,8 +76,13 @@ class Joiner:
                  nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender,
                  dead_letter: Callable[[Message, str], Awaitable[None]],
                  rebalancing: Callable[[], bool], on_error: Callable[[BaseException], Awaitable[None]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, future_skew_ms: int = 600_000,
+                 event_ms_of: Callable[[float], int] = int, stalled_after_s: float = 30.0) -> None:
         self.config = config
+        # A record's event time may be at most this far ahead of the broker's time of it (event_ms_of
+        # turns a record's timestamp into event time: the identity, or a simulated clock's).
+        self.future_skew_ms, self._event_ms_of = future_skew_ms, event_ms_of
+        self.stalled_after_s = stalled_after_s
         self.persist_interval_s = persist_interval_s
         self.metrics = metrics
         self.nodes, self.pods, self.marks = nodes, pods, marks
@@ -137,6 +143,7 @@ class Joiner:
                     raise DecodeError("record has no value")
                 obj: NodeInput = codec.decode(topic, msg.value)
                 node = node_of(msg.key, obj)
+                self._plausible(obj, msg)
             except (DecodeError, Rejected) as e:
                 rejected.append((event, msg, str(e)))
                 continue
@@ -146,7 +153,8 @@ class Joiner:
             t = touched.get(node)
             if t is None:
                 slot = self._slot(node, msg.partition)
-                t = touched[node] = _Touched(slot, replace(slot.state.counters))
+                t = touched[node] = _Touched(slot, replace(slot.state.counters),
+                                             watermark_ms=slot.state.watermark_ms)
                 t.outs.extend(self._tell(slot, self._flags.get(slot.partition)))
             slot = t.slot
             state_input = isinstance(obj, (PodEvent, NodeEvent, AllocationSnapshot, DeviceInventory))
@@ -190,6 +198,8 @@ class Joiner:
             self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
             if t.probe:
                 slot.last_probe = now
+                if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
+                    slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -251,6 +261,24 @@ class Joiner:
         self.slots[node] = slot
         self.metrics.nodes.set(len(self.slots))
         return slot
+
+    def _plausible(self, obj: NodeInput, msg: Message) -> None:
+        """Reject a record stamped further ahead of the broker's time of it than the allowed skew."""
+        stamped = getattr(msg, "timestamp", None)
+        if not stamped or self.future_skew_ms <= 0:
+            return
+        ahead = obj.meta.time_ms - self._event_ms_of(stamped * 1000.0)
+        if ahead > self.future_skew_ms:
+            self.metrics.future_records.inc()
+            raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
+                           f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
+
+    def stalled(self) -> list[str]:
+        """Nodes whose probe records keep arriving while their event time does not move."""
+        now = self._clock()
+        return sorted(s.node for s in self.slots.values()
+                      if s.advanced_at and s.last_probe - s.advanced_at > self.stalled_after_s
+                      and now - s.last_probe < self.stalled_after_s)
 
     # ------------------------------------------------------------------ input alignment
 

@@ -22,6 +22,7 @@ from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
 from periscope.bus.faust_transport import transport_class
 from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
+from periscope.clock import clock_from_setting
 from periscope.freshness import Freshness
 from periscope.settings.joiner import JoinerSettings
 from services.joiner.agents import Joiner
@@ -204,6 +205,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,
         dead_letter=send_dead_letter, rebalancing=lambda: bool(app.rebalancing), on_error=app.crash,
+        future_skew_ms=round(settings.future_skew * 1000),
+        event_ms_of=clock_from_setting(settings.clock).event_ms, stalled_after_s=settings.stale_after,
     )
     app.joiner = joiner
     # As Faust's own per-record check: a record fetched before the latest rebalance is not processed.
@@ -273,5 +276,6 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     metrics.watch_lag(watch.lag)
     app.web_server(JoinerWeb(settings.web_host, settings.web_port, metrics,
                              ready=lambda: ready(app) and not freshness.stale(), announce=announce,
+                             stalled=joiner.stalled,
                              data_age=freshness.age_s))
     return app

@@ -72,6 +72,16 @@ class JoinerMetrics:
         self.duplicates = Counter(
             "periscope_joiner_duplicate_events", "Input events recognised as duplicates", registry=r
         )
+        self.future_records = Counter(
+            "periscope_joiner_future_records",
+            "Input records dead-lettered for an event time too far ahead of their broker timestamp",
+            registry=r,
+        )
+        self.stalled_nodes = Gauge(
+            "periscope_joiner_stalled_nodes",
+            "Nodes whose probe records keep arriving while their event time does not move",
+            registry=r,
+        )
         self.input_stalls = Counter(
             "periscope_joiner_input_stalls",
             "Times a node's input stream fell silent past PERISCOPE_MAX_HOLD and stopped holding the others",

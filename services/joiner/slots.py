@@ -48,6 +48,7 @@ class Slot:
     held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
     dirty: bool = False
     last_probe: float = 0.0
+    advanced_at: float = 0.0  # when a probe record last moved the node's event time (monotonic)
     last_persist: float = 0.0
     persisting: bool = False
     again: bool = False

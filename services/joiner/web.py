@@ -18,7 +18,8 @@ from services.joiner.metrics import JoinerMetrics
 class JoinerWeb(Service):
     def __init__(self, host: str, port: int, metrics: JoinerMetrics, ready: Callable[[], bool],
                  announce: Callable[[str], None] = print,
-                 data_age: Callable[[], float] = lambda: 0.0) -> None:
+                 data_age: Callable[[], float] = lambda: 0.0,
+                 stalled: Callable[[], list[str]] = list) -> None:
         super().__init__()
         self.host = host
         self.port = port
@@ -26,6 +27,7 @@ class JoinerWeb(Service):
         self.ready = ready
         self.announce = announce
         self.data_age = data_age  # seconds since the last input record was handled
+        self.stalled = stalled  # nodes whose event time stopped while their records arrive
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -50,6 +52,7 @@ class JoinerWeb(Service):
     async def _metrics(self, request: web.Request) -> web.Response:
         self.metrics.ready.set(1 if self.ready() else 0)
         self.metrics.data_age.set(self.data_age())
+        self.metrics.stalled_nodes.set(len(self.stalled()))
         body = self.metrics.render()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -58,5 +61,5 @@ class JoinerWeb(Service):
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ok = self.ready()
-        body = {"ready": ok, "data_age_s": round(self.data_age(), 3)}
+        body = {"ready": ok, "data_age_s": round(self.data_age(), 3), "stalled_nodes": self.stalled()}
         return web.json_response(body, status=200 if ok else 503)

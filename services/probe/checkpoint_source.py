@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from periscope.core.model import AllocationEntry, AllocSource, SourceHealth
-from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint
+from periscope.kubelet.checkpoint import CheckpointError, parse_checkpoint, read_checkpoint_file
 from services.probe.allocations import is_gpu_resource
 
 _Stamp = tuple[int, int, int, int]
@@ -64,12 +64,13 @@ class CheckpointSource:
     def _parse(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
         self.parses += 1
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = read_checkpoint_file(self.path)  # bounded: see MAX_CHECKPOINT_BYTES
         except FileNotFoundError:
             return (), SourceHealth("checkpoint", "absent", f"{self.path} does not exist")
         except OSError as e:
             return (), SourceHealth("checkpoint", "error", f"{self.path}: {e.strerror or e}")
+        except CheckpointError as e:
+            return (), SourceHealth("checkpoint", "corrupt", str(e))
         try:
             cp = parse_checkpoint(data)
         except CheckpointError as e:

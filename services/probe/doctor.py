@@ -10,13 +10,17 @@ kubelet checks and runs them all.
 
 from __future__ import annotations
 
+import asyncio
+import os
 from typing import Any
 
 from grpc import aio
 
+from periscope.kubelet.checkpoint import MAX_CHECKPOINT_BYTES
 from periscope.settings.probe import ProbeSettings
 from services.probe.allocations import is_gpu_resource
 from services.probe.checkpoint_source import CheckpointSource
+from services.probe.doctor_dcgm import dcgm_checks
 from services.probe.doctor_nvml import nvml_checks, procfs_checks
 from services.probe.doctor_report import STATUSES, Check, DoctorReport, Status
 from services.probe.podresources import PodResourcesClient, PodResourcesUnavailable, socket_identity
@@ -156,6 +160,14 @@ def checkpoint_check(path: str) -> Check:
             f"unreadable: {health.detail}",
             "run the probe as root (it reads a root-owned file)",
         )
+    if health.state == "corrupt" and _oversized(path):
+        return Check(
+            "checkpoint",
+            "fail",
+            f"{path}: {health.detail}",
+            "this is not the kubelet's checkpoint: point PERISCOPE_CHECKPOINT_PATH (or "
+            "PERISCOPE_KUBELET_ROOT) at the kubelet's device-plugins/kubelet_internal_checkpoint",
+        )
     if health.state == "corrupt":
         return Check(
             "checkpoint",
@@ -175,6 +187,13 @@ def checkpoint_check(path: str) -> Check:
     return Check("checkpoint", "ok", detail)
 
 
+def _oversized(path: str) -> bool:
+    try:
+        return os.stat(path).st_size > MAX_CHECKPOINT_BYTES
+    except OSError:
+        return False
+
+
 async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorReport:
     """Every check, in the order the probe needs its sources. `nvml` replaces the module the
     settings name (tests); otherwise it is loaded the way the probe loads it."""
@@ -183,10 +202,13 @@ async def diagnose(settings: ProbeSettings, nvml: Any | None = None) -> DoctorRe
     nv_checks, gpu_pids = nvml_checks(settings.nvml_backend, settings.proc_root, nvml)
     checks.extend(nv_checks)
     checks.extend(procfs_checks(settings.proc_root, gpu_pids))
+    mig_on = any(c.name == "nvml.mig" and not c.detail.startswith("MIG off") for c in nv_checks)
+    checks.extend(await asyncio.to_thread(dcgm_checks, settings, mig_on))  # a blocking HTTP GET
     inputs = {
         "podresources_socket": settings.podresources_socket,
         "checkpoint": settings.checkpoint_path,
         "proc_root": settings.proc_root,
         "nvml_backend": settings.nvml_backend,
+        "dcgm_exporter_url": settings.dcgm_exporter_url,
     }
     return DoctorReport(tuple(checks), inputs)

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from periscope.core.model import SourceHealth
 
-SOURCES = ("podresources", "checkpoint", "nvml", "procfs", "dra")
+SOURCES = ("podresources", "checkpoint", "nvml", "procfs", "dra", "dcgm")
 STATES = ("ok", "absent", "corrupt", "unavailable", "error", "disabled")
 
 
@@ -63,6 +63,25 @@ class ProbeMetrics:
             registry=r,
         )
         self.xids = Counter("periscope_probe_xid_total", "XID events seen", ["node"], registry=r)
+        self.dcgm_scrapes = Counter(
+            "periscope_probe_dcgm_scrapes_total",
+            "Scrapes of the node's dcgm-exporter by result (ok, unavailable, corrupt)",
+            ["node", "result"],
+            registry=r,
+        )
+        self.dcgm_scrape_seconds = Histogram(
+            "periscope_probe_dcgm_scrape_seconds",
+            "Time one dcgm-exporter scrape took (fetch and parse)",
+            ["node"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=r,
+        )
+        self.dcgm_devices = Gauge(
+            "periscope_probe_dcgm_devices",
+            "Devices (GPUs and MIG instances) of the latest sample with fresh DCGM profiling values",
+            ["node"],
+            registry=r,
+        )
         self.node = node
 
     def set_health(self, health: Iterable[SourceHealth]) -> None:

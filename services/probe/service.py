@@ -3,9 +3,12 @@
 Loops (one asyncio task each; blocking NVML and /proc work runs in a worker thread):
 - telemetry, every `tick`: one NodeTelemetry with every GPU and MIG instance and their processes,
   each process labelled with pod UID / container ID / QoS from /proc;
-- allocations: every `tick` one stat of the checkpoint; PodResources is asked when the checkpoint
-  changed or is unusable, at once when the kubelet socket appears, vanishes or is replaced, and
-  otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
+- allocations: every `tick` one stat of the checkpoint, and one before and after each telemetry sample
+  (a changed checkpoint is polled first, and a change during the sample takes it again after the poll,
+  so a pod's first sample is never published ahead of the snapshot that gives it its devices: its GPU
+  time is not lost to unattributed usage); PodResources is asked
+  when the checkpoint changed or is unusable, at once when the kubelet socket appears, vanishes or is
+  replaced, and otherwise every `podresources_interval` (see services/probe/kubelet.py): an AllocationSnapshot
   when it changed, and every `allocation_interval` regardless (with a fresh poll);
 - XIDs from the NVML event thread, published as they arrive;
 - DeviceInventory at start, whenever the hardware or a source's health changes, and at least every
@@ -37,6 +40,7 @@ from periscope.core.model import (
 )
 from periscope.settings.probe import ProbeSettings
 from services.probe.buffer import Kind, OutBuffer, Outgoing
+from services.probe.dcgm import DcgmSource
 from services.probe.health import HealthServer
 from services.probe.kubelet import AllocationReader
 from services.probe.metrics import ProbeMetrics
@@ -97,11 +101,16 @@ class Probe:
             s.health_host, s.health_port, live=self._live, ready=self._ready, metrics=self._metrics
         )
         self.xids = XidWatcher(self.nvml.nvml, self._xid_from_thread)
+        self.dcgm = (
+            DcgmSource(s.dcgm_exporter_url, s.dcgm_every(), s.dcgm_timeout, s.dcgm_max_bytes)
+            if s.dcgm_exporter_url else None
+        )
         self.nvml_health = SourceHealth("nvml", "unavailable", "not initialised")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
         self._kubelet_changed = asyncio.Event()
+        self._polling = asyncio.Lock()  # one allocation poll at a time (both loops may start one)
         self._last_inventory: tuple[Any, ...] | None = None
         self._last_inventory_at = 0.0
         self._last_health: tuple[SourceHealth, ...] = ()
@@ -122,7 +131,9 @@ class Probe:
 
     def health(self) -> tuple[SourceHealth, ...]:
         mig = self.nvml.mig_health()
-        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health())
+        dcgm = (self.dcgm.health,) if self.dcgm is not None else ()
+        return (*self.allocations.health(), self.nvml_health, *((mig,) if mig else ()), self.procs.health(),
+                *dcgm)
 
     def _publish_inventory(self, force: bool = False) -> None:
         inv, health = self.nvml.inventory, self.health()
@@ -194,7 +205,29 @@ class Probe:
         process from /proc as it builds it."""
         devices = self.nvml.sample()
         self.procs.prune(p.pid for d in devices for p in d.processes)
+        if self.dcgm is not None:
+            devices = self.dcgm.annotate(devices)
+            self.metrics.dcgm_devices.labels(self.node).set(sum(d.dcgm is not None for d in devices))
         return devices
+
+    async def _allocations_changed(self) -> bool:
+        """Poll the allocations if the checkpoint changed (one stat; the device manager allocated).
+        Never waits on a poll in progress: a kubelet that does not answer must not stall the samples."""
+        if self._polling.locked() or not self.allocations.checkpoint.changed():
+            return False
+        await self._poll_allocations()
+        return True
+
+    async def _sample_after_allocations(self) -> tuple[int, tuple[DeviceSample, ...]]:
+        """A sample taken after the allocations it may show: a changed checkpoint is polled first, and
+        when it changed while sampling, the sample is taken again after the poll."""
+        await self._allocations_changed()
+        at = self.clock()  # the sample's event time: when it was taken, not when it was sent
+        devices = await asyncio.to_thread(self._sample)
+        if await self._allocations_changed():
+            at = self.clock()
+            devices = await asyncio.to_thread(self._sample)
+        return at, devices
 
     async def _telemetry_loop(self) -> None:
         refresh_every = max(1, round(self.settings.allocation_interval / self.settings.tick))
@@ -204,8 +237,7 @@ class Probe:
             await self._open_nvml()
             if self.nvml.opened:
                 try:
-                    at = self.clock()  # the sample's event time: when it was taken, not when it was sent
-                    devices = await asyncio.to_thread(self._sample)
+                    at, devices = await self._sample_after_allocations()
                     self._put(
                         Kind.TELEMETRY, topics.TELEMETRY, NodeTelemetry(meta=self._meta(at), devices=devices)
                     )
@@ -223,6 +255,19 @@ class Probe:
                     self.nvml_health = SourceHealth("nvml", "error", str(e))
             self._publish_inventory()
             await self._sleep(self.settings.tick - (time.monotonic() - started))
+
+    # ------------------------------------------------------------------ dcgm-exporter
+
+    async def _dcgm_loop(self) -> None:
+        """Scrape the exporter every interval (its own loop: a slow exporter never delays a sample)."""
+        src = self.dcgm
+        assert src is not None
+        while not self._stop.is_set():
+            started = time.monotonic()
+            await asyncio.to_thread(src.scrape)
+            self.metrics.dcgm_scrapes.labels(self.node, src.last_result).inc()
+            self.metrics.dcgm_scrape_seconds.labels(self.node).observe(src.last_duration_s)
+            await self._sleep(src.interval_s - (time.monotonic() - started))
 
     # ------------------------------------------------------------------ allocations
 
@@ -244,6 +289,10 @@ class Probe:
             kick = kick or self._kubelet_changed.is_set()
 
     async def _poll_allocations(self) -> bool:
+        async with self._polling:
+            return await self._poll_allocations_now()
+
+    async def _poll_allocations_now(self) -> bool:
         view = await self.allocations.poll(self.nvml.inventory)
         key = (view.entries, view.allocatable, view.health)
         due = time.monotonic() - self._last_snapshot_at >= self.settings.allocation_interval
@@ -322,6 +371,8 @@ class Probe:
                 self.allocations.watch(self._kubelet_changed.set, self._stop), name="probe-socket"
             ),
         ]
+        if self.dcgm is not None:
+            self._tasks.append(asyncio.create_task(self._dcgm_loop(), name="probe-dcgm"))
         self._started = True
 
     async def stop(self) -> None:
@@ -334,6 +385,8 @@ class Probe:
         self._started = False
         await self.allocations.close()
         self.nvml.close()
+        if self.dcgm is not None:
+            self.dcgm.close()
         await self.health_server.stop()
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -6,6 +6,7 @@ every tick; tests then assert on the accuracy report and on the recorded API ans
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from periscope.sim.report.accounting import compare
 from periscope.sim.report.score import ReportOptions, Truth, build_report
 from periscope.sim.report.text import read_jsonl
 
@@ -93,7 +95,10 @@ def run_scenario(tmp: Path, scenario: str, speed: float, *extra: str, timeout_s:
     assert proc.returncode == 0, output[-4000:]
     t = Truth(read_jsonl(truth))
     snaps = read_jsonl(truth.with_name("truth.api.jsonl"))
-    return Run(proc.returncode, output, t, snaps, build_report(t, snaps, ReportOptions()))
+    report = build_report(t, snaps, ReportOptions())
+    usage = truth.with_name("truth.usage.json")  # `periscope usage` over the run, as `up` ran it
+    report["accounting"] = compare(t, json.loads(usage.read_text())) if usage.is_file() else None
+    return Run(proc.returncode, output, t, snaps, report)
 
 
 def pod_rows(snapshot: dict[str, Any], pod: str) -> list[dict[str, Any]]:

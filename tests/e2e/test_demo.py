@@ -75,8 +75,24 @@ def test_policy_statuses(demo: Run) -> None:
     assert demo.final["policy"]["cluster_policy"] == {"name": "cluster-policy", "state": "notReady"}
 
 
-def test_mig_rows_name_the_instance_and_report_memory_only(demo: Run) -> None:
+def test_mig_rows_name_the_instance_with_dcgm_util_and_memory(demo: Run) -> None:
     last = demo.snaps()[-1]
     (row,) = pod_rows(last, "train-llm-0")
     assert row["sharing"] == "mig" and row["mig"]["profile"] == "3g.40gb"
-    assert row["util_pct"] is None and row["fb_used_mib"] == pytest.approx(36000, rel=0.01)
+    assert row["fb_used_mib"] == pytest.approx(36000, rel=0.01)
+    # NVML has no util on a MIG slice: it is the instance's graphics-engine activity from DCGM
+    assert row["util_pct"] == pytest.approx(92, abs=2) and "dcgm" in row["sources"]
+    assert row["sm_active_pct"] is not None and row["tensor_active_pct"] is not None
+
+
+def test_mig_util_within_two_points_of_the_simulated_activity(demo: Run) -> None:
+    mig = demo.report["periscope"]["mig_util"]
+    assert mig["total"] > 30 and mig["share"] == 1.0, (mig, demo.report["periscope"]["examples"])
+    assert mig["max_error"] <= 2.0, mig
+
+
+def test_idle_mig_holder_in_v1_idle(demo: Run) -> None:
+    idle = {r["pod"]: r for r in demo.final["idle"]}
+    assert "eval-6f7c9d8b5-k2x9q" in idle, sorted(idle)  # stops working at 60s, on a 1g.10gb slice
+    assert idle["eval-6f7c9d8b5-k2x9q"]["mig"]["profile"] == "1g.10gb"
+    assert "train-llm-0" not in idle and "eval-6f7c9d8b5-p4m2z" not in idle

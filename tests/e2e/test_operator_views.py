@@ -194,7 +194,7 @@ def dashboard_queries() -> list[tuple[str, str]]:
     out = []
     for panel in dash["panels"]:
         for target in panel.get("targets", []):
-            expr = re.sub(r"\$(namespace|node)\b", ".*", target["expr"])
+            expr = re.sub(r"\$(namespace|node)\b", ".*", target["expr"]).replace("$__range", "1h")
             out.append((panel["title"], expr))
     return out
 
@@ -236,6 +236,35 @@ def test_the_idle_alert_selects_the_idle_pod_and_only_it(prometheus: str, stack:
         assert query(prometheus, by_name[name]["expr"]) == [], name  # a healthy run alerts on nothing else
 
 
+@NEEDS_PROMETHEUS
+@pytest.mark.timeout(300)
+def test_gpu_hours_counters_and_usage_agree_on_who_held_and_who_wasted(prometheus: str, stack: Stack) -> None:
+    # The counters grow as windows close; the API's /v1/usage sums the same windows it holds.
+    def by_namespace(metric: str) -> dict[str, float]:
+        hits = query(prometheus, f"sum by (namespace) ({metric})")
+        return {h["metric"]["namespace"]: float(h["value"][1]) for h in hits}
+
+    every = {"train", "notebooks", "web", "infer"}
+    allocated = wait_until("GPU-hours of every namespace", lambda: (
+        a if every <= set(a := by_namespace("periscope_gpu_hours_allocated_total")) else None), 60)
+    idle = by_namespace("periscope_gpu_hours_idle_total")
+    used = by_namespace("periscope_gpu_hours_used_total")
+    assert idle["notebooks"] > 0 and idle.get("train", 0.0) == 0.0, idle
+    assert used["train"] > 0.8 * allocated["train"] and used["notebooks"] == 0.0, used
+    # The two time-sliced pods split one T4: together they hold at most what the GPU has.
+    assert allocated["web"] <= allocated["train"] * 1.05
+    workloads = {h["metric"]["workload"] for h in query(prometheus, "periscope_gpu_hours_allocated_total")}
+    assert workloads == {"Pod"}  # the scenario's pods have no controller
+    doc = httpx.get(f"{stack.api}/v1/usage", params={"from": "30m", "by": "namespace"}, timeout=10).json()
+    groups = {g["key"]: g for g in doc["groups"]}
+    assert every <= set(groups), doc
+    assert groups["notebooks"]["idle_gpu_hours"] > 0 and groups["train"]["efficiency"] > 0.85
+    total = sum(g["allocated_gpu_hours"] for g in doc["groups"])
+    assert doc["total"]["allocated_gpu_hours"] == pytest.approx(total, abs=1e-5)
+    too_old = httpx.get(f"{stack.api}/v1/usage", params={"from": "2h"}, timeout=10)
+    assert too_old.status_code == 400 and "periscope usage" in too_old.json()["error"]
+
+
 @NEEDS_CHROMIUM
 @pytest.mark.timeout(300)
 def test_the_web_view_shows_the_scenarios_pods_and_gpus(stack: Stack, module_tmp: Path) -> None:
@@ -252,6 +281,7 @@ def test_the_web_view_shows_the_scenarios_pods_and_gpus(stack: Stack, module_tmp
     xids = dom.split('id="xids"', 1)[1].split("</section>", 1)[0]
     assert ">31<" in xids and "train/busy-trainer" in xids
     assert "3g.40gb" in dom and "free" in dom  # the MIG layout: one slice held, one free
+    assert " 50%" in dom.split("mig-server", 1)[1][:400]  # the slice holder's util (DCGM)
     assert 'class="bad"' not in dom.split('id="status"', 1)[1].split("</span>", 1)[0]
 
 
@@ -267,6 +297,8 @@ def test_periscope_top_reads_the_api_over_http(stack: Stack) -> None:
         assert sum(f" {name} " in line for line in lines) == 1, name
     (mig,) = [line for line in lines if " mig-server " in line]
     assert "3g.40gb" in mig and "gpu-z" in mig
+    # the MIG slice's util from the node's dcgm-exporter (UTIL%, then the DCGM columns SM% TENSOR% DRAM%)
+    assert "SM%" in lines[1] and mig.split()[9] == "50", mig
     idle = subprocess.run(
         [*periscope("top", "--api", stack.api, "--once", "--namespace", "notebooks", "--sort", "idle")],
         capture_output=True, text=True, timeout=60,

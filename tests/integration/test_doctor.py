@@ -39,6 +39,7 @@ async def node() -> AsyncIterator[NodeSim]:
         yield sim
     finally:
         await sim.kubelet.stop()
+        await sim.dcgm.stop()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -46,8 +47,10 @@ def root_of(sim: NodeSim) -> Path:
     return sim.paths.proc_root.parent
 
 
-async def run_cli(*args: str) -> tuple[int, str, str]:
+async def run_cli(*args: str, dcgm_url: str = "") -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+    if dcgm_url:
+        env["PERISCOPE_DCGM_EXPORTER_URL"] = dcgm_url
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "periscope.cli.main", "doctor", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
@@ -57,8 +60,10 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def doctor(sim: NodeSim) -> DoctorReport:
-    return await diagnose(settings_for(str(root_of(sim)), None))
+async def doctor(sim: NodeSim, dcgm_url: str | None = None) -> DoctorReport:
+    settings = settings_for(str(root_of(sim)), None)
+    url = sim.dcgm.url if dcgm_url is None else dcgm_url  # the node's simulated dcgm-exporter
+    return await diagnose(settings.model_copy(update={"dcgm_exporter_url": url}))
 
 
 def by_name(report: DoctorReport) -> dict[str, tuple[str, str]]:
@@ -72,7 +77,7 @@ async def test_healthy_simulated_node_passes(node: NodeSim) -> None:
     assert [c.name for c in report.checks] == [
         "podresources.socket", "podresources.list", "podresources.allocatable", "podresources.get",
         "podresources.dra", "checkpoint", "nvml.init", "nvml.gpus", "nvml.mig", "nvml.mps",
-        "nvml.process_util", "nvml.xid", "procfs.hostpid", "procfs.cgroup",
+        "nvml.process_util", "nvml.xid", "procfs.hostpid", "procfs.cgroup", "dcgm.exporter", "dcgm.profiling",
     ]  # fmt: skip
     assert {s for s, _ in checks.values()} == {"ok"}, render(report)
     gpus = node.model.gpus[NODE]
@@ -86,7 +91,10 @@ async def test_healthy_simulated_node_passes(node: NodeSim) -> None:
     assert f"{pids}/{pids} GPU processes map to pods" in checks["procfs.cgroup"][1]
     assert checks["nvml.xid"][1] == f"XID events registered on {len(gpus)}/{len(gpus)} GPUs"
 
-    rc, out, err = await run_cli("--root", str(root_of(node)))
+    assert checks["dcgm.profiling"][1].startswith("profiling fields DRAM_ACTIVE, GR_ENGINE_ACTIVE")
+    assert checks["dcgm.profiling"][1].endswith("; 4 MIG instances")
+
+    rc, out, err = await run_cli("--root", str(root_of(node)), dcgm_url=node.dcgm.url)
     assert rc == 0, out + err
     lines = out.splitlines()
     assert len(lines) == len(report.checks) + 1
@@ -95,7 +103,7 @@ async def test_healthy_simulated_node_passes(node: NodeSim) -> None:
 
 
 async def test_json_shape(node: NodeSim) -> None:
-    rc, out, _ = await run_cli("--json", "--root", str(root_of(node)))
+    rc, out, _ = await run_cli("--json", "--root", str(root_of(node)), dcgm_url=node.dcgm.url)
     assert rc == 0
     doc = json.loads(out)
     assert set(doc) == {"ok", "summary", "checks", "inputs"}
@@ -104,6 +112,33 @@ async def test_json_shape(node: NodeSim) -> None:
         assert set(check) == {"name", "status", "detail", "fix"} and check["status"] == "ok"
     assert doc["inputs"]["nvml_backend"] == f"fake:{node.paths.nvml_state}"
     assert doc["inputs"]["podresources_socket"] == str(node.paths.socket)
+    assert doc["inputs"]["dcgm_exporter_url"] == node.dcgm.url
+
+
+async def test_dcgm_exporter_problems_warn_with_the_fix(node: NodeSim) -> None:
+    # not configured on a node with MIG: MIG slices would show no util
+    report = await doctor(node, dcgm_url="")
+    status, detail = by_name(report)["dcgm.exporter"]
+    assert report.ok and status == "warn" and "PERISCOPE_DCGM_EXPORTER_URL is not set" in detail
+    # garbage: answers, but not Prometheus text
+    node.dcgm.mode = "garbage"
+    status, detail = by_name(await doctor(node))["dcgm.exporter"]
+    assert status == "warn" and ("not Prometheus text" in detail or "no DCGM_* series" in detail)
+    # no profiling fields: the GPU (or DCGM's profiling module) does not provide them
+    node.dcgm.mode = "ok"
+    kept = [line for line in node.dcgm.text.splitlines() if "DCGM_FI_PROF_" not in line]
+    node.dcgm.text = "\n".join(kept) + "\n"
+    report = await doctor(node)
+    assert by_name(report)["dcgm.exporter"][0] == "ok"
+    status, detail = by_name(report)["dcgm.profiling"]
+    fix = next(c.fix for c in report.checks if c.name == "dcgm.profiling")
+    assert status == "warn" and "no DCGM_FI_PROF_* field" in detail and "do not support profiling" in fix
+    # down: connection refused; the probe still works (exit 0)
+    url = node.dcgm.url
+    await node.dcgm.stop()
+    rc, out, _ = await run_cli("--root", str(root_of(node)), dcgm_url=url)
+    line = next(x for x in out.splitlines() if x.split()[1] == "dcgm.exporter")
+    assert rc == 0 and line.startswith("warn") and "ConnectError" in line and "9400" in line
 
 
 async def test_missing_socket_fails(node: NodeSim) -> None:

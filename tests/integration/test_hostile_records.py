@@ -37,8 +37,8 @@ from periscope.bus.deadletter import MAX_LETTER_BYTES, DeadLetters
 from periscope.bus.producer import Publisher
 from periscope.core.model import Meta, XidEvent
 from periscope.devkit.consumer import ConsumerStats, consume
+from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import read_inputs
-from periscope.replay.runner import ReadPlan
 from periscope.settings.api import ApiSettings
 from services.api.server import ApiServer
 from tests.integration.test_joiner import (

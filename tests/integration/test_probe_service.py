@@ -601,6 +601,35 @@ async def test_allocations_are_polled_on_checkpoint_change_and_on_their_own_cade
     assert len([e for e in grown.entries if e.source is AllocSource.CHECKPOINT]) == 3
 
 
+async def test_a_changed_checkpoint_is_published_before_the_next_telemetry_sample(
+    broker: Kafka, node: Node, collector: Collector
+) -> None:
+    # A pod's first sample must not come ahead of the snapshot that gives it its device (its GPU time
+    # would be unattributed, and unbilled). Four changes at random phases of the two loops' ticks.
+    probe = Probe(node.settings(broker, tick=0.5, podresources_interval=30.0, allocation_interval=30.0))
+    await probe.start()
+    try:
+        await collector.wait(lambda: latest_with(collector, AllocationSnapshot, lambda s: bool(s.entries)))
+        for n in range(4):
+            grown = n % 2 == 0
+            node.kubelet.set_pods([POD_A, POD_B, POD_C, *([POD_D] if grown else [])])
+            extra = [CheckpointEntry(UID_B, "cuda", "nvidia.com/gpu", (GPU0 + "::2",))] if grown else []
+            written_ms = time.time() * 1000
+            node.checkpoint.write_bytes(render_checkpoint([*CHECKPOINT, *extra], {}))
+            snap = await collector.wait(
+                lambda g=grown, w=written_ms: latest_with(  # type: ignore[misc]
+                    collector, AllocationSnapshot,
+                    lambda s: s.meta.time_ms >= w and ("train-1" in {e.pod for e in s.entries}) == g),
+                timeout=5,
+            )
+            ahead = [t.meta.time_ms for t in collector.of(NodeTelemetry)
+                     if written_ms + 50 < t.meta.time_ms < snap.meta.time_ms]
+            assert not ahead, (n, written_ms, snap.meta.time_ms, ahead)
+            await asyncio.sleep(0.37 * (n + 1))  # another phase
+    finally:
+        await probe.stop()
+
+
 async def test_unusable_checkpoint_means_podresources_every_tick(
     broker: Kafka, node: Node, collector: Collector
 ) -> None:

@@ -120,3 +120,30 @@ async def test_every_metric_family_is_exported_once() -> None:
         text = (await c.get("/metrics")).text
     types = [line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")]
     assert types and len(types) == len(set(types)), sorted(t for t in types if types.count(t) > 1)
+
+
+async def test_pod_series_are_rendered_once_per_view_version_and_follow_every_change(monkeypatch) -> None:
+    from services.api.metrics import PodSeries
+
+    renders = 0
+    original = PodSeries.render
+
+    def counting(self: PodSeries) -> str:
+        nonlocal renders
+        renders += 1
+        return original(self)
+
+    monkeypatch.setattr(PodSeries, "render", counting)
+    view = sample_view()
+    app = create_app(view, None)
+
+    async def util() -> float:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
+            text = (await c.get("/metrics")).text
+        fams = {f.name: f for f in text_string_to_metric_families(text)}
+        return by_pod(fams["periscope_pod_gpu_util_percent"].samples)["uid-busy"].value
+
+    assert await util() == 80.0 and await util() == 80.0
+    assert renders == 1  # the view did not change between the scrapes
+    assert view.apply(pod("uid-busy", "ml", "train-0", "gpu-a", row(GPU_A0, util_pct=55.0), as_of=T0 + 1000))
+    assert await util() == 55.0 and renders == 2

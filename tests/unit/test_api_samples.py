@@ -114,10 +114,14 @@ def xid(
 
 
 def idle_windows(pct: float, n: int = 30, end: int = T0) -> tuple[WindowStat, ...]:
-    """n one-minute windows ending at `end`, 60 samples each at `pct` % utilization."""
+    """n one-minute windows ending at `end`, 60 samples each at `pct` % utilization, a whole GPU held
+    (idle below 5 %), 1 GiB and 100 W."""
     start = end - end % MIN
     return tuple(
-        WindowStat(start - i * MIN, 60, pct * 60, 60, 1024.0, 60 * 100.0) for i in reversed(range(n))
+        WindowStat(start - i * MIN, 60, pct * 60, 60, 1024.0, 60 * 100.0, gpu_ms=MIN,
+                   used_gpu_ms=pct / 100 * MIN, idle_gpu_ms=MIN if pct < 5 else 0.0, fb_mib_ms=1024.0 * MIN,
+                   energy_j=6000.0, request_gpu_ms=MIN, alloc_basis="exclusive")
+        for i in reversed(range(n))
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import api, common, freshness, hotspots, probe, replay, replay_hour, report, run
+from bench import api, common, eos, freshness, hotspots, probe, replay, replay_hour, report, run
 from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
 from periscope.core import engine
@@ -146,14 +146,141 @@ def test_run_writes_results_and_markdown(tmp_path: Path, capsys: pytest.CaptureF
     assert run.main(["--quick", "--only", "replay", "--out", str(out)]) == 0
     results = json.loads(out.read_text())
     assert results["mode"] == "quick" and results["errors"] == {}
+    assert results["brokers"] == {}  # no section went through a broker
     fig = results["figures"]["replay_device_samples_per_s"]
     assert results["replay_device_samples_per_s"] == fig["value"] and fig["goal"] and fig["setup"]
+    assert fig["broker"] is None and fig["min"] == fig["max"] == fig["value"]
+    for when in ("load_before", "load_after"):
+        assert len(results["machine"][when]["load_average_1_5_15_min"]) == 3
     assert run.main(["--markdown", "--out", str(out)]) == 0
     md = capsys.readouterr().out
-    assert "| `replay_device_samples_per_s` |" in md and "| figure | value | goal |" in md
+    assert "| `replay_device_samples_per_s` | none |" in md and "| figure | broker | value | same run |" in md
+    assert "load average (1/5/15 min)" in md
+    assert f"full setup in {out}." in md  # the file it was read from, not always bench/results.json
     assert "replay_device_samples_per_s" in report.table(results)
 
 
-def test_run_rejects_an_unknown_section(capsys: pytest.CaptureFixture[str]) -> None:
+def test_broker_sections_run_on_the_embedded_broker_with_labelled_figures(tmp_path: Path) -> None:
+    try:
+        resolve_binary()
+    except BrokerError as e:
+        pytest.skip(f"no embedded broker: {e}")
+    out = tmp_path / "results.json"
+    try:
+        assert run.main(["--quick", "--only", "probe", "--broker", "embedded", "--out", str(out)]) == 0
+    finally:
+        common.use_broker("embedded")
+    results = json.loads(out.read_text())
+    assert list(results["brokers"]) == ["embedded"] and results["errors"] == {}
+    figs = results["figures"]
+    # On the embedded broker a figure keeps its name; the in-process part does not depend on a broker.
+    assert figs["probe_cpu_ms_per_tick"]["broker"] == "embedded"
+    assert "publishing to the embedded broker" in figs["probe_cpu_ms_per_tick"]["brief"]
+    assert figs["probe_sample_cpu_ms_per_tick"]["broker"] is None
+    assert figs["probe_cpu_ms_per_tick"]["baseline"]["figure"] == "probe_sample_cpu_ms_per_tick"
+    assert not any(k.startswith("kafka_") for k in figs)
+
+
+def test_figures_measured_on_kafka_are_named_for_it_and_set_beside_the_embedded_ones() -> None:
+    bench = run.Bench(run.QUICK, Path("."))
+
+    def joiner_figures(rate: float) -> list[common.Figure]:
+        return [common.Figure("joiner_device_samples_per_s", rate, "device-samples/s", {},
+                              runs=[rate, 2 * rate], baseline="raw_consume_device_samples_per_s"),
+                common.Figure("raw_consume_device_samples_per_s", 10 * rate, "device-samples/s", {}),
+                common.Figure("incumbent_staleness_p99_s", 42.0, "s", {})]
+
+    for kind, rate in (("embedded", 100.0), ("kafka", 50.0)):
+        bench.broker = kind
+        bench.add(joiner_figures(rate))
+    assert sorted(bench.figures) == [
+        "incumbent_staleness_p99_s", "joiner_device_samples_per_s", "kafka_joiner_device_samples_per_s",
+        "kafka_raw_consume_device_samples_per_s", "raw_consume_device_samples_per_s"]
+    kafka = bench.figures["kafka_joiner_device_samples_per_s"]
+    assert kafka.broker == "kafka" and kafka.baseline == "kafka_raw_consume_device_samples_per_s"
+    assert bench.figures["incumbent_staleness_p99_s"].broker is None
+    figs = {k: f.as_json() for k, f in bench.figures.items()}
+    run.compared(figs)
+    assert figs["kafka_joiner_device_samples_per_s"]["baseline"] == {
+        "figure": "kafka_raw_consume_device_samples_per_s", "value": 500.0, "ratio": 0.1}
+    on_kafka = figs["kafka_joiner_device_samples_per_s"]
+    assert on_kafka["vs_embedded"] == {"figure": "joiner_device_samples_per_s", "value": 100.0, "ratio": 0.5}
+    assert (on_kafka["min"], on_kafka["max"]) == (50.0, 100.0)
+    md = report.markdown({"figures": figs, "brokers": {"embedded": "e", "kafka": "k"}})
+    row = next(line for line in md.splitlines() if line.startswith("| `kafka_joiner_device_samples_per_s`"))
+    assert "| Apache Kafka |" in row and "50.0-100.0 (n=2)" in row
+    assert "embedded broker: `joiner_device_samples_per_s` 100.0 (0.5x)" in row
+    # The Kafka figure follows its embedded twin.
+    keys = report._keys({"figures": figs})
+    assert keys.index("kafka_joiner_device_samples_per_s") == keys.index("joiner_device_samples_per_s") + 1
+
+
+def test_broker_sections_run_once_per_broker_and_eos_on_kafka_only() -> None:
+    steps = run._steps(["replay", "joiner", "eos"], ["embedded", "kafka"])
+    assert steps == [("replay", None), ("joiner", "embedded"), ("joiner", "kafka"), ("eos", "kafka")]
+    assert run._steps(["replay", "joiner", "eos"], ["embedded"]) == [("replay", None), ("joiner", "embedded")]
+
+
+def test_eos_figures_pair_the_guarantees() -> None:
+    def one(rate: float, cpu: float, p99: float, markers: int) -> dict[str, object]:
+        return {"records_per_s": rate, "worker_cpu_us_per_record": cpu, "broker_cpu_us_per_record": 1.0,
+                "worker_cpu_util": 0.9, "start_to_backlog_done_s": 5.0,
+                "live": {"p50_s": p99 / 2, "p99_s": p99, "outputs_timed": 10},
+                "output_topic": {"markers": 0}, "changelog_topic": {"markers": markers}}
+
+    runs = {"at_least_once": [one(1000, 100, 0.2, 0), one(800, 120, 0.3, 0)],
+            "exactly_once": [one(500, 200, 3.0, 40), one(600, 180, 2.0, 30)]}
+    figs, _ = eos.figures(runs, nodes=2, ticks=3, expected=6, live_rate=5, live_s=1, shape=NodeShape())
+    by_key = {f.key: f for f in figs}
+    assert by_key["eos_cpu_ratio"].runs == [2.0, 1.5] and by_key["eos_cpu_ratio"].value == 1.75
+    assert by_key["eos_rate_ratio"].runs == [0.5, 0.75]
+    assert by_key["eos_exactly_once_live_p99_s"].value == 2.5
+    assert by_key["eos_exactly_once_records_per_s"].baseline == "eos_at_least_once_records_per_s"
+    markers = by_key["eos_exactly_once_records_per_s"].setup["transaction_markers"]
+    assert markers["exactly_once"]["changelog_markers"] == [40, 30]
+
+
+def test_run_rejects_an_unknown_section_or_broker(capsys: pytest.CaptureFixture[str]) -> None:
     assert run.main(["--only", "nope"]) == 2
     assert "unknown section 'nope'" in capsys.readouterr().err
+    assert run.main(["--broker", "nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
+def test_api_load_runs_once_per_broker() -> None:
+    # /v1/owners replays the broker, so the API under load is measured on each broker.
+    steps = run._steps(["api", "api_load"], ["embedded", "kafka"])
+    assert steps == [("api", None), ("api_load", "embedded"), ("api_load", "kafka")]
+
+
+def test_replay_hour_on_kafka_is_compared_with_the_same_work_in_memory_and_on_the_embedded_broker() -> None:
+    bench = run.Bench(run.QUICK, Path("."))
+    bench.add([common.Figure("replay_parallel_device_samples_per_s", 4000.0, "device-samples/s", {}),
+               common.Figure("replay_one_process_device_samples_per_s", 5000.0, "device-samples/s", {})])
+
+    def hour(parallel: float) -> list[common.Figure]:
+        return [common.Figure("replay_hour_device_samples_per_s", parallel, "device-samples/s", {}),
+                common.Figure("replay_hour_one_process_device_samples_per_s", parallel / 2,
+                              "device-samples/s", {}),
+                common.Figure("replay_hour_parallel_vs_one_process_ratio", 2.0, "x", {})]
+
+    for kind, rate in (("embedded", 2000.0), ("kafka", 1000.0)):
+        bench.broker = kind
+        figures = hour(rate)
+        bench.in_memory_baselines(figures)
+        bench.add(figures)
+    figs = {k: f.as_json() for k, f in bench.figures.items()}
+    run.compared(figs)
+    on_kafka = figs["kafka_replay_hour_device_samples_per_s"]
+    assert on_kafka["broker"] == "kafka"
+    assert on_kafka["baseline"] == {"figure": "replay_parallel_device_samples_per_s", "value": 4000.0,
+                                    "ratio": 0.25}
+    assert on_kafka["vs_embedded"] == {"figure": "replay_hour_device_samples_per_s", "value": 2000.0,
+                                       "ratio": 0.5}
+    assert figs["kafka_replay_hour_one_process_device_samples_per_s"]["baseline"]["figure"] == \
+        "replay_one_process_device_samples_per_s"
+    assert figs["replay_hour_device_samples_per_s"]["baseline"]["ratio"] == 0.5
+    assert figs["kafka_replay_hour_parallel_vs_one_process_ratio"]["vs_embedded"]["ratio"] == 1.0
+    keys = report._keys({"figures": figs})
+    twin = keys.index("replay_hour_device_samples_per_s")
+    assert keys.index("kafka_replay_hour_device_samples_per_s") == twin + 1

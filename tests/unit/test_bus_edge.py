@@ -58,7 +58,9 @@ def test_the_topic_plan_gives_every_topic_explicit_settings() -> None:
     assert [plan.partitions_of(x) for x in (t.TELEMETRY, t.PODS, t.ATTRIBUTION, t.POLICY, t.DEADLETTER)] == [
         12, 12, 12, 1, 1]
     assert plan.configs(t.XID) == {"cleanup.policy": "delete", "retention.ms": str(3 * 86_400_000),
-                                   "min.insync.replicas": "2", "compression.type": "lz4"}
+                                   "min.insync.replicas": "2", "compression.type": "lz4",
+                                   "message.timestamp.type": "LogAppendTime"}
+    assert "message.timestamp.type" not in plan.configs(t.GPUS)  # outputs keep their producer's time
     assert plan.configs(t.GPUS)["retention.ms"] == str(86_400_000)  # outputs: a day
     assert TopicPlan().configs(t.TELEMETRY)["retention.ms"] == str(7 * 86_400_000)  # the forensics horizon
     with pytest.raises(ValueError, match="larger than the replication factor"):

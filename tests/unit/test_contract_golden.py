@@ -99,6 +99,8 @@ ENDPOINTS = [
     ("policy", "/v1/policy"),
     ("owners", f"/v1/owners?at={AT}"),
     ("owners-gpu", f"/v1/owners?at={AT}&gpu_uuid={g.gpu(g.A, 0)}"),
+    ("usage", "/v1/usage?from=20m"),
+    ("usage-pod", "/v1/usage?from=20m&by=pod"),
     ("healthz", "/healthz"),
     ("readyz", "/readyz"),
 ]

@@ -451,13 +451,25 @@ def test_rbac_reads_only_and_leases_live_in_their_own_role(flavour: str) -> None
     role = _find(docs, "ClusterRole", "periscope-kube-watcher")
     granted = {(g, r) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == {
-        ("", "pods"), ("", "nodes"), ("apps", "daemonsets"), ("nvidia.com", "clusterpolicies"),
+        ("", "pods"), ("", "nodes"), ("nvidia.com", "clusterpolicies"),
         ("nvidia.com", "gpuclusters"), ("resource.k8s.io", "resourceclaims"),
     }
-    assert all(set(rule["verbs"]) == {"get", "list", "watch"} for rule in role["rules"])
-    roles = [d for d in docs if d["kind"] == "Role"]
+    # What the watcher calls: list and watch (services/kube_watcher/service.py), never get.
+    assert all(rule["verbs"] == ["list", "watch"] for rule in role["rules"])
     watcher = _env(_find(docs, "Deployment", "periscope-kube-watcher")["spec"]["template"]["spec"]
                    ["containers"][0])
+    # The operand DaemonSets: in the GPU Operator's namespace only, the one the watcher is told.
+    operands = _find(docs, "Role", "periscope-kube-watcher-operands")
+    assert operands["metadata"]["namespace"] == watcher["PERISCOPE_OPERATOR_NAMESPACE"]["value"]
+    assert operands["rules"] == [
+        {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["list", "watch"]}]
+    binding = _find(docs, "RoleBinding", "periscope-kube-watcher-operands")
+    assert binding["metadata"]["namespace"] == operands["metadata"]["namespace"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "periscope-kube-watcher-operands"}
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "periscope-kube-watcher", "namespace": "periscope"}]
+    roles = [d for d in docs if d["kind"] == "Role" and d is not operands]
     assert (watcher["PERISCOPE_LEADER_ELECTION"]["value"] == "true") == bool(roles)
     for r in roles:
         assert r["metadata"]["namespace"] == watcher["PERISCOPE_LEASE_NAMESPACE"]["value"]
@@ -493,6 +505,11 @@ def test_namespaces_carry_pod_security_labels_and_hold_the_right_things() -> Non
     assert labels["periscope"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert labels["periscope-node"]["pod-security.kubernetes.io/enforce"] == "privileged"
     namespaced = [d for d in docs if d["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}]
+    operator = {("Role", "periscope-kube-watcher-operands"),
+                ("RoleBinding", "periscope-kube-watcher-operands")}
+    assert {(d["kind"], d["metadata"]["name"]) for d in namespaced
+            if d["metadata"]["namespace"] == "gpu-operator"} == operator  # the operator's own namespace
+    namespaced = [d for d in namespaced if d["metadata"]["namespace"] != "gpu-operator"]
     assert {d["metadata"]["namespace"] for d in namespaced} == set(labels)
     node_side = {(d["kind"], d["metadata"]["name"]) for d in namespaced
                  if d["metadata"]["namespace"] == "periscope-node"}
@@ -528,8 +545,70 @@ def test_api_is_reachable_on_its_port_only() -> None:
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(port, "https")]
     policy = _find(docs, "NetworkPolicy", "periscope-api")["spec"]
     assert policy["podSelector"]["matchLabels"] == svc["spec"]["selector"]
-    assert policy["policyTypes"] == ["Ingress"]
-    assert policy["ingress"] == [{"ports": [{"port": port, "protocol": "TCP"}]}]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    # Not from any pod: from namespaces, or pods, that are labelled for it.
+    access = {"periscope.io/api-access": "true"}
+    assert policy["ingress"] == [{
+        "from": [{"namespaceSelector": {"matchLabels": access}},
+                 {"namespaceSelector": {}, "podSelector": {"matchLabels": access}}],
+        "ports": [{"port": port, "protocol": "TCP"}],
+    }]
+
+
+DNS = {(53, "UDP"), (53, "TCP")}
+KAFKA = {(9092, "TCP")}
+APISERVER = {(443, "TCP"), (6443, "TCP"), (16443, "TCP")}
+# component -> (its pods' ingress ports, where it may connect to): nothing else, in either direction.
+TRAFFIC = {
+    "probe": ({9401}, DNS | KAFKA | {(9400, "TCP")}),  # 9400: the node's dcgm-exporter
+    "kube-watcher": ({9402}, DNS | KAFKA | APISERVER),
+    "joiner": ({9403}, DNS | KAFKA),
+    "api": ({8080}, DNS | KAFKA | APISERVER),
+    "topics": (set(), DNS | KAFKA),
+}
+
+
+def _policy_ports(rules: list[Doc]) -> set[Any]:
+    return {(p["port"], p["protocol"]) for rule in rules for p in rule["ports"]}
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_every_component_has_a_network_policy_for_both_directions(flavour: str) -> None:
+    docs = _flavour(flavour)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for workload, pod in _pods(docs):
+        labels = pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+        component = labels["app.kubernetes.io/component"]
+        mine = [p for p in policies if p["metadata"]["namespace"] == workload["metadata"]["namespace"]
+                and all(pod_labels.get(k) == v for k, v in p["spec"]["podSelector"]["matchLabels"].items())]
+        assert len(mine) == 1, (flavour, workload["metadata"]["name"], len(mine))
+        spec = mine[0]["spec"]
+        assert spec["policyTypes"] == ["Ingress", "Egress"], component
+        if component == "kafka":
+            continue  # the overlay's own broker: test_kafka_takes_only_periscope_and_labelled_clients
+        ingress, egress = TRAFFIC[component]
+        assert {p for p, _ in _policy_ports(spec.get("ingress", []))} == ingress, component
+        assert _policy_ports(spec["egress"]) == egress, component
+        for rule in spec["egress"]:  # by port; the only destinations are outside these manifests
+            assert set(rule) == {"ports"}, component
+        if component != "api":  # the API names who may connect; the rest serve only health checks
+            assert all(set(rule) == {"ports"} for rule in spec.get("ingress", [])), component
+        for container in pod["containers"]:  # every port a container serves is one its policy admits
+            assert {p["containerPort"] for p in container.get("ports", [])} <= ingress, component
+
+
+def test_kafka_takes_only_periscope_and_labelled_clients() -> None:
+    spec = _find(_flavour("overlays/kafka-kraft"), "NetworkPolicy", "kafka")["spec"]
+    (rule,) = spec["ingress"]
+    assert rule["ports"] == [{"port": 9092, "protocol": "TCP"}]
+    ours = {"app.kubernetes.io/part-of": "periscope"}
+    assert rule["from"] == [
+        {"podSelector": {"matchLabels": ours}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "periscope-node"}},
+         "podSelector": {"matchLabels": ours}},
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"periscope.io/kafka-client": "true"}}},
+    ]
+    assert _policy_ports(spec["egress"]) == DNS | KAFKA
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
@@ -657,21 +736,31 @@ def test_kafka_security_component_mounts_the_secret_and_sets_the_variables() -> 
         {k.removeprefix("PERISCOPE_").lower(): v for k, v in maps[0]["data"].items()})
     assert all(m["data"] == maps[0]["data"] for m in maps)
     security = settings.kafka_security()
-    assert (security.protocol, security.mechanism, security.username) == (
-        "SASL_SSL", "SCRAM-SHA-512", "periscope")
+    assert (security.protocol, security.mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
+    assert "PERISCOPE_KAFKA_SASL_USERNAME" not in maps[0]["data"]  # each component names its own
     files = {security.cafile, security.password_file}
     assert all(f.startswith("/etc/periscope/kafka/") for f in files)
+    from periscope.bus.acls import SERVICES
+
+    principal = {"periscope-probe": "probe", "periscope-kube-watcher": "watcher",
+                 "periscope-joiner": "joiner", "periscope-api": "api", "periscope-topics": "admin"}
+    seen = set()
     for workload, pod in _pods(docs):
         where = workload["metadata"]["name"]
         assert any(e.get("configMapRef", {}).get("name") == "periscope-config"
                    for c in pod["containers"] for e in c.get("envFrom", [])), where
         (volume,) = [v for v in pod["volumes"] if v["name"] == "kafka-credentials"]
-        assert volume["secret"]["secretName"] == "periscope-kafka", where
+        # one principal per component: its own Secret, and its own name
+        assert volume["secret"]["secretName"] == f"periscope-kafka-{principal[where]}", where
         for c in pod["containers"]:
             (mount,) = [m for m in c["volumeMounts"] if m["name"] == "kafka-credentials"]
             # a directory mount (no subPath): a rotated Secret reaches the password file
             assert mount == {"name": "kafka-credentials", "mountPath": "/etc/periscope/kafka",
                              "readOnly": True}
+            user = _env(c)["PERISCOPE_KAFKA_SASL_USERNAME"]["value"]
+            assert user == f"periscope-{principal[where]}", where
+            seen.add(user)
         assert {"/etc/periscope/kafka/" + f.rsplit("/", 1)[1] for f in files} == files
+    assert seen == {f"periscope-{s}" for s in SERVICES}  # the principals the ACL table grants
     # no credential is shipped in the manifests
     assert not [d for d in docs if d["kind"] == "Secret"]

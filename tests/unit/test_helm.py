@@ -111,7 +111,8 @@ PRESETS: dict[str, tuple[Doc, str | None]] = {
     "k0s": ({"platform": "k0s"}, "components/k0s"),
     "mig-monitor": ({"probe": {"migMonitor": True}}, "components/mig-monitor"),
     "no-runtime-class": ({"probe": {"runtimeClassName": ""}}, "components/no-runtime-class"),
-    "kafka-security": (SECURE, "components/kafka-security"),
+    "kafka-security": ({"kafka": {**SECURE["kafka"], "perComponentPrincipals": True}},
+                       "components/kafka-security"),
     "leader-election": ({"watcher": {"leaderElection": True}}, "components/leader-election"),
     "monitoring": ({"monitoring": {"enabled": True}}, "monitoring"),
     "kafka-acls": ({"kafka": {"strimziUsers": {"create": True}}}, "components/kafka-acls"),
@@ -347,6 +348,40 @@ def test_per_component_principals_mount_only_their_own_secret() -> None:
     assert users == {f"periscope-{p}" for p in principal.values()}
 
 
+def test_network_policies_follow_the_kafka_bootstrap_and_the_operator_namespace() -> None:
+    docs = _chart({"kafka": {"bootstrap": "b-1.msk:9096,b-2.msk:9096,b-3.msk:9094"},
+                   "watcher": {"operatorNamespace": "nvidia-gpu-operator"}})
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["name"] for p in policies} == {
+        "periscope-probe", "periscope-kube-watcher", "periscope-joiner", "periscope-api", "periscope-topics"}
+    for policy in policies:
+        kafka = policy["spec"]["egress"][1]
+        assert kafka == {"ports": [{"port": 9096, "protocol": "TCP"}, {"port": 9094, "protocol": "TCP"}]}
+    role = _find(docs, "Role", "periscope-kube-watcher-operands")
+    assert role["metadata"]["namespace"] == "nvidia-gpu-operator"
+    assert _find(docs, "RoleBinding", "periscope-kube-watcher-operands")["metadata"]["namespace"] == (
+        "nvidia-gpu-operator")
+
+
+def test_the_probe_reaches_the_nodes_dcgm_exporter_when_given_its_url() -> None:
+    url = "http://$(HOST_IP):9400/metrics"
+    docs = _chart({"probe": {"dcgmExporterUrl": url, "dcgmExporterPort": 9500}})
+    pod = _find(docs, "DaemonSet", "periscope-probe")["spec"]["template"]["spec"]
+    env = [e["name"] for e in pod["containers"][0]["env"]]
+    values = {e["name"]: e for e in pod["containers"][0]["env"]}
+    # HOST_IP first: a $(VAR) reference expands only from variables defined before it
+    assert env.index("HOST_IP") < env.index("PERISCOPE_DCGM_EXPORTER_URL")
+    assert values["HOST_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
+    assert values["PERISCOPE_DCGM_EXPORTER_URL"]["value"] == url
+    egress = _find(docs, "NetworkPolicy", "periscope-probe")["spec"]["egress"]
+    assert {"ports": [{"port": 9500, "protocol": "TCP"}]} in egress
+    default = _find(_chart(), "DaemonSet", "periscope-probe")["spec"]["template"]["spec"]
+    assert "PERISCOPE_DCGM_EXPORTER_URL" not in {e["name"] for e in default["containers"][0]["env"]}
+    out = _run("template", "periscope", str(CHART), values={"probe": {"dcgmExporterUrl": "10.0.0.1:9400"}},
+               check=False)
+    assert out.returncode != 0 and "values don't meet the specifications of the schema" in out.stderr
+
+
 def test_mutual_tls_sets_the_client_certificate_and_no_sasl() -> None:
     config = _config(_chart(PRESETS["per-component-mtls"][0]))
     assert config == {
@@ -382,6 +417,11 @@ def _values_of(node: Any, key: str) -> list[Any]:
 
 def test_other_namespaces_reach_every_reference() -> None:
     docs = [d for d in _chart(PRESETS["everything"][0]) if d["kind"] != "KafkaUser"]  # those live with Kafka
+    operator = [d for d in docs if d["metadata"].get("namespace") == "gpu-operator"]  # the operator's own
+    assert {(d["kind"], d["metadata"]["name"]) for d in operator} == {
+        ("Role", "periscope-kube-watcher-operands"), ("RoleBinding", "periscope-kube-watcher-operands")}
+    docs = [d for d in docs if d not in operator]
+    assert set(_values_of(operator, "namespace")) == {"gpu-operator", "gpu-attribution"}  # its subject
     assert set(_values_of(docs, "namespace")) == {"gpu-attribution", "gpu-attribution-node"}
     monitor = _find(docs, "ServiceMonitor", "periscope-api")["spec"]
     assert monitor["namespaceSelector"] == {"matchNames": ["gpu-attribution"]}

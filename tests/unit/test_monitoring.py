@@ -125,7 +125,7 @@ def test_the_dashboard_has_the_variables_and_panels_operators_need() -> None:
         "GPU owners by pod", "Per-pod GPU utilization", "Per-pod GPU memory", "Per-pod GPU power",
         "Split on shared GPUs", "Idle pods", "Wasted GPU-hours by namespace",
         "XIDs with the owner at the time", "MIG layout", "Data age", "Consumer lag", "Dead letters",
-        "Source health",
+        "Source health", "Top namespaces by idle GPU-hours", "GPU efficiency by namespace",
     } <= titles
     ids = [p["id"] for p in d["panels"]]
     assert len(ids) == len(set(ids))

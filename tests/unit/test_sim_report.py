@@ -21,10 +21,10 @@ from periscope.sim.scenario import load_scenario
 START = 1_700_000_000_000
 
 
-def write_truth(tmp: Path, scenario: str, window_ms: int = 20_000) -> Truth:
+def write_truth(tmp: Path, scenario: str, window_ms: int = 20_000, mig_observable: bool = False) -> Truth:
     model = ClusterModel(load_scenario(scenario))
-    path = tmp / f"{scenario}.jsonl"
-    w = TruthWriter(path, model, START, 1.0, window_ms, 5.0)
+    path = tmp / f"{scenario}-{mig_observable}.jsonl"
+    w = TruthWriter(path, model, START, 1.0, window_ms, 5.0, mig_observable=mig_observable)
     w.write_tick(len(model.tick_times()) - 1)
     w.close()
     return Truth(read_jsonl(path))
@@ -259,3 +259,19 @@ def test_report_command(demo: Truth, tmp_path: Path) -> None:
         lag.returncode == 2
         and lag.stderr == "periscope: --baseline-lag later: not a duration: 'later' (use e.g. 90s, 10m, 2h)\n"
     )
+
+
+def test_mig_util_scored_when_the_run_serves_dcgm(tmp_path: Path, demo: Truth) -> None:
+    assert build_report(demo, perfect(demo))["periscope"]["mig_util"]["total"] == 0  # not observable
+    truth = write_truth(tmp_path, "demo", mig_observable=True)
+    snaps = perfect(truth)
+    p = build_report(truth, snaps)["periscope"]
+    assert p["mig_util"]["total"] > 100 and p["mig_util"]["share"] == 1.0, p["mig_util"]
+    assert p["exclusive_util"] == build_report(demo, perfect(demo))["periscope"]["exclusive_util"]
+    for s in snaps:
+        for row in s.get("pods") or []:
+            if row["pod"] == "train-llm-0":
+                row["util_pct"] = None  # what the API said before DCGM: no util on MIG
+    wrong = build_report(truth, snaps)["periscope"]["mig_util"]
+    assert 0.5 < wrong["share"] < 1.0, wrong
+    assert "MIG-slice util" in format_report(build_report(truth, snaps))

@@ -135,3 +135,15 @@ def test_the_table_reads_the_apis_contract_nulls_included() -> None:
     unresolved = next(r for r in rows(Snapshot(gpus=items("gpus"), pods=pods, idle=[], as_of=None))
                       if r.container == "cuda" and r.gpu == "")
     assert unresolved.pod == "gke-7"
+
+
+def test_mig_util_and_dcgm_columns_when_the_exporter_is_scraped() -> None:
+    train = pod("11111111-aaaa", "ml", "train-0", "gpu-a", MIG, 92.0, 9000.0, None,
+                {"uuid": MIG, "profile": "3g.40gb", "gi": 1, "ci": 0})
+    train |= {"sm_active_pct": 87.4, "tensor_active_pct": 55.2, "dram_active_pct": 36.8, "sources": ["dcgm"]}
+    snap = Snapshot(gpus=[gpu(A0, "gpu-a", 0)], pods=[train], idle=[], as_of="2026-11-22T04:05:06.789Z")
+    assert render_text(snap) == """\
+as of 2026-11-22T04:05:06.789Z   GPUs 1   pods holding GPUs 1   idle 0 (0.00 GPU-h wasted)
+NODE   GPU         DEVICE       NAMESPACE  POD      UID       CONTAINER  UTIL%  SM%  TENSOR%  DRAM%  MEM MiB  POWER W  IDLE GPU-h
+gpu-a  0 aaaaaaaa  3g.40gb 1/0  ml         train-0  11111111  main          92   87       55     37     9000        -           -
+"""  # noqa: E501 - the table is wider than a source line

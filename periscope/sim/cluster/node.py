@@ -19,6 +19,7 @@ from periscope.core.cgroup import Driver, Qos, Runtime
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.cluster.hardware import DRIVER_VERSION, mig_capable
 from periscope.sim.cluster.model import ClusterModel, ContainerModel, GpuUsage, MigUsage, PodModel, mps_daemon
+from periscope.sim.dcgm import FakeDcgmExporter
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import add_xid, write_nvml_state
 from periscope.sim.procfs import FakeProcfs, atomic_write
@@ -74,6 +75,8 @@ class NodeSim:
             "driver_version": DRIVER_VERSION, "cuda_driver_version": 12040, "gpus": [], "xids": []
         }
         self.mps = mps_daemon(model, node)
+        # The node's dcgm-exporter (Prometheus text over HTTP), fed from the same usage as NVML.
+        self.dcgm = FakeDcgmExporter(node)
         paths.checkpoint.parent.mkdir(parents=True, exist_ok=True)
 
     async def start(self) -> None:
@@ -81,6 +84,7 @@ class NodeSim:
             FakeDevices(d.resource, (d.id,), (d.gpu.index // 4,)) for d in self.model.node_devices[self.node]
         )
         await self.kubelet.start()
+        await self.dcgm.start()
         self.write_host_processes()
 
     def write_host_processes(self) -> None:
@@ -147,8 +151,10 @@ class NodeSim:
         add_xid(self.nvml, g.uuid, code, inst.gi if inst else None, inst.ci if inst else None)
 
     def _write_nvml(self, t_ms: int) -> None:
-        self.nvml["gpus"] = [self._gpu_state(u) for u in self.model.usage(self.node, t_ms)]
+        usage = self.model.usage(self.node, t_ms)
+        self.nvml["gpus"] = [self._gpu_state(u) for u in usage]
         write_nvml_state(self.paths.nvml_state, self.nvml)
+        self.dcgm.update(usage, self.model.holdings(t_ms, self.node))
 
     def _gpu_state(self, u: GpuUsage) -> dict[str, Any]:
         """One GPU of the NVML state file, laid out as its format (periscope.sim.nvml.state) lists it."""

@@ -155,7 +155,8 @@ class Simulator:
             # The API's reviews as its own identity on a real apiserver; the fake needs no credentials.
             "api_kubeconfig": str(self._api_kubeconfig() or kubeconfig),
             "pid": os.getpid(),
-            "nodes": {n: s.paths.to_json() for n, s in self.nodes.items()},
+            "nodes": {n: s.paths.to_json() | {"dcgm_exporter_url": s.dcgm.url}
+                      for n, s in self.nodes.items()},
         }
         atomic_write(self.workdir / "ready.json", json.dumps(ready).encode())
         log.info("simulated cluster %s ready (frozen at 0s until started)", self.scenario.name)
@@ -178,7 +179,7 @@ class Simulator:
             prestart_ms = max(0, start_ms - self.prepared_ms)
             truth = TruthWriter(
                 self.truth_path, self.model, start_ms, self.clock.speed, self.idle_window_ms,
-                self.idle_threshold, prestart_ms, self.truth_meta,
+                self.idle_threshold, prestart_ms, self.truth_meta, mig_observable=True,
             )
         ticks = self.model.tick_times()
         log.info("scenario %s started (%d ticks of %d ms at speed %g)", self.scenario.name, len(ticks), tick,
@@ -206,6 +207,7 @@ class Simulator:
             task.cancel()
         for node in self.nodes.values():
             await node.kubelet.stop()
+            await node.dcgm.stop()
         self.api.stop()
 
 

@@ -6,8 +6,12 @@ One object per line, each with a `kind`:
 - `holder`: one per tick x kubelet device: `tick`, `at`/`at_ms`, `node`, `device_id`, `gpu_uuid`,
   `mig` (null | {uuid, profile, gi, ci}), `sharing`, the holder `pod_uid`/`namespace`/`pod`/`container`
   (all null when the device is free), its true `util_pct` (share of the GPU's SM time after the 100 %
-  cap; `util_observable` is false on MIG, where NVML cannot report it), `fb_used_mib`,
-  `gpu_util_pct` (the whole GPU's util) and `idle` (null when it cannot be known);
+  cap; `util_observable` is false on MIG, where NVML cannot report it, unless the run serves each
+  node's dcgm-exporter, whose per-instance graphics-engine activity shows it), `fb_used_mib`,
+  `gpu_util_pct` (the whole GPU's util) and `idle` (null when it cannot be known); for GPU-hours
+  accounting (docs/accounting.md), `alloc_share` (the device-equivalents the holder held: 1 for a whole
+  GPU, a MIG slice's compute slices of the parent's, on a shared GPU its true use plus an equal part
+  of the time nobody used) and `used_share` (its true use, in the same units); 0 when free;
 - `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires.
 Times are simulated Unix ms plus RFC 3339 strings, the same clock every service of the run uses.
 `TruthWriter` writes the file as the run goes; `read_truth` reads it back and `Truth` indexes it by tick
@@ -58,8 +62,10 @@ class TruthWriter:
         idle_threshold: float,
         prestart_ms: int = 0,
         extra_meta: dict[str, Any] | None = None,
+        mig_observable: bool = False,
     ) -> None:
         self.model, self.start_ms, self.prestart_ms = model, start_ms, prestart_ms
+        self.mig_observable = mig_observable  # a dcgm-exporter shows each MIG instance's activity
         self.window_ms, self.threshold = idle_window_ms, idle_threshold
         self._f: IO[str] = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
         s = model.scenario
@@ -85,6 +91,7 @@ class TruthWriter:
                     "components": {o.component: o.expected_status for o in operands(s)},
                 },
                 "prestart_ms": prestart_ms,
+                "mig_util_observable": mig_observable,
                 **(extra_meta or {}),
             }
         )
@@ -128,8 +135,11 @@ class TruthWriter:
         model = self.model
         t = tick * model.scenario.tick_ms
         gpu_util = {u.gpu.uuid: u.util_pct for n in model.gpus for u in model.usage(n, t)}
-        for h in model.holdings(t):
+        holdings = model.holdings(t)
+        shares = account_shares(holdings)
+        for h in holdings:
             d = h.device
+            alloc, used = shares.get(d.id, (0.0, 0.0))
             self._emit(
                 {
                     "kind": "holder",
@@ -145,18 +155,21 @@ class TruthWriter:
                     "sharing": d.sharing,
                     **_holder(h),
                     "util_pct": None if h.util_pct is None else round(h.util_pct, 3),
-                    "util_observable": d.mig is None,
+                    "util_observable": d.mig is None or self.mig_observable,
                     "fb_used_mib": h.fb_used_mib,
                     "gpu_util_pct": gpu_util.get(d.gpu.uuid),
                     "idle": self._idle(h, t),
+                    "alloc_share": round(alloc, 6),
+                    "used_share": round(used, 6),
                 }
             )
 
     def _idle(self, h: Holding, t_ms: int) -> bool | None:
         """Allocated-but-idle as a perfect observer sees it: held for a whole window with mean util below
-        the threshold. None where the hardware cannot show utilization (MIG) or nobody holds the device.
+        the threshold. None where the hardware cannot show utilization (MIG without a dcgm-exporter) or
+        nobody holds the device.
         Pods of time 0 already existed for `prestart_ms` while the cluster waited, frozen, for the start."""
-        if h.pod is None or h.device.mig is not None:
+        if h.pod is None or (h.device.mig is not None and not self.mig_observable):
             return None
         start = h.pod.spec.start_ms or -self.prestart_ms
         if t_ms - start < self.window_ms:
@@ -177,6 +190,39 @@ class TruthWriter:
             "mig": None if inst is None else {"uuid": inst.uuid, "gi": inst.gi, "ci": inst.ci},
             "owners": [{**_holder(h), "device_id": h.device.id} for h in self.model.xid_owners(x)],
         }
+
+
+def _parent_slices(model: str) -> int:
+    return 4 if "A30" in model else 7  # compute slices of a whole GPU in MIG mode (the A30 has 4)
+
+
+def account_shares(holdings: list[Holding]) -> dict[str, tuple[float, float]]:
+    """Device ID -> (allocated, used) device-equivalents of its holder at one instant, from the true
+    usage: the definitions of docs/accounting.md applied to what really ran. On a time-sliced or MPS
+    GPU with n = max(replicas, holders) and true shares u_i summing to U (percent): u_i/100 plus
+    (1 - U/100)/n each, or u_i/U once U reaches 100."""
+    out: dict[str, tuple[float, float]] = {}
+    shared: dict[str, list[Holding]] = {}
+    for h in holdings:
+        d = h.device
+        if h.pod is None:
+            continue
+        u = (h.util_pct or 0.0) / 100.0
+        if d.mig is not None:
+            part = d.mig.slices / _parent_slices(d.gpu.model)
+            out[d.id] = (part, part * u)
+        elif d.sharing in ("time-slicing", "mps"):
+            shared.setdefault(d.gpu.uuid, []).append(h)
+        else:
+            out[d.id] = (1.0, min(u, 1.0))
+    for held in shared.values():
+        n = max(held[0].device.gpu.replicas, len(held))
+        total = sum((h.util_pct or 0.0) / 100.0 for h in held)
+        for h in held:
+            u = (h.util_pct or 0.0) / 100.0
+            alloc = u / total if total >= 1.0 else u + (1.0 - total) / n
+            out[h.device.id] = (alloc, min(u, alloc))
+    return out
 
 
 def read_truth(path: str | Path) -> Iterator[dict[str, Any]]:

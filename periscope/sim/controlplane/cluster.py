@@ -74,7 +74,8 @@ def user_bindings(users: Iterable[UserSpec]) -> list[Obj]:
 
 
 def deploy_rbac(base: Path = DEPLOY_BASE) -> list[Obj]:
-    """The namespaces, ServiceAccounts and RBAC objects of deploy/base, as written there."""
+    """The namespaces, ServiceAccounts and RBAC objects of deploy/base, as written there, after the
+    namespaces they use but do not make (the GPU Operator's, which a cluster has before Periscope)."""
     kustomization = yaml.safe_load((base / "kustomization.yaml").read_text())
     docs = [
         d
@@ -82,7 +83,10 @@ def deploy_rbac(base: Path = DEPLOY_BASE) -> list[Obj]:
         for d in yaml.safe_load_all((base / entry).read_text())
         if d
     ]
-    return [d for d in docs if d.get("kind") in RBAC_KINDS]
+    rbac = [d for d in docs if d.get("kind") in RBAC_KINDS]
+    made = {d["metadata"]["name"] for d in rbac if d["kind"] == "Namespace"}
+    used = sorted({d["metadata"]["namespace"] for d in rbac if d["metadata"].get("namespace")} - made)
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in used] + rbac
 
 
 def apply_all(plane: ControlPlane, documents: Sequence[Obj]) -> None:

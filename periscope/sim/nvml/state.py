@@ -64,8 +64,27 @@ def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     atomic_write(target, json.dumps(state))
 
 
+MAX_STATE_BYTES = 64 * 1024 * 1024  # a simulated node's state is kilobytes
+
+
 def read_nvml_state(path: str | Path) -> dict[str, Any]:
-    state: dict[str, Any] = json.loads(Path(path).read_text())
+    """The state file's content; OSError when it cannot be read, ValueError when it is not a state (not
+    JSON, not a mapping whose `gpus` are mappings with a string `uuid`, or over MAX_STATE_BYTES)."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_STATE_BYTES + 1)
+    if len(data) > MAX_STATE_BYTES:
+        raise ValueError(f"larger than {MAX_STATE_BYTES // (1024 * 1024)} MiB")
+    try:
+        state = json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    gpus = state.get("gpus", []) if isinstance(state, dict) else None
+    if not isinstance(gpus, list) or not all(
+        isinstance(g, dict) and isinstance(g.get("uuid"), str)
+        and all(isinstance(m, dict) and isinstance(m.get("uuid"), str) for m in g.get("mig") or [])
+        for g in gpus
+    ):
+        raise ValueError("not an NVML state (a mapping whose gpus each have a uuid)")
     return state
 
 
@@ -141,7 +160,10 @@ class NvmlBase(types.ModuleType):
                 fail("DriverNotLoaded")
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
             if stamp != self._stamp:
-                self._state = read_nvml_state(self.state_path)
+                try:
+                    self._state = read_nvml_state(self.state_path)
+                except (OSError, ValueError):  # a driver that answers nonsense: NVML's catch-all error
+                    fail("Unknown")
                 self._stamp = stamp
             return self._state
 

@@ -21,7 +21,7 @@ from periscope.contract.values import parse_time_ms
 from periscope.sim.cluster.truth import Row, Truth
 
 # The owner and usage scores, in the order the report lists them; idleness is a `Confusion` after them.
-SCORES = ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners")
+SCORES = ("owners", "shared_util", "exclusive_util", "reused_names", "xid_owners", "mig_util")
 
 
 def _ratio(part: int, whole: int) -> float | None:
@@ -170,7 +170,10 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 continue  # a wrong owner is scored above
             seen.add(("r", dev, uid, k))
             if t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct"):
-                keys = ["shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"]
+                # A MIG slice's util is scored on its own (it needs the node's dcgm-exporter; the truth
+                # marks it observable only then): the incumbent's GPU_UTIL has no series on MIG.
+                keys = ["mig_util" if t["sharing"] == "mig" else
+                        "shared_util" if t["sharing"] in ("time-slicing", "mps") else "exclusive_util"]
                 if truth.first_uid[(t["namespace"], t["pod"])] != uid:
                     keys.append("reused_names")
                 err = _err(r.get("util_pct"), t["util_pct"])

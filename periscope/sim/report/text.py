@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 
 from periscope.sim.cluster.truth import read_truth
+from periscope.sim.report.accounting import format_accounting
 from periscope.sim.report.score import SCORES, Row, parse_time
 from periscope.sim.up.sampler import api_get, final_row
 
@@ -57,7 +58,8 @@ def format_report(r: Row) -> str:
     ]
     tol = f"within ±{r['tolerance_pct']:g}"
     labels = ("owner right (tick x device)", f"shared-GPU util {tol}", f"exclusive util {tol}",
-              "reused name, new pod's usage", "XID owner at error time")  # in the order of SCORES
+              "reused name, new pod's usage", "XID owner at error time",
+              f"MIG-slice util {tol}")  # in the order of SCORES
     rows = [(label, _pct(p[key]), _pct(b[key])) for label, key in zip(labels, SCORES, strict=True)]
     rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
              ("policy statuses", _pct(p["policy"]), "n/a")]
@@ -70,4 +72,6 @@ def format_report(r: Row) -> str:
         n = f["recovered_ticks"]
         took = "not recovered" if n is None else f"recovered in {n} ticks"
         lines.append(f"fault {f['fault']}{where} at {f['at']}: {took}{'' if f['ok'] else '  <-- too slow'}")
+    if r.get("accounting"):
+        lines += format_accounting(r["accounting"])
     return "\n".join(lines)

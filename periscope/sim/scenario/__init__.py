@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
-from collections.abc import Hashable
+import os
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -25,53 +24,16 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from periscope.cli.terminal import shown
 from periscope.core.duration import format_duration_ms
 from periscope.sim.scenario.document import *  # noqa: F403  (every model stays importable from here)
 from periscope.sim.scenario.document import Scenario
+from periscope.sim.scenario.loader import MAX_BYTES, StrictLoader, YamlLimit, load_yaml  # noqa: F401
 from periscope.sim.scenario.rules import build_scenario
 from periscope.sim.scenario.specs import *  # noqa: F403  (every type and constant stays importable from here)
 from periscope.sim.scenario.specs import Invalid, ScenarioError, describe_value
 
 # ---------------------------------------------------------------- loading
-
-
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader without YAML 1.1 base-60 numbers (so `0:1` stays a string) and with duplicate keys
-    rejected instead of silently overwritten."""
-
-
-StrictLoader.yaml_implicit_resolvers = {
-    ch: [(tag, rx) for tag, rx in rs if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
-    for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789")
-)
-StrictLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|\.[0-9_]+)$"),
-    list("-+0123456789."),
-)
-
-
-def _mapping(loader: StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, Hashable):  # a list or a mapping used as a key, worded as PyYAML does
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping", node.start_mark, "found unhashable key", key_node.start_mark
-            )
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1})", mark
-            )
-        seen[key] = loader.construct_object(value_node, deep=True)
-    return seen
-
-
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
 
 
 def builtin_names() -> tuple[str, ...]:
@@ -82,30 +44,45 @@ def builtin_names() -> tuple[str, ...]:
 def load_scenario(ref: str) -> Scenario:
     """Load a built-in scenario by name (`demo`) or a YAML file by path."""
     path = Path(ref)
-    if path.suffix not in (".yaml", ".yml") and "/" not in ref and not path.exists():
+    # os.path.exists, not Path.exists: a name too long for the file system is "not there", not an error.
+    if path.suffix not in (".yaml", ".yml") and "/" not in ref and not os.path.exists(ref):
         if ref not in builtin_names():
             raise ScenarioError(
                 f"scenario {ref}: no such file or built-in scenario (built-in: {', '.join(builtin_names())})"
             )
         text = (resources.files("periscope.sim") / "scenarios" / f"{ref}.yaml").read_text("utf-8")
-        return parse_scenario(text, ref)
+        scenario = parse_scenario(text, ref)
+        scenario._location = ref
+        return scenario
     try:
-        text = path.read_text("utf-8")
+        with path.open("rb") as f:  # never more than the limit: a scenario is kilobytes
+            data = f.read(MAX_BYTES + 1)
     except OSError as e:
         raise ScenarioError(f"scenario {ref}: cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_BYTES:
+        raise ScenarioError(f"scenario {ref}: larger than {MAX_BYTES // (1024 * 1024)} MiB, not a scenario")
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ScenarioError(f"scenario {ref}: not a UTF-8 text file") from None
-    return parse_scenario(text, ref)
+    scenario = parse_scenario(text, ref)
+    # What a child process started in another directory loads it from.
+    scenario._location = str(path.resolve())
+    return scenario
 
 
 def parse_scenario(text: str, source: str = "<string>") -> Scenario:
     try:
-        data = yaml.load(text, Loader=StrictLoader)
+        data = load_yaml(text)
+    except YamlLimit as e:
+        raise ScenarioError(f"scenario {source}: too large or too deep for a scenario: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or getattr(e, "context", None) or str(e)
         raise ScenarioError(f"scenario {source}: invalid YAML{where}: {problem}") from None
+    except (ValueError, OverflowError) as e:  # a number or a date the YAML types cannot hold
+        raise ScenarioError(f"scenario {source}: invalid YAML: {shown(e, 120)}") from None
     try:
         # Validated as the JSON the YAML describes, so the JSON Schema and the validator agree (strict JSON
         # takes arrays for tuples); YAML-only values such as dates arrive as strings and fail by name.

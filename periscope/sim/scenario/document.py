@@ -236,11 +236,17 @@ class Scenario(Document):
     events: Annotated[tuple[Event, ...], _absent_as((), list[Event]), LAX] = ()
     users: Annotated[tuple[UserSpec, ...], _absent_as((), list[UserSpec]), LAX] = ()
     policy: Policy | None = None
-    _source: str = PrivateAttr("")  # the file or built-in name it was read from
+    _source: str = PrivateAttr("")  # the file or built-in name it was read from, as the user named it
+    _location: str = PrivateAttr("")  # the built-in name or the file's absolute path
 
     @property
     def source(self) -> str:
         return self._source
+
+    @property
+    def location(self) -> str:
+        """Where a process in any working directory loads this scenario from ("" if not from a file)."""
+        return self._location
 
     def node(self, name: str) -> Node:
         return {n.name: n for n in self.nodes}[name]

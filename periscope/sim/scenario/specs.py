@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from periscope.core.duration import parse_duration_ms
+from periscope.core.duration import MAX_DURATION_MS, parse_duration_ms
 
 MIG_PROFILE = re.compile(r"^([1-7])g\.(\d+)gb(\+me)?$")
 UUID_RE = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -80,6 +80,12 @@ def _duration_ms(v: Any) -> int:
     if not isinstance(v, str):
         if v < 0:
             raise PydanticCustomError("duration", "must not be negative")
+        if not v * 1000 <= MAX_DURATION_MS:  # NaN too; an infinite float would not round
+            got = f"{v:.6g}" if isinstance(v, float) else f"a {len(str(v))}-digit number of"
+            raise PydanticCustomError(
+                "duration", "too long: {got} seconds (at most {days}d)",
+                {"got": got, "days": MAX_DURATION_MS // 86_400_000},
+            )
         return round(v * 1000)
     try:
         return parse_duration_ms(v)

@@ -21,10 +21,11 @@ from typing import Any
 from periscope.devkit.embedded import BrokerError
 from periscope.sim.cluster.model import ClusterModel
 from periscope.sim.up.child import Emit
-from periscope.sim.up.sampler import snapshots_path
+from periscope.sim.up.sampler import snapshots_path, usage_path
 from periscope.sim.up.stack import Stack, UpError, UpOptions, banner
 
-__all__ = ["UpOptions", "run_up", "snapshots_path"]  # what `periscope up` and `periscope report` use
+# what `periscope up` and `periscope report` use
+__all__ = ["UpOptions", "run_up", "snapshots_path", "usage_path"]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -56,6 +57,7 @@ def run_up(opts: UpOptions, model: ClusterModel, emit: Emit | None = None) -> in
                 out(line)
             out(f"[up] ready in {time.monotonic() - started:.1f}s; scenario clock started")
         stack.supervise()
+        stack.record_usage()  # the scenario ended (--exit-at-end); only with --truth
     except KeyboardInterrupt:
         out("[up] interrupted: stopping")
     except (UpError, BrokerError) as e:

@@ -4,8 +4,8 @@ A `Child` starts its argv in its own process group (so Ctrl-C reaches only the o
 PR_SET_PDEATHSIG set by a launcher before exec (so a killed orchestrator takes it along), pumps its
 combined stdout/stderr line by line to an `Emit` callback as `[name] line` with terminal control codes
 stripped, and stops it by signalling the whole group: SIGTERM first, SIGKILL once the grace period
-is over, always reaping it. It also counts crashes and remembers whether an exit was asked for, which
-the stack's supervision reads.
+is over, always reaping it. It also remembers whether an exit was asked for, which the stack's
+supervision reads.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class Child:
     emit: Emit
     stdin: bool = False
     proc: subprocess.Popen[str] | None = field(default=None, init=False)
-    crashes: int = field(default=0, init=False)
     expected_exit: bool = field(default=False, init=False)
 
     def start(self) -> None:

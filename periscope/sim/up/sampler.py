@@ -26,6 +26,11 @@ def snapshots_path(truth: Path) -> Path:
     return truth.with_name(truth.name.removesuffix(".jsonl") + ".api.jsonl")
 
 
+def usage_path(truth: Path) -> Path:
+    """Where `up --truth t.jsonl` keeps `periscope usage`'s answer for the run: `t.usage.json`."""
+    return truth.with_name(truth.name.removesuffix(".jsonl") + ".usage.json")
+
+
 def api_get(client: httpx.Client, path: str) -> tuple[Any, str | None]:
     """An API answer, with every page of a listing joined into one list, and the listing's `as_of`."""
     items: list[Any] = []

@@ -89,6 +89,9 @@ def services(
             "health_port": str(free_port()),
             "stale_after": tune.stale_after,
         }
+        if paths.get("dcgm_exporter_url"):  # the node's simulated dcgm-exporter: MIG util, profiling
+            probe["dcgm_exporter_url"] = paths["dcgm_exporter_url"]
+            probe["dcgm_interval"] = probe["tick"]  # the fake refreshes every tick: so does the probe
         out.append((f"probe/{node}", py(cli, "probe"), checked(f"probe/{node}", ProbeSettings, probe)))
     watcher = {"kubeconfig": ready["kubeconfig"], "health_port": str(free_port())}
     out.append(("watcher", py(cli, "watch"), checked("watcher", WatcherSettings, watcher)))

@@ -7,9 +7,14 @@ API, each a `Child` sharing one simulated clock (`PERISCOPE_CLOCK=sim:<origin>:<
 times agree at any `--speed`. It waits until the API shows every simulated GPU, starts the scenario
 clock (and the `Sampler` when a truth file is asked for), then supervises: the fault schedule's
 probe/joiner/watcher restarts are executed with SIGTERM and a fresh start, and a child that dies on
-its own is restarted and counted. Stopping takes the services down together, then the simulator,
-then the broker. `UpError` says which part could not be started or kept running, and `banner` is
-what the user reads once it is ready.
+its own is restarted with back-off until it crashes more often than its crash budget allows
+(periscope.sim.up.restarts: five crashes in ten minutes by default). History is bounded by
+`--retention`: Apache Kafka deletes older records itself; the embedded broker applies no retention
+(periscope.bus.profile), so once per retention period the stack renews it (the services stop, a fresh
+broker takes the same address, the topics are created again and the services start again, while the
+simulated cluster runs on), which bounds its memory. Stopping takes the services
+down together, then the simulator, then the broker. `UpError` says which part could not be started or
+kept running, and `banner` is what the user reads once it is ready.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -31,6 +37,7 @@ from periscope.bus.admin import TopicPlan, ensure_topics
 from periscope.bus.settings import ServiceSettings
 from periscope.clock import ScaledClock
 from periscope.config import SettingsError, env_for
+from periscope.contract.values import rfc3339
 from periscope.core.duration import format_duration_ms
 from periscope.devkit.brokers import BrokerKind, LocalBroker
 from periscope.devkit.launch import free_port
@@ -39,10 +46,10 @@ from periscope.sim.controlplane.build import ControlPlaneUnavailable
 from periscope.sim.controlplane.cluster import KubeCluster, start_for_scenario
 from periscope.sim.scenario import describe
 from periscope.sim.up.child import Child, Emit
-from periscope.sim.up.sampler import Sampler, snapshots_path
+from periscope.sim.up.restarts import CrashBudget, CrashPolicy
+from periscope.sim.up.sampler import Sampler, snapshots_path, usage_path
 from periscope.sim.up.services import JOINER_APP_ID, Tuning, py, services
 
-_MAX_CRASHES = 5
 # Services get this long to stop before they are killed, then the simulator, then the broker: Ctrl-C
 # (or a dead broker) ends `periscope up` within 10 s even when a service cannot reach the broker.
 SERVICES_GRACE_S = 6.0
@@ -67,6 +74,8 @@ class UpOptions:
     api_auth: bool = False  # access control against the simulated apiserver's scenario users
     broker: BrokerKind = "embedded"
     apiserver: str = "sim"  # "kube": the cluster is written into a real kube-apiserver built from source
+    crash_policy: CrashPolicy = field(default_factory=CrashPolicy)  # restart a crashed child, or give up
+    retention_ms: int = 3_600_000  # history the broker keeps (0: all of it, unbounded)
 
 
 class UpError(RuntimeError):
@@ -89,7 +98,11 @@ class Stack:
         self.start_ms: int | None = None
         self.sampler: Sampler | None = None
         self.crashed: list[str] = []
+        self.budgets: dict[str, CrashBudget] = {}  # per child, its crashes within the policy's window
+        self.restart_at: dict[str, float] = {}  # crashed children waiting out their back-off (monotonic)
         self.kube: KubeCluster | None = None
+        self.renew_at: float | None = None  # when the embedded broker is next renewed (monotonic)
+        self.engine_settings: dict[str, str] = {}  # the joiner's engine settings, for `periscope usage`
 
     # ------------------------------------------------------------------ children
 
@@ -115,7 +128,7 @@ class Stack:
                                   joiner_app_id=JOINER_APP_ID)
         self.bootstrap = self.broker.start()
         self.credentials = self.broker.credentials(self.workdir / "kafka-credentials")
-        asyncio.run(ensure_topics(self.broker.client("admin"), plan=TopicPlan()))
+        asyncio.run(ensure_topics(self.broker.client("admin"), plan=self.topic_plan()))
         if opts.apiserver == "kube":
             try:
                 self.kube = start_for_scenario(self.scenario.users, say=self._say)
@@ -123,7 +136,7 @@ class Stack:
                 raise UpError(f"--apiserver kube: {e}") from None
         tune, sim = self._tuning(), self.workdir / "sim"
         config = {
-            "scenario": self.scenario.source,
+            "scenario": self.scenario.location,  # the simulator runs in another directory
             "workdir": str(sim),
             "clock": self.clock.setting(),
             "truth": str(opts.truth) if opts.truth else None,
@@ -144,6 +157,17 @@ class Stack:
             raise UpError(str(e)) from None
         for name, argv, settings in children:
             self._add(name, argv, settings)
+            if name == "joiner":
+                keep = ("window", "idle_window", "idle_threshold", "lateness", "heartbeat")
+                self.engine_settings = {k: settings[k] for k in keep}
+
+    def topic_plan(self) -> TopicPlan:
+        """Every topic keeps `--retention` of history (Kafka: with segments short enough for it to apply)."""
+        ms = self.opts.retention_ms
+        if not ms:
+            return TopicPlan()
+        return TopicPlan(retention_ms={"input": ms, "output": ms, "deadletter": ms},
+                         segment_ms=max(60_000, ms // 4))
 
     def _say(self, line: str) -> None:
         self.emit(f"[up] {line}")
@@ -194,6 +218,9 @@ class Stack:
             time.sleep(max(0, start - self.clock.now_ms()) / 1000 / self.clock.speed)
         self.start_ms = start
         self.children["sim"].send(f"start {start}")
+        assert self.broker is not None
+        if self.opts.retention_ms and not self.broker.client().profile.retention_applied:
+            self.renew_at = time.monotonic() + self.opts.retention_ms / 1000
         if self.opts.truth is not None:
             path = snapshots_path(self.opts.truth)
             self.sampler = Sampler(self.api_url, path, self.clock, self.scenario.tick_ms, start,
@@ -218,6 +245,7 @@ class Stack:
                 f = pending.pop(0)
                 name = f"probe/{f.node}" if f.fault == "probe-restart" else f.fault.split("-")[0]
                 child, old = self.children[name], self.children[name].pid
+                self.restart_at.pop(name, None)  # a crashed child waiting out its back-off starts now
                 child.stop()
                 at = format_duration_ms(f.at_ms)
                 if f.fault == "joiner-stop":
@@ -231,19 +259,94 @@ class Stack:
                     del down[name]
                     self.children[name].start()
                     self.emit(f"[up] {name} started again (pid {self.children[name].pid})")
-            for name, child in self.children.items():
-                rc = child.exited()
-                if rc is not None and not child.expected_exit:
-                    child.crashes += 1
-                    self.crashed.append(name)
-                    if name == "sim" or child.crashes > _MAX_CRASHES:
-                        raise UpError(f"{name} exited with status {rc} and cannot be kept running")
-                    self.emit(f"[up] {name} exited with status {rc}; restarting it")
-                    child.start()
+            self._restart_crashed()
+            if self.renew_at is not None and time.monotonic() >= self.renew_at:
+                self.renew_broker()
             if self.opts.exit_at_end and now >= end:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
                 return
             time.sleep(0.05)
+
+    def record_usage(self) -> None:
+        """With --truth, once the scenario ended: `periscope usage` by namespace over the run's whole
+        windows (the joiner's engine settings, this broker), kept as `<truth>.usage.json` for the
+        accounting section of `periscope report`. A failure is said, not fatal: the run itself is fine."""
+        if self.opts.truth is None or self.start_ms is None or self.broker is None:
+            return
+        w = self._tuning().idle_bucket_ms
+        first, end = -(-self.start_ms // w) * w, (self.start_ms + self.scenario.duration_ms) // w * w
+        if first >= end:
+            return
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERISCOPE_")}
+        settings = {**self.broker.settings("admin"), **self.engine_settings, "clock": self.clock.setting(),
+                    "replay_workers": "1"}
+        env |= {f"PERISCOPE_{k.upper()}": v for k, v in settings.items()}
+        argv = py("periscope.cli.main", "usage", "--from", rfc3339(first), "--to", rfc3339(end), "--by",
+                  "namespace", "--format", "json", "--quiet")
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
+        except subprocess.TimeoutExpired:
+            self._say("periscope usage over the run took longer than 180s; no accounting for the report")
+            return
+        if done.returncode != 0:
+            why = (done.stderr.strip().splitlines() or [f"status {done.returncode}"])[-1]
+            self._say(f"periscope usage over the run failed: {why}")
+            return
+        path = usage_path(self.opts.truth)
+        path.write_text(done.stdout, encoding="utf-8")
+        self._say(f"GPU-hours of the run ({rfc3339(first)} .. {rfc3339(end)}) written to {path}")
+
+    def renew_broker(self) -> None:
+        """A fresh embedded broker at the same address: the services stop, the broker (and all it holds)
+        is replaced, the topics are created again and the services start again; the simulated cluster
+        runs on, so they publish its current state within a few ticks. UpError if it is not ready again."""
+        assert self.broker is not None
+        keep = format_duration_ms(self.opts.retention_ms)
+        self._say(f"embedded broker: replacing it after {keep} (--retention): it keeps every record in "
+                  "memory and applies no retention; the services restart and the history starts again")
+        started = time.monotonic()
+        services = [c for name, c in self.children.items() if name != "sim"]
+        for child in services:
+            child.terminate()
+        deadline = time.monotonic() + SERVICES_GRACE_S
+        for child in services:
+            child.finish(deadline)
+        self.restart_at.clear()  # what waited out a back-off starts with the others
+        self.broker.renew(BROKER_GRACE_S)
+        asyncio.run(ensure_topics(self.broker.client("admin"), plan=self.topic_plan()))
+        for child in services:
+            child.start()
+        self.wait_ready()
+        self.renew_at = time.monotonic() + self.opts.retention_ms / 1000
+        took = time.monotonic() - started
+        self._say(f"embedded broker replaced; the pipeline is ready again after {took:.1f}s")
+
+    def _restart_crashed(self) -> None:
+        """Notice children that exited on their own and restart them, each after its back-off; UpError
+        when one has spent its crash budget (or is the simulator, whose state a restart would lose)."""
+        now = time.monotonic()
+        for name, child in self.children.items():
+            if name in self.restart_at:
+                if now >= self.restart_at[name]:
+                    del self.restart_at[name]
+                    child.start()
+                continue
+            rc = child.exited()
+            if rc is None or child.expected_exit:
+                continue
+            self.crashed.append(name)
+            policy = self.opts.crash_policy
+            delay = self.budgets.setdefault(name, CrashBudget(policy)).crashed(now) if name != "sim" else None
+            if delay is None:
+                why = f"more than {policy.describe()}" if name != "sim" else "the simulator is not restarted"
+                raise UpError(f"{name} exited with status {rc} and cannot be kept running ({why})")
+            if delay == 0:
+                self.emit(f"[up] {name} exited with status {rc}; restarting it")
+                child.start()
+            else:
+                self.emit(f"[up] {name} exited with status {rc}; restarting it in {delay:g}s "
+                          f"(crash {len(self.budgets[name].recent)} of {policy.describe()})")
+                self.restart_at[name] = now + delay
 
     def stop(self) -> None:
         if self.sampler is not None:

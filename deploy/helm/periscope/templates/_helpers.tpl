@@ -164,3 +164,70 @@ imagePullSecrets:
 {{- fail "topics.minInsyncReplicas is larger than topics.replicationFactor" }}
 {{- end }}
 {{- end }}
+
+{{/* A component's NetworkPolicy (deploy/base): ingress on its own ports only (none: no ingress at all),
+egress to DNS and Kafka by port (the Kafka port(s) of kafka.bootstrap) and, for the watcher and the API,
+to the Kubernetes API, for the probe to the dcgm-exporter's port ("dcgm"). Call with (dict "ctx" $
+"component" "joiner" "namespace" ns "ports" (list 9403) "apiserver" false); the API passes its own
+ingress rule as "from" (a list of peers). */}}
+{{- define "periscope.networkPolicy" -}}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: periscope-{{ .component }}
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "periscope.labels" (dict "ctx" .ctx "component" .component) | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "periscope.selector" .component | nindent 6 }}
+  policyTypes: ["Ingress", "Egress"]
+  {{- if .ports }}
+  ingress:
+    - ports:
+        {{- range .ports }}
+        - port: {{ . }}
+          protocol: TCP
+        {{- end }}
+      {{- with .from }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+  {{- end }}
+  egress:
+    - ports:
+        - port: 53
+          protocol: UDP
+        - port: 53
+          protocol: TCP
+    - ports:
+        {{- range $port := include "periscope.kafkaPorts" .ctx | fromJsonArray }}
+        - port: {{ $port }}
+          protocol: TCP
+        {{- end }}
+    {{- if .dcgm }}
+    # the node's dcgm-exporter (probe.dcgmExporterUrl), by port
+    - ports:
+        - port: {{ .dcgm }}
+          protocol: TCP
+    {{- end }}
+    {{- if .apiserver }}
+    - ports:
+        - port: 443
+          protocol: TCP
+        - port: 6443
+          protocol: TCP
+        - port: 16443
+          protocol: TCP
+    {{- end }}
+{{- end }}
+
+{{/* The distinct ports of kafka.bootstrap (host:port[,host:port...]), as a JSON list of numbers. */}}
+{{- define "periscope.kafkaPorts" -}}
+{{- $ports := list -}}
+{{- range splitList "," .Values.kafka.bootstrap -}}
+{{- $ports = append $ports (int (last (splitList ":" (trim .)))) -}}
+{{- end -}}
+{{- $ports | uniq | toJson -}}
+{{- end }}

@@ -1,0 +1,214 @@
+"""The node's dcgm-exporter as a telemetry source: DCGM's profiling fields per GPU and per MIG instance.
+
+NVML reports no utilization on a MIG instance; DCGM's profiling (DCP) fields do, per GPU instance, and
+the GPU Operator runs dcgm-exporter on every GPU node. The probe scrapes it (PERISCOPE_DCGM_EXPORTER_URL,
+off by default), parses the Prometheus text with prometheus_client's parser and maps each series to a
+device the probe already knows from NVML: a series without `GPU_I_ID` to the physical GPU its `UUID`
+names, one with `GPU_I_ID` to the MIG instance (parent `UUID`, GPU instance ID). DCGM's ratios (0-1)
+become percent. Format facts and their sources: tests/unit/data/corpus/dcgm/exporter.yaml.
+
+What can go wrong is a health state, never a crash: `unavailable` (refused, timed out, HTTP error),
+`corrupt` (not Prometheus text, or larger than the size bound); the last good values are used until
+two scrapes in a row failed to renew them, then dropped (never reused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from periscope.core.model import DcgmProfile, DeviceSample, SourceHealth
+
+SOURCE = "dcgm"
+# DCGM field name -> DcgmProfile attribute. Newer go-dcgm names (kept by DCGM as aliases) map alike.
+FIELDS: dict[str, str] = {
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": "gr_engine_active_pct",
+    "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO": "gr_engine_active_pct",
+    "DCGM_FI_PROF_SM_ACTIVE": "sm_active_pct",
+    "DCGM_FI_PROF_SM_OCCUPANCY": "sm_occupancy_pct",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": "tensor_active_pct",
+    "DCGM_FI_PROF_DRAM_ACTIVE": "dram_active_pct",
+}
+PROFILE_ATTRS = ("gr_engine_active_pct", "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct",
+                 "dram_active_pct")
+NO_PROFILING = ("the exporter reports no DCGM_FI_PROF_* field: DCGM's profiling module is off, its "
+                "counters file leaves them out, or the GPU does not support profiling (before Volta)")
+
+
+class ExporterError(Exception):
+    """The exporter could not be read (`state` is the health state it means)."""
+
+    def __init__(self, state: str, detail: str) -> None:
+        super().__init__(detail)
+        self.state = state
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One profiling series: the device it names and its value in percent."""
+
+    attr: str  # a DcgmProfile attribute
+    uuid: str  # the physical GPU (for a MIG instance: its parent)
+    gi: int | None  # GPU instance ID for a MIG instance, else None
+    pct: float
+
+
+_WANTED = tuple(FIELDS)
+_WANTED_META = tuple(f"# {kind} {name}" for kind in ("HELP", "TYPE") for name in FIELDS)
+
+
+def _wanted_lines(text: str) -> tuple[str, int]:
+    """The lines of the fields the probe reads (with their HELP and TYPE), and how many DCGM series
+    the text holds in all. An exporter shows a dozen fields or more per device; handing only the five
+    the probe reads to the parser keeps a scrape within the probe's per-tick budget."""
+    kept: list[str] = []
+    series = 0
+    for line in text.splitlines():
+        s = line.lstrip()
+        if s.startswith("DCGM_"):
+            series += 1
+            if s.startswith(_WANTED):
+                kept.append(s)
+        elif s.startswith(_WANTED_META):
+            kept.append(s)
+    return "\n".join(kept) + "\n", series
+
+
+def parse(text: str) -> tuple[list[Reading], int]:
+    """The profiling readings of one exposition, and how many DCGM series it held in all.
+
+    ExporterError("corrupt") when the profiling lines are not Prometheus exposition or the text holds
+    no DCGM series at all (an HTML error page from a proxy parses as nothing). A series without a
+    UUID, with a GPU_I_ID that is not a number, or a ratio outside 0..1 (NaN included) is skipped."""
+    wanted, dcgm_series = _wanted_lines(text)
+    if not dcgm_series:
+        raise ExporterError("corrupt", "no DCGM_* series in the exposition")
+    out: list[Reading] = []
+    try:
+        for fam in text_string_to_metric_families(wanted):
+            for s in fam.samples:
+                attr = FIELDS.get(s.name)
+                if attr is None:
+                    continue
+                uuid = s.labels.get("UUID") or s.labels.get("uuid") or ""  # `uuid`: --use-old-namespace
+                raw_gi = s.labels.get("GPU_I_ID", "")
+                if not uuid or (raw_gi and not raw_gi.isdigit()):
+                    continue
+                value = float(s.value)
+                if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+                    continue
+                out.append(Reading(attr, uuid, int(raw_gi) if raw_gi else None, round(value * 100.0, 3)))
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        raise ExporterError("corrupt", f"not Prometheus text: {str(e)[:120]}") from None
+    return out, dcgm_series
+
+
+def profiles(readings: Iterable[Reading], devices: Sequence[DeviceSample]) -> dict[str, DcgmProfile]:
+    """DcgmProfile per device UUID (GPU-... or MIG-...) for the devices NVML listed. A reading that
+    names no known device is left out; where several series name one device (the exporter copies a
+    shared GPU's series for each pod), the first counts."""
+    gpus = {d.uuid for d in devices if not d.parent_uuid}
+    instances = {(d.parent_uuid, d.mig.gi): d.uuid for d in devices if d.parent_uuid and d.mig is not None}
+    values: dict[str, dict[str, float]] = {}
+    for r in readings:
+        key = (instances.get((r.uuid, r.gi)) if r.gi is not None
+               else r.uuid if r.uuid in gpus else None)
+        if key is not None:
+            values.setdefault(key, {}).setdefault(r.attr, r.pct)
+    return {uuid: DcgmProfile(**v) for uuid, v in values.items()}
+
+
+def annotate(devices: Sequence[DeviceSample], by_uuid: dict[str, DcgmProfile]) -> tuple[DeviceSample, ...]:
+    """The devices with their DCGM profile set (unchanged where there is none)."""
+    return tuple(replace(d, dcgm=p) if (p := by_uuid.get(d.uuid)) is not None else d for d in devices)
+
+
+Fetch = Callable[[str, float, int], str]
+
+
+def http_fetch(url: str, timeout_s: float, max_bytes: int, client: httpx.Client | None = None) -> str:
+    """GET `url` within `timeout_s` in all (connect, headers and body) and at most `max_bytes`; with
+    `client`, on its kept-alive connection (a probe scrapes every few seconds: no new client each time)."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with contextlib.ExitStack() as stack:
+            c = client or stack.enter_context(httpx.Client(timeout=timeout_s, follow_redirects=False))
+            r = stack.enter_context(c.stream("GET", url, headers={"Accept": "text/plain"}, timeout=timeout_s))
+            if r.status_code != 200:
+                raise ExporterError("unavailable", f"HTTP {r.status_code} from {url}")
+            body = bytearray()
+            for chunk in r.iter_bytes():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise ExporterError("corrupt", f"exposition larger than {max_bytes} bytes")
+                if time.monotonic() > deadline:
+                    raise ExporterError("unavailable", f"scrape took longer than {timeout_s:g}s")
+    except httpx.HTTPError as e:
+        raise ExporterError("unavailable", f"{type(e).__name__} from {url}: {str(e)[:120]}") from None
+    return body.decode("utf-8", errors="replace")
+
+
+class DcgmSource:
+    """Scrapes the exporter (call `scrape` every `interval_s`, in a worker thread) and hands the
+    telemetry loop the values still fresh (`annotate`). Values count as older than two scrapes, and are
+    dropped, once two scrapes in a row failed to renew them, or once they are older than two intervals
+    plus two timeouts (a scrape loop that stalled)."""
+
+    def __init__(self, url: str, interval_s: float, timeout_s: float, max_bytes: int,
+                 fetch: Fetch | None = None, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.url, self.interval_s, self.timeout_s, self.max_bytes = url, interval_s, timeout_s, max_bytes
+        self._client: httpx.Client | None = None
+        self._fetch: Fetch = fetch or self._http
+        self._now = monotonic
+        self._readings: list[Reading] = []
+        self._at: float | None = None  # when the readings were scraped (monotonic)
+        self._misses = 0  # failed scrapes since the readings were taken
+        self.health = SourceHealth(SOURCE, "unavailable", "not scraped yet")
+        self.last_result = ""  # ok | unavailable | corrupt (for the scrape counter)
+        self.last_duration_s = 0.0
+
+    def _http(self, url: str, timeout_s: float, max_bytes: int) -> str:
+        if self._client is None:
+            self._client = httpx.Client(timeout=timeout_s, follow_redirects=False)
+        return http_fetch(url, timeout_s, max_bytes, self._client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def scrape(self) -> None:
+        started = self._now()
+        try:
+            readings, _ = parse(self._fetch(self.url, self.timeout_s, self.max_bytes))
+        except ExporterError as e:
+            self._failed(e.state, str(e))
+        except Exception as e:  # anything else the exporter does wrong: a state, not a crash
+            self._failed("unavailable", f"{type(e).__name__}: {str(e)[:120]}")
+        else:
+            self._readings, self._at, self._misses, self.last_result = readings, self._now(), 0, "ok"
+            self.health = SourceHealth(SOURCE, "ok", "" if readings else NO_PROFILING)
+        self.last_duration_s = self._now() - started
+
+    def _failed(self, state: str, detail: str) -> None:
+        self._misses += 1
+        self.last_result = state
+        self.health = SourceHealth(SOURCE, state, detail)
+
+    def fresh(self) -> list[Reading]:
+        """The last readings unless older than two scrapes (see the class); afterwards nothing."""
+        limit = 2 * (self.interval_s + self.timeout_s)
+        if self._at is None or self._misses >= 2 or self._now() - self._at > limit:
+            self._readings, self._at = [], None
+            return []
+        return self._readings
+
+    def annotate(self, devices: Sequence[DeviceSample]) -> tuple[DeviceSample, ...]:
+        readings = self.fresh()
+        return annotate(devices, profiles(readings, devices)) if readings else tuple(devices)

@@ -1,0 +1,138 @@
+"""Hostile input records against the joiner: one record stamped years ahead of its broker timestamp must
+not move its node's event time (every real sample after it would look late, for good); it is
+dead-lettered with the reason and counted, and the node goes on. A node whose records arrive while its
+event time stands still is listed as stalled."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from periscope.bus import codec
+from periscope.bus import topics as T
+from periscope.clock import ScaledClock
+from periscope.core.engine import EngineConfig
+from periscope.core.model import DeviceSample, Meta, NodeTelemetry
+from services.joiner.agents import Joiner
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.output import OutputSender
+
+YEAR_MS = 365 * 86_400_000
+NOW_MS = 1_790_000_100_000
+
+
+@dataclass
+class Msg:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+    timestamp: float | None
+    generation_id: int = 1
+
+
+@dataclass
+class Event:
+    message: Msg
+
+
+class Table:
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, value: bytes, partition: int) -> Any:
+        self.data[key] = value
+        return _done()
+
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
+        for k, v, _ in items:
+            self.data[k] = v
+        return {p: _done() for _, _, p in items}
+
+    def delete(self, key: bytes, partition: int) -> Any:
+        self.data.pop(key, None)
+        return _done()
+
+    def fence(self, partition: int) -> Any:
+        return _done()
+
+
+def _done() -> asyncio.Future[None]:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done
+
+
+def _telemetry(t_ms: int, seq: int) -> NodeTelemetry:
+    return NodeTelemetry(Meta("gpu-a", "probe/gpu-a", 1, seq, t_ms),
+                         (DeviceSample("GPU-1", index=0, util_pct=50.0),))
+
+
+async def _joiner(**kw: Any) -> tuple[Joiner, list[tuple[str, str]], JoinerMetrics]:
+    letters: list[tuple[str, str]] = []
+    metrics = JoinerMetrics()
+
+    async def send(records: Any) -> list[Any]:
+        return []
+
+    sender = OutputSender(send, lambda p: _done(), lambda topic, n: None, lambda e: _done())
+
+    async def dead_letter(msg: Any, error: str) -> None:
+        letters.append((msg.topic, error))
+
+    j = Joiner(config=EngineConfig(), persist_interval_s=60, metrics=metrics, nodes=Table(), pods=Table(),
+               marks=Table(), sender=sender, dead_letter=dead_letter, rebalancing=lambda: False,
+               on_error=lambda e: _done(), **kw)
+    return j, letters, metrics
+
+
+def _event(ev: NodeTelemetry, offset: int, broker_ms: float | None) -> Event:
+    return Event(Msg(T.TELEMETRY.name, 0, offset, b"gpu-a", codec.encode(ev),
+                     None if broker_ms is None else broker_ms / 1000))
+
+
+async def test_a_record_stamped_years_ahead_is_dead_lettered_and_the_node_goes_on() -> None:
+    j, letters, metrics = await _joiner()
+    await j.handle_batch([_event(_telemetry(NOW_MS, 1), 0, NOW_MS)])
+    await j.handle_batch([_event(_telemetry(NOW_MS + 10 * YEAR_MS, 2), 1, NOW_MS + 1000)])
+    for k in range(3, 8):
+        await j.handle_batch([_event(_telemetry(NOW_MS + k * 1000, k), k, NOW_MS + k * 1000)])
+    state = j.slots["gpu-a"].state
+    assert state.watermark_ms == NOW_MS + 7000  # the forged time never became the node's
+    assert state.counters.late_dropped == 0
+    assert len(letters) == 1 and letters[0][0] == T.TELEMETRY.name
+    assert "ahead of the record's broker time" in letters[0][1] and "PERISCOPE_FUTURE_SKEW" in letters[0][1]
+    assert metrics.future_records._value.get() == 1
+
+
+async def test_the_skew_is_judged_on_the_simulated_clock_under_periscope_up() -> None:
+    # At speed 10, event time runs ten times faster than the broker's wall-clock stamps.
+    clock = ScaledClock(NOW_MS, 10)
+    j, letters, _ = await _joiner(event_ms_of=clock.event_ms, future_skew_ms=60_000)
+    wall = NOW_MS + 100_000  # 100 s of wall time after the origin: 1000 s of event time
+    await j.handle_batch([_event(_telemetry(NOW_MS + 1_000_000, 1), 0, wall)])
+    assert letters == [] and j.slots["gpu-a"].state.watermark_ms == NOW_MS + 1_000_000
+
+
+async def test_records_without_a_broker_timestamp_are_not_judged() -> None:
+    j, letters, _ = await _joiner()
+    await j.handle_batch([_event(_telemetry(NOW_MS + YEAR_MS, 1), 0, None)])
+    assert letters == []
+
+
+async def test_a_node_whose_records_arrive_but_whose_time_stands_still_is_stalled() -> None:
+    clock = [1000.0]
+    j, _, _ = await _joiner(clock=lambda: clock[0], stalled_after_s=30.0)
+    await j.handle_batch([_event(_telemetry(NOW_MS, 1), 0, NOW_MS)])
+    for k in range(1, 50):  # the same (or older) sample again and again: nothing moves
+        clock[0] += 1.0
+        await j.handle_batch([_event(_telemetry(NOW_MS - k, k + 1), k, NOW_MS)])
+    assert j.stalled() == ["gpu-a"]
+    clock[0] += 1.0
+    await j.handle_batch([_event(_telemetry(NOW_MS + 1000, 99), 99, NOW_MS + 1000)])
+    assert j.stalled() == []
