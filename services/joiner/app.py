@@ -172,7 +172,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         # sample's way to the API pays at most once). Nothing is acknowledged here (see worker.py).
         async for events in manual.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
             freshness.touch()
-            await joiner.handle_batch(events)
+            # A full batch: more records were waiting, so the worker is behind (catching up).
+            await joiner.handle_batch(events, lagging=len(events) >= TAKE_MAX)
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
     ticks = 0

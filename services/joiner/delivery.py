@@ -41,6 +41,36 @@ def record_of(o: Output) -> Record:
     return FINDINGS.name, o.key.encode(), codec.encode(o)
 
 
+def newest_per_key(outs: list[Output]) -> list[Output]:
+    """`outs` without the attributions and GPU states that a newer one of the same key follows, unless
+    they carry closed windows (each is in one publication only); findings all. A subsequence of what the
+    core computed, so a subscriber that keeps the newest per key and merges windows ends where it would
+    with every output. It matters while catching up, when a batch holds many ticks of a node; live, a
+    batch holds one tick of a node and this drops nothing."""
+    if len(outs) < 2:
+        return outs
+    seen: set[bytes | str] = set()
+    keep: list[Output] = []
+    for o in reversed(outs):  # newest first: the first of a key is the one to keep
+        if isinstance(o, PodAttribution):
+            key: bytes | str = o.pod_uid
+            if key in seen and not any(r.windows for r in o.rows):
+                continue
+        elif isinstance(o, GpuState):
+            key = b"g" + o.gpu_uuid.encode()  # bytes: never equal to a pod UID
+            if key in seen:
+                continue
+        else:
+            keep.append(o)
+            continue
+        seen.add(key)
+        keep.append(o)
+    if len(keep) == len(outs):
+        return outs
+    keep.reverse()
+    return keep
+
+
 def time_of(o: Output) -> int:
     """Event time an output describes: as_of for attribution and GPU state, at for findings."""
     return o.at_ms if isinstance(o, Finding) else o.as_of_ms

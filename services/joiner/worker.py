@@ -13,11 +13,14 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   windows of the held-back ones: a closed window is in one publication only).
 
 Input records arrive in batches. The core steps each record in order; the rules above then apply per
-node of the batch: one mark (the newest output time of the node's outputs in the batch) is written,
-the marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to
-wait for their mark; every record of the batch waits, unacknowledged, for the next persist of its node,
-and those persists start only after the outputs were submitted (nothing is awaited in between). No log
-line or metric update is made per record: they are counted per batch.
+node of the batch: one mark (the newest output time of the node's outputs in the batch) is written, the
+marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to wait
+for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
+those persists start only after the outputs were submitted (nothing is awaited in between). No log
+line or metric update is made per record: they are counted per batch. While the worker lags (a full
+batch: more records were waiting, and a node's many ticks are in one batch), only the newest
+attribution and GPU state per key and those that close windows are published: a subsequence of the
+outputs that leaves every subscriber where all of them would.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from periscope.core.model import (
 )
 from periscope.core.watermark import Stream
 from services.joiner.changelog import TableIO, decode_mark, encode_mark, plan_persist, restore
-from services.joiner.delivery import OutputSender, is_one_shot, record_of, time_of
+from services.joiner.delivery import OutputSender, is_one_shot, newest_per_key, record_of, time_of
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
 
@@ -126,9 +129,11 @@ class Joiner:
     async def handle(self, event: Any) -> None:
         await self.handle_batch([event])
 
-    async def handle_batch(self, events: Sequence[Any]) -> None:
+    async def handle_batch(self, events: Sequence[Any], *, lagging: bool = False) -> None:
         """Apply a batch of input records in order. The core steps every record, but the bookkeeping
-        (outputs and their mark, the persist decision, metrics) is done once per node of the batch."""
+        (outputs and their mark, the persist decision, metrics) is done once per node of the batch.
+        `lagging`: more records were waiting (a full batch); then of a node's attributions and GPU
+        states only the newest per key and those that close windows are published."""
         if self.stopping:
             return  # not acknowledged: read again after the restart
         touched: dict[str, _Touched] = {}
@@ -214,6 +219,8 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
+            if lagging:
+                fresh = newest_per_key(fresh)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
