@@ -176,6 +176,14 @@ class Bench:
         self.add([*figures, rss])
         self.details["joiner_runs"] = details["runs"]
         self.details["joiner_two_worker_runs"] = details["two_worker_runs"]
+        from bench import joiner_baseline  # the joiner against a bare loop over its own parts
+
+        with bench_broker(self.tmp) as broker:
+            figures, details = asyncio.run(joiner_baseline.compare(
+                broker.bootstrap, broker.pid, self.tmp, p.joiner_nodes, p.joiner_ticks, p.repeats,
+                timeout_s=240))
+        self.add(figures)
+        self.details["joiner_bare_loop_pairs"] = details["pairs"]
 
     def freshness(self) -> None:
         from bench import freshness
