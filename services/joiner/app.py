@@ -172,8 +172,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         # sample's way to the API pays at most once). Nothing is acknowledged here (see worker.py).
         async for events in manual.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
             freshness.touch()
-            # A full batch: more records were waiting, so the worker is behind (catching up).
-            await joiner.handle_batch(events, lagging=len(events) >= TAKE_MAX)
+            await joiner.handle_batch(events)
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
     ticks = 0

@@ -17,10 +17,10 @@ node of the batch: one mark (the newest output time of the node's outputs in the
 marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to wait
 for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
-line or metric update is made per record: they are counted per batch. While the worker lags (a full
-batch: more records were waiting, and a node's many ticks are in one batch), only the newest
-attribution and GPU state per key and those that close windows are published: a subsequence of the
-outputs that leaves every subscriber where all of them would.
+line or metric update is made per record: they are counted per batch. While the worker catches up (at
+least LAG_RECORDS telemetry records of the partition wait on the broker, and a batch holds many ticks
+of each node), only the newest attribution and GPU state per key and those that close windows are
+published: a subsequence of the outputs that leaves every subscriber where all of them would.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ STREAM_OF_TOPIC: dict[str, Stream] = {
     INVENTORY.name: Stream.INVENTORY, PODS.name: Stream.PODS, NODES.name: Stream.NODES,
 }
 Flags = tuple[tuple[Stream, bool], ...]
+# Telemetry records of a partition still on the broker from which the worker counts as catching up. Far
+# above what a live worker leaves behind (a node's tick or two), far below a restart's backlog.
+LAG_RECORDS = 500
 
 
 @dataclass(slots=True)
@@ -129,11 +132,9 @@ class Joiner:
     async def handle(self, event: Any) -> None:
         await self.handle_batch([event])
 
-    async def handle_batch(self, events: Sequence[Any], *, lagging: bool = False) -> None:
+    async def handle_batch(self, events: Sequence[Any]) -> None:
         """Apply a batch of input records in order. The core steps every record, but the bookkeeping
-        (outputs and their mark, the persist decision, metrics) is done once per node of the batch.
-        `lagging`: more records were waiting (a full batch); then of a node's attributions and GPU
-        states only the newest per key and those that close windows are published."""
+        (outputs and their mark, the persist decision, metrics) is done once per node of the batch."""
         if self.stopping:
             return  # not acknowledged: read again after the restart
         touched: dict[str, _Touched] = {}
@@ -219,7 +220,7 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            if lagging:
+            if len(fresh) > 1 and self.lagging(slot.partition):
                 fresh = newest_per_key(fresh)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -291,6 +292,13 @@ class Joiner:
             self.metrics.future_records.inc()
             raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
                            f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
+
+    def lagging(self, partition: int) -> bool:
+        """At least LAG_RECORDS telemetry records of `partition` wait on the broker: the worker is
+        catching up, and a batch holds many ticks of each of its nodes."""
+        end = self.hooks.end_of(TELEMETRY.name, partition)
+        done = self.processed.get((TELEMETRY.name, partition))
+        return end is not None and done is not None and end - done - 1 >= LAG_RECORDS
 
     def stalled(self) -> list[str]:
         """Nodes whose probe records keep arriving while their event time does not move."""

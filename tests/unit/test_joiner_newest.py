@@ -1,4 +1,4 @@
-"""A worker catching up reads many ticks of a node in one (full) batch: it publishes only the newest
+"""A worker catching up reads many ticks of a node in one batch: it publishes only the newest
 attribution and GPU state per key of the batch, those that close windows, and every finding: a
 subsequence of what the core computes. Whatever the batches, subscribers end with what the pure core
 computed: the same newest output per key, every closed window as computed, the same findings in the same
@@ -126,7 +126,8 @@ class Table:
 
 async def _published(batches: list[list[Event]], config: EngineConfig,
                      ends: dict[str, int] | None = None, lagging: bool = True) -> list[list[Output]]:
-    """What a worker publishes for each batch, decoded."""
+    """What a worker publishes for each batch, decoded; `lagging`: while catching up (the broker holds
+    far more telemetry than the batches), else `ends` are the partitions' end offsets."""
     sent: list[list[Output]] = []
 
     async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
@@ -140,8 +141,12 @@ async def _published(batches: list[list[Event]], config: EngineConfig,
         raise AssertionError(f"dead-lettered: {error}")
 
     sender = OutputSender(send, lambda p: _done(), lambda topic, n: None, fail)
-    hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: 100.0,
-                  end_of=lambda topic, partition: (ends or {}).get(topic),
+    def end_of(topic: str, partition: int) -> int | None:
+        if lagging and topic == T.TELEMETRY.name:
+            return 1_000_000  # far more telemetry on the broker than these batches: catching up
+        return (ends or {}).get(topic)
+
+    hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: 100.0, end_of=end_of,
                   start_of=lambda topic, partition: 0)
     joiner = Joiner(config=config, persist_interval_s=3600.0, metrics=JoinerMetrics(), nodes=Table(),
                     pods=Table(), marks=Table(), sender=sender, hooks=hooks)
@@ -149,7 +154,7 @@ async def _published(batches: list[list[Event]], config: EngineConfig,
     per_batch: list[list[Output]] = []
     try:
         for batch in batches:
-            await joiner.handle_batch(batch, lagging=lagging)
+            await joiner.handle_batch(batch)
             await sender.barrier()
             per_batch.append([o for records in sent for o in records])
             sent.clear()
@@ -216,7 +221,7 @@ async def test_aligned_catch_up_in_one_batch_publishes_what_the_core_computes_in
     events = _events(feed)
     ends = {t.name: 0 for t in T.NODE_INPUTS}  # no record at all: at its end from the start
     for ev in events:
-        ends[ev.message.topic] = ev.message.offset + 1  # every stream read to its end by this batch
+        ends[ev.message.topic] = ev.message.offset + 1  # at its end after this batch (not telemetry)
     [published] = await _published([events], config, ends)
     assert len([o for o in published if isinstance(o, GpuState)]) == 2  # one per GPU
     _same_as_the_core(published, _core(feed, CONFIG))
@@ -224,7 +229,9 @@ async def test_aligned_catch_up_in_one_batch_publishes_what_the_core_computes_in
 
 async def test_a_batch_that_is_not_lagging_publishes_every_output_the_core_computes() -> None:
     feed = _feed()
-    [published] = await _published([_events(feed)], CONFIG, lagging=False)
+    events = _events(feed)
+    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}  # the batch reaches every end
+    [published] = await _published([events], CONFIG, ends, lagging=False)
     assert published == _core(feed, CONFIG)
 
 
