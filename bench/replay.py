@@ -142,7 +142,7 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
 def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int) -> Figure:
     """What a worker keeps per pod-device row: the core's NodeState plus the latest record of each
     changelogged table key (the Faust memory store keeps table values in the process)."""
-    from services.joiner.state import plan_persist
+    from services.joiner.changelog import plan_persist
 
     gc.collect()
     rows = sum(len(s.rows) for s in states.values())
@@ -159,7 +159,7 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
         "table_values_bytes_per_row": round(tables / rows),
         "what": "periscope.core NodeState per node (pods, allocation history, row windows, last published "
                 "outputs kept for the change rule) walked with sys.getsizeof, plus the node and pod records "
-                "services.joiner.state.plan_persist writes to the in-memory changelogged tables",
+                "services.joiner.changelog.plan_persist writes to the in-memory changelogged tables",
     }
     limit = ("per node, shared by its rows: the buffered and last processed telemetry samples, the "
              "allocation snapshot, the pod registry and the holdings cache; per row: its state with the "

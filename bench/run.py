@@ -251,6 +251,14 @@ class Bench:
         self.add([*figures, rss])
         self.detail("joiner_runs", details["runs"])
         self.detail("joiner_three_worker_runs", details["three_worker_runs"])
+        from bench import joiner_baseline  # the joiner against a bare loop over its own parts
+
+        with bench_broker(self.tmp, partitions=JOINER_PARTITIONS) as broker:
+            figures, details = asyncio.run(joiner_baseline.compare(
+                broker.bootstrap, broker.pid, self.dir("joiner-baseline"), p.joiner_nodes, p.joiner_ticks,
+                p.repeats, timeout_s=240))
+        self.add(figures)
+        self.detail("joiner_bare_loop_pairs", details["pairs"])
 
     def freshness(self) -> None:
         from bench import freshness

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, cast
 
 import faust
@@ -25,96 +25,33 @@ from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
 from periscope.clock import clock_from_setting
 from periscope.freshness import Freshness
 from periscope.settings.joiner import JoinerSettings
-from services.joiner.agents import Joiner
+from services.joiner.changelog import ChangelogTable
+from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.output import OutputSender
+from services.joiner.progress import ProgressWatch, ready
 from services.joiner.slots import Message
-from services.joiner.transport import RecordBatches
-from services.joiner.watch import ProgressWatch, ready
 from services.joiner.web import JoinerWeb
+from services.joiner.worker import Hooks, Joiner
 
 log = logging.getLogger(__name__)
 
 SERVICE = "joiner"
 TICK_S = 1.0
 STALL_MIN_S = 20.0
-FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 TAKE_MAX = 2000  # input records per batch at most
 TAKE_WITHIN_S = 0.02  # the longest a record waits in a batch before the batch is processed
 ENDS_EVERY_TICKS = 5  # how often the progress watch asks for end offsets (where the broker has them)
 
 
-class ChangelogTable:
-    """A Faust table written with an explicit partition, so timers and persist tasks (which run
-    outside any stream event) can write; each write returns the changelog record's delivery future."""
+class StreamAcks:
+    """Acknowledges input records through the stream the agent reads (Faust creates it when the agent
+    starts, after the worker): an offset is committed once every record up to it is acknowledged."""
 
-    def __init__(self, table: Any, batches: RecordBatches, fences: bool) -> None:
-        self.table = table
-        self.batches = batches
-        self.fences = fences
-        self._lock = asyncio.Lock()
-        self._sending: set[asyncio.Future[None]] = set()
+    stream: Any = None
 
-    def get(self, key: bytes) -> bytes | None:
-        value = self.table.data.get(key)
-        return value if isinstance(value, bytes) else None
-
-    def put(self, key: bytes, value: bytes, partition: int) -> Any:
-        fut = self.table.send_changelog(partition, key, value)
-        self.table.data[key] = value
-        return fut
-
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
-        """Write (key, value, partition) records as one record batch per partition (a send each through
-        Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
-        The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
-        for key, value, _ in items:
-            self.table.data[key] = value
-        loop = asyncio.get_running_loop()
-        done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
-        task = asyncio.ensure_future(self._send(items, done))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-        return dict(done)
-
-    async def _send(self, items: list[tuple[bytes, bytes, int]],
-                    done: dict[int, asyncio.Future[None]]) -> None:
-        try:
-            # In the order the writes were made (the lock is FIFO), so a key's last record is its newest.
-            async with self._lock:
-                topic = self.table.changelog_topic.get_topic_name()
-                sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
-            by_partition: dict[int, list[Any]] = {}
-            for partition, fut in sent:
-                by_partition.setdefault(partition, []).append(fut)
-            for partition, futs in by_partition.items():
-                try:
-                    await asyncio.gather(*futs)
-                except Exception as e:
-                    done[partition].set_exception(e)
-                else:
-                    done[partition].set_result(None)
-        except BaseException as e:
-            for fut in done.values():
-                if not fut.done():
-                    fut.set_exception(e if isinstance(e, Exception) else RuntimeError("write abandoned"))
-            raise
-
-    def delete(self, key: bytes, partition: int) -> Any:
-        fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
-        self.table.data.pop(key, None)
-        return fut
-
-    def fence(self, partition: int) -> Any:
-        """Append a record that only marks a point in the changelog partition, for brokers whose end
-        offsets can hide the last records of a batch (periscope.bus.profile); else nothing to wait for."""
-        if not self.fences:
-            return _no_fence()
-        return self.put(FENCE_KEY + str(partition).encode(), b"1", partition)
-
-
-async def _no_fence() -> None:
-    """What a fence is on a broker that does not need one: nothing to wait for."""
+    async def ack(self, event: Any) -> None:
+        if self.stream is not None:
+            await self.stream.ack(event)
 
 
 class JoinerApp(faust.App):
@@ -156,7 +93,7 @@ class JoinerApp(faust.App):
 def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str | None = None,
                on_stall: Callable[[], Any] | None = None, partitions: int = DEFAULT_PARTITIONS) -> JoinerApp:
     """The worker's Faust app; `data_dir` (default: DATA_DIR, else a new temporary directory) is Faust's.
-    `on_stall` runs when Faust stops making progress (see services.joiner.watch; default: crash).
+    `on_stall` runs when Faust stops making progress (see services.joiner.progress; default: crash).
     `partitions` is the input topics' partition count, which the tables' changelogs must share."""
     session = settings.session_timeout
     kafka = settings.kafka()
@@ -201,39 +138,43 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     sender = OutputSender(batches.send, tables["marks"].fence,
                           lambda topic, n: metrics.events_out.labels(topic).inc(n), app.crash)
+
+    def crash() -> None:
+        app.add_future(app.crash(RuntimeError("rebalance made no progress")))
+
+    processed: dict[tuple[str, int], int] = {}  # the worker writes it, the watch reads it
+    watch = ProgressWatch(app, processed, max(STALL_MIN_S, 4 * session), on_stall or crash,
+                          ask_ends=kafka.profile.end_offsets_exact)
+    acks = StreamAcks()
     joiner = Joiner(
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,
-        dead_letter=send_dead_letter, rebalancing=lambda: bool(app.rebalancing), on_error=app.crash,
-        future_skew_ms=round(settings.future_skew * 1000),
-        event_ms_of=clock_from_setting(settings.clock).event_ms, stalled_after_s=settings.stale_after,
+        hooks=Hooks(
+            dead_letter=send_dead_letter, on_error=app.crash, ack=acks.ack,
+            rebalancing=lambda: bool(app.rebalancing),
+            # As Faust's own per-record check: a record fetched before the latest rebalance is skipped.
+            current=lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id,
+            first_offset=watch.first_offset, end_of=watch.end_of, start_of=watch.start_of,
+            event_ms_of=clock_from_setting(settings.clock).event_ms,
+        ),
+        future_skew_ms=round(settings.future_skew * 1000), stalled_after_s=settings.stale_after,
+        processed=processed,
     )
     app.joiner = joiner
-    # As Faust's own per-record check: a record fetched before the latest rebalance is not processed.
-    joiner.current = lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id
     freshness = Freshness(settings.stale_after)  # from the last input record handled or assignment
 
     source = app.topic(*(t.name for t in NODE_INPUTS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw")
 
     async def join(stream: Any) -> None:
-        manual = stream.noack()
-        joiner.ack = manual.ack
+        manual = acks.stream = stream.noack()
         # Records come in batches: at most TAKE_MAX, or what arrived within TAKE_WITHIN_S (which a
-        # sample's way to the API pays at most once). Nothing is acknowledged here (see agents.py).
+        # sample's way to the API pays at most once). Nothing is acknowledged here (see worker.py).
         async for events in manual.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
             freshness.touch()
             await joiner.handle_batch(events)
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
-
-    def crash() -> None:
-        app.add_future(app.crash(RuntimeError("rebalance made no progress")))
-
-    watch = ProgressWatch(app, joiner, max(STALL_MIN_S, 4 * session), on_stall or crash,
-                          ask_ends=kafka.profile.end_offsets_exact)
-    joiner.on_first_offset = watch.first_offset
-    joiner.end_of, joiner.start_of = watch.end_of, watch.start_of
     ticks = 0
 
     async def tick() -> None:

@@ -2,24 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from periscope.core.engine import NodeState
 from periscope.core.model import NodeEvent, NodeInput, Output, PodEvent
-from services.joiner.state import PodVersion
-
-
-class TableIO(Protocol):
-    """A changelogged table written with an explicit partition (outside any stream event)."""
-
-    def get(self, key: bytes) -> bytes | None: ...
-    def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
-    # (key, value, partition) records in one hand-over; partition -> awaitable of its records' delivery.
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]: ...
-    def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
-    def fence(self, partition: int) -> Awaitable[Any]: ...
+from services.joiner.changelog import PodVersion
 
 
 class Message(Protocol):

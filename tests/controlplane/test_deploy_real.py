@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from periscope.devkit.helm import home as helm_home
 from periscope.sim.controlplane.apply import apply_documents
 from periscope.sim.controlplane.cluster import apply_all
 from periscope.sim.controlplane.process import ControlPlane
@@ -26,6 +27,8 @@ from periscope.sim.controlplane.writer import KubeObjects
 from tests.controlplane.conftest import Identities
 from tests.controlplane.test_watcher_real import running, until
 from tests.unit.test_deploy import FLAVOURS, _flavour
+from tests.unit.test_helm import PRESETS as HELM_PRESETS
+from tests.unit.test_helm import _chart as helm_chart
 
 Obj = dict[str, Any]
 SA = "system:serviceaccount:{}:{}"
@@ -181,11 +184,10 @@ def admin(kube: ControlPlane) -> Iterator[httpx.Client]:
         yield client
 
 
-@pytest.mark.parametrize("flavour", FLAVOURS)
-def test_every_manifest_is_accepted_by_the_apiserver(
-    flavour: str, kube: ControlPlane, admin: httpx.Client, monitoring_crds: None
-) -> None:
-    docs = _flavour(flavour)
+def _dry_run(docs: list[Obj], admin: httpx.Client) -> None:
+    """Server-side apply every document as a dry run: no refusal, and no Pod Security warning for the
+    periscope namespace (it enforces "restricted": a workload there that would violate it is refused at
+    pod creation, so the dry run of its controller must draw none)."""
     namespaces = [d for d in docs if d["kind"] == "Namespace"]
     # Namespaces the manifests use but do not make are the cluster's (Strimzi's `kafka`): made here.
     ours = {d["metadata"]["name"] for d in namespaces}
@@ -201,9 +203,27 @@ def test_every_manifest_is_accepted_by_the_apiserver(
             problems.append(f"{name}: HTTP {r.status_code}: {r.json().get('message', r.text)[:300]}")
         warnings += [f"{name}: {w}" for w in r.headers.get_list("warning") if "PodSecurity" in w]
     assert not problems, "\n".join(problems)
-    # The periscope namespace enforces "restricted": a workload there that would violate it is refused
-    # at pod creation, so the dry run of its controller must draw no Pod Security warning.
     assert not [w for w in warnings if " periscope/" in w], "\n".join(warnings)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_every_manifest_is_accepted_by_the_apiserver(
+    flavour: str, kube: ControlPlane, admin: httpx.Client, monitoring_crds: None
+) -> None:
+    _dry_run(_flavour(flavour), admin)
+
+
+# The first rendering may build helm (minutes on 2 cores, cold), past the suite's per-test timeout.
+@pytest.mark.timeout(120 if (helm_home() / "complete").exists() else 1800)
+@pytest.mark.parametrize("preset", sorted(HELM_PRESETS))
+def test_every_helm_preset_is_accepted_by_the_apiserver(
+    preset: str, kube: ControlPlane, admin: httpx.Client, monitoring_crds: None
+) -> None:
+    """The chart's renderings (default values and each preset; skipped where helm cannot be built),
+    judged by the same dry run as the kustomize ones."""
+    docs = helm_chart(HELM_PRESETS[preset][0])
+    assert docs, "the chart rendered nothing"
+    _dry_run(docs, admin)
 
 
 def test_a_manifest_the_apiserver_refuses_or_warns_about_is_reported(admin: httpx.Client) -> None:

@@ -10,9 +10,9 @@ from typing import Any
 from periscope.bus import codec
 from periscope.bus.topics import TELEMETRY
 from periscope.core.engine import EngineConfig
-from services.joiner.agents import Joiner
+from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.output import OutputSender
+from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
 
 
@@ -92,11 +92,10 @@ async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> 
 
     sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
     metrics = JoinerMetrics()
+    hooks = Hooks(dead_letter=dead_letter, on_error=fail, ack=ack, clock=lambda: 100.0,
+                  current=lambda msg: getattr(msg, "generation_id", None) == 1)
     joiner = Joiner(config=EngineConfig(), persist_interval_s=3600.0, metrics=metrics, nodes=nodes, pods=pods,
-                    marks=marks, sender=sender, dead_letter=dead_letter, rebalancing=lambda: False,
-                    on_error=fail, clock=lambda: 100.0)
-    joiner.ack = ack
-    joiner.current = lambda msg: getattr(msg, "generation_id", None) == 1
+                    marks=marks, sender=sender, hooks=hooks)
     running = asyncio.ensure_future(sender.run())
     try:
         batch = [telemetry(node, t, offset=i) for i, (t, node) in enumerate(

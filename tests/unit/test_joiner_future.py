@@ -14,9 +14,9 @@ from periscope.bus import topics as T
 from periscope.clock import ScaledClock
 from periscope.core.engine import EngineConfig
 from periscope.core.model import DeviceSample, Meta, NodeTelemetry
-from services.joiner.agents import Joiner
+from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.output import OutputSender
+from services.joiner.worker import Hooks, Joiner
 
 YEAR_MS = 365 * 86_400_000
 NOW_MS = 1_790_000_100_000
@@ -85,9 +85,10 @@ async def _joiner(**kw: Any) -> tuple[Joiner, list[tuple[str, str]], JoinerMetri
     async def dead_letter(msg: Any, error: str) -> None:
         letters.append((msg.topic, error))
 
+    hooks = {k: kw.pop(k) for k in ("clock", "event_ms_of") if k in kw}
     j = Joiner(config=EngineConfig(), persist_interval_s=60, metrics=metrics, nodes=Table(), pods=Table(),
-               marks=Table(), sender=sender, dead_letter=dead_letter, rebalancing=lambda: False,
-               on_error=lambda e: _done(), **kw)
+               marks=Table(), sender=sender,
+               hooks=Hooks(dead_letter=dead_letter, on_error=lambda e: _done(), **hooks), **kw)
     return j, letters, metrics
 
 

@@ -10,7 +10,7 @@ import pytest
 from periscope.core.engine import EngineConfig, NodeState, apply, current_view, new_state
 from periscope.core.model import NodeInput
 from periscope.core.rows import RowConfig
-from services.joiner.state import (
+from services.joiner.changelog import (
     Persist,
     PodVersion,
     StateError,

@@ -8,7 +8,7 @@ from typing import Any
 
 from faust.types import TP
 
-from services.joiner.watch import ProgressWatch
+from services.joiner.progress import ProgressWatch
 
 TELEMETRY = TP("periscope.node.telemetry.v1", 0)
 
@@ -34,15 +34,10 @@ class App:
         self.consumer = consumer
 
 
-class Joiner:
-    processed: dict[tuple[str, int], int] = {}
-
-
 def _watch(fetched: int | None, end: int, ask_ends: bool) -> tuple[ProgressWatch, list[str]]:
     stalls: list[str] = []
     app: Any = App(Consumer(fetched, end))
-    joiner: Any = Joiner()
-    watch = ProgressWatch(app, joiner, 20.0, lambda: stalls.append("stall"), ask_ends=ask_ends)
+    watch = ProgressWatch(app, {}, 20.0, lambda: stalls.append("stall"), ask_ends=ask_ends)
     watch.start = {TELEMETRY: 5}
     return watch, stalls
 

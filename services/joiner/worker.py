@@ -1,4 +1,4 @@
-"""The joiner's stream logic: decode, call the pure core, encode. No join logic lives here.
+"""The joiner's worker: decode, call the pure core, encode. No join logic lives here.
 
 One `Joiner` per worker keeps an in-memory `NodeState` per node of its assigned partitions, rebuilt
 from the changelogged tables after a start or a rebalance. Delivery is at-least-once with three rules:
@@ -13,11 +13,14 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   windows of the held-back ones: a closed window is in one publication only).
 
 Input records arrive in batches. The core steps each record in order; the rules above then apply per
-node of the batch: one mark (the newest output time of the node's outputs in the batch) is written,
-the marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to
-wait for their mark; every record of the batch waits, unacknowledged, for the next persist of its node,
-and those persists start only after the outputs were submitted (nothing is awaited in between). No log
-line or metric update is made per record: they are counted per batch.
+node of the batch: one mark (the newest output time of the node's outputs in the batch) is written, the
+marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to wait
+for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
+those persists start only after the outputs were submitted (nothing is awaited in between). No log
+line or metric update is made per record: they are counted per batch. While the worker catches up (at
+least LAG_RECORDS telemetry records of the partition wait on the broker, and a batch holds many ticks
+of each node), only the newest attribution and GPU state per key and those that close windows are
+published: a subsequence of the outputs that leaves every subscriber where all of them would.
 """
 
 from __future__ import annotations
@@ -44,10 +47,10 @@ from periscope.core.model import (
     PodEvent,
 )
 from periscope.core.watermark import Stream
+from services.joiner.changelog import TableIO, decode_mark, encode_mark, plan_persist, restore
+from services.joiner.delivery import OutputSender, is_one_shot, newest_per_key, record_of, time_of
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.output import OutputSender, is_one_shot, record_of, time_of
-from services.joiner.slots import Message, Rejected, Slot, TableIO, node_of, state_mark
-from services.joiner.state import decode_mark, encode_mark, plan_persist, restore
+from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,9 @@ STREAM_OF_TOPIC: dict[str, Stream] = {
     INVENTORY.name: Stream.INVENTORY, PODS.name: Stream.PODS, NODES.name: Stream.NODES,
 }
 Flags = tuple[tuple[Stream, bool], ...]
+# Telemetry records of a partition still on the broker from which the worker counts as catching up. Far
+# above what a live worker leaves behind (a node's tick or two), far below a restart's backlog.
+LAG_RECORDS = 500
 
 
 @dataclass(slots=True)
@@ -71,40 +77,53 @@ class _Touched:
     watermark_ms: int = 0  # the node's event time before the batch
 
 
+async def _no_ack(event: Any) -> None:
+    """Where nothing acknowledges input records (a worker fed by hand)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """Everything the worker calls outside itself at run time, given once at construction (the Faust
+    app supplies them; tests give their own)."""
+
+    dead_letter: Callable[[Message, str], Awaitable[None]]  # park a bad record with the reason
+    on_error: Callable[[BaseException], Awaitable[None]]  # a failed write: crash the worker
+    ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the input record may be committed
+    rebalancing: Callable[[], bool] = lambda: False
+    # False for a record fetched before the latest rebalance (Faust's generation check).
+    current: Callable[[Message], bool] = lambda msg: True
+    # Told the first offset read from each input partition after a start or a rebalance.
+    first_offset: Callable[[str, int, int], None] = lambda topic, partition, offset: None
+    # Where an input partition ends on the broker, and where it was positioned when no record of it was
+    # handled yet; with them, whether each of a partition's streams is at its end, which the core's
+    # event-time alignment needs (core/watermark.py). None: not known.
+    end_of: Callable[[str, int], int | None] = lambda topic, partition: None
+    start_of: Callable[[str, int], int | None] = lambda topic, partition: None
+    clock: Callable[[], float] = time.monotonic
+    # A record's broker timestamp (ms) -> event time: the identity, or a simulated clock's.
+    event_ms_of: Callable[[float], int] = int
+
+
 class Joiner:
     def __init__(self, *, config: EngineConfig, persist_interval_s: float, metrics: JoinerMetrics,
-                 nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender,
-                 dead_letter: Callable[[Message, str], Awaitable[None]],
-                 rebalancing: Callable[[], bool], on_error: Callable[[BaseException], Awaitable[None]],
-                 clock: Callable[[], float] = time.monotonic, future_skew_ms: int = 600_000,
-                 event_ms_of: Callable[[float], int] = int, stalled_after_s: float = 30.0) -> None:
+                 nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender, hooks: Hooks,
+                 future_skew_ms: int = 600_000, stalled_after_s: float = 30.0,
+                 processed: dict[tuple[str, int], int] | None = None) -> None:
         self.config = config
-        # A record's event time may be at most this far ahead of the broker's time of it (event_ms_of
-        # turns a record's timestamp into event time: the identity, or a simulated clock's).
-        self.future_skew_ms, self._event_ms_of = future_skew_ms, event_ms_of
+        # A record's event time may be at most this far ahead of the broker's time of it.
+        self.future_skew_ms = future_skew_ms
         self.stalled_after_s = stalled_after_s
         self.persist_interval_s = persist_interval_s
         self.metrics = metrics
         self.nodes, self.pods, self.marks = nodes, pods, marks
         self.sender = sender
-        self._dead_letter = dead_letter
-        self._rebalancing = rebalancing
-        self._on_error = on_error
-        self._clock = clock
-        self.ack: Callable[[Any], Awaitable[Any]] | None = None  # set by the agent (stream.ack)
-        # False for a record fetched before the latest rebalance (set by the app: generation check).
-        self.current: Callable[[Message], bool] = lambda msg: True
-        # Told the first offset read from each input partition after a start or a rebalance.
-        self.on_first_offset: Callable[[str, int, int], None] | None = None
+        self.hooks = hooks
+        self._clock = hooks.clock
         self.slots: dict[str, Slot] = {}
         self.epoch = 0  # bumps on every rebalance: persists started before it are abandoned
         self.stopping = False
-        self.processed: dict[tuple[str, int], int] = {}  # (topic, partition) -> last offset handled
-        # Where an input partition ends on the broker, and where it was positioned when no record of it
-        # was handled yet (set by the app from its consumer); with them, whether each of a partition's
-        # streams is at its end, which the core's event-time alignment needs (core/watermark.py).
-        self.end_of: Callable[[str, int], int | None] = lambda topic, partition: None
-        self.start_of: Callable[[str, int], int | None] = lambda topic, partition: None
+        # (topic, partition) -> last offset handled; shared with whoever watches the worker's progress.
+        self.processed: dict[tuple[str, int], int] = {} if processed is None else processed
         self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -129,11 +148,11 @@ class Joiner:
         for event in events:
             msg: Message = event.message
             counts[msg.topic] = counts.get(msg.topic, 0) + 1
-            if not self.current(msg):
+            if not self.hooks.current(msg):
                 continue  # a record fetched before a rebalance: its partition's next owner reads it
             where = (msg.topic, msg.partition)
-            if self.on_first_offset is not None and where not in self.processed:
-                self.on_first_offset(msg.topic, msg.partition, msg.offset)
+            if where not in self.processed:
+                self.hooks.first_offset(msg.topic, msg.partition, msg.offset)
             self.processed[where] = msg.offset
             topic = INPUT_TOPICS.get(msg.topic) or BY_NAME.get(msg.topic)
             try:
@@ -201,6 +220,8 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
+            if len(fresh) > 1 and self.lagging(slot.partition):
+                fresh = newest_per_key(fresh)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -229,14 +250,13 @@ class Joiner:
             await self._reject(event, msg, error)
 
     async def _reject(self, event: Any, msg: Message, error: str) -> None:
-        await self._dead_letter(msg, error)
+        await self.hooks.dead_letter(msg, error)
         self.metrics.dead_letters.labels(msg.topic).inc()
         await self._ack_now(event)
 
     async def _ack_now(self, event: Any) -> None:
         # Acking out of order is safe: an offset is committed only once every earlier one is acked.
-        if self.ack is not None:
-            await self.ack(event)
+        await self.hooks.ack(event)
 
     def _slot(self, node: str, partition: int) -> Slot:
         slot = self.slots.get(node)
@@ -267,11 +287,18 @@ class Joiner:
         stamped = getattr(msg, "timestamp", None)
         if not stamped or self.future_skew_ms <= 0:
             return
-        ahead = obj.meta.time_ms - self._event_ms_of(stamped * 1000.0)
+        ahead = obj.meta.time_ms - self.hooks.event_ms_of(stamped * 1000.0)
         if ahead > self.future_skew_ms:
             self.metrics.future_records.inc()
             raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
                            f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
+
+    def lagging(self, partition: int) -> bool:
+        """At least LAG_RECORDS telemetry records of `partition` wait on the broker: the worker is
+        catching up, and a batch holds many ticks of each of its nodes."""
+        end = self.hooks.end_of(TELEMETRY.name, partition)
+        done = self.processed.get((TELEMETRY.name, partition))
+        return end is not None and done is not None and end - done - 1 >= LAG_RECORDS
 
     def stalled(self) -> list[str]:
         """Nodes whose probe records keep arriving while their event time does not move."""
@@ -287,9 +314,9 @@ class Joiner:
         offset handled (unknown ends count as not at the end, so a stream holds until told)."""
         out = []
         for topic, stream in STREAM_OF_TOPIC.items():
-            end = self.end_of(topic, partition)
+            end = self.hooks.end_of(topic, partition)
             done = self.processed.get((topic, partition))
-            position = done + 1 if done is not None else self.start_of(topic, partition)
+            position = done + 1 if done is not None else self.hooks.start_of(topic, partition)
             out.append((stream, end is not None and position is not None and position >= end))
         return tuple(out)
 
@@ -368,7 +395,7 @@ class Joiner:
 
     def tick(self) -> None:
         """Release the samples of nodes that went quiet, end replays, persist what is due."""
-        if self.stopping or self._rebalancing():
+        if self.stopping or self.hooks.rebalancing():
             return
         self._mark_partitions({slot.partition for slot in self.slots.values()})
         now = self._clock()
@@ -431,7 +458,7 @@ class Joiner:
             raise
         except Exception as e:
             log.error("node %s: persisting state failed: %r", slot.node, e)
-            await self._on_error(e)
+            await self.hooks.on_error(e)
         finally:
             slot.persisting = False
             if slot.again and epoch == self.epoch and self.slots.get(slot.node) is slot:

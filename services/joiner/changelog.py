@@ -1,11 +1,12 @@
-"""Engine state <-> table records: one record per node, one per pod UID, consistent after any crash.
+"""The changelogged tables: engine state <-> table records (one record per node, one per pod UID,
+consistent after any crash), and the tables as the worker writes them.
 
 A node's state is split (periscope.core.snapshot) into a node part, kept in the nodes table under the
 node name, and each pod's rows, kept in the pods table under the pod UID. Kafka without transactions
 cannot write several records atomically, so one persist is numbered (`seq`) and ordered:
 
 1. every changed pod record is written with its new rows *and* the rows of its previous version;
-2. once those are durable (and fenced, see services.joiner.output), the node record (carrying `seq` and
+2. once those are durable (and fenced, see services.joiner.delivery), the node record (carrying `seq` and
    the list of pods with rows) is written.
 
 On recovery the node record is the truth: each listed pod takes the newest of its two versions that is
@@ -18,19 +19,22 @@ memory, and each persist goes through the changelog); uncompressed records are r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from periscope.core.engine import NodeState, new_state
 from periscope.core.snapshot import from_parts, to_parts
+from services.joiner.delivery import RecordBatches
 
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 
 
 def _dumps(obj: Any) -> bytes:
@@ -152,3 +156,87 @@ def decode_mark(data: bytes | None) -> int:
         return int(data)
     except ValueError:
         return 0
+
+
+class TableIO(Protocol):
+    """A changelogged table written with an explicit partition (outside any stream event)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+    def put(self, key: bytes, value: bytes, partition: int) -> Awaitable[Any]: ...
+    # (key, value, partition) records in one hand-over; partition -> awaitable of its records' delivery.
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]: ...
+    def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
+    def fence(self, partition: int) -> Awaitable[Any]: ...
+
+
+class ChangelogTable:
+    """A Faust table written with an explicit partition, so timers and persist tasks (which run
+    outside any stream event) can write; each write returns the changelog record's delivery future."""
+
+    def __init__(self, table: Any, batches: RecordBatches, fences: bool) -> None:
+        self.table = table
+        self.batches = batches
+        self.fences = fences
+        self._lock = asyncio.Lock()
+        self._sending: set[asyncio.Future[None]] = set()
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self.table.data.get(key)
+        return value if isinstance(value, bytes) else None
+
+    def put(self, key: bytes, value: bytes, partition: int) -> Any:
+        fut = self.table.send_changelog(partition, key, value)
+        self.table.data[key] = value
+        return fut
+
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
+        """Write (key, value, partition) records as one record batch per partition (a send each through
+        Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
+        The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
+        for key, value, _ in items:
+            self.table.data[key] = value
+        loop = asyncio.get_running_loop()
+        done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
+        task = asyncio.ensure_future(self._send(items, done))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+        return dict(done)
+
+    async def _send(self, items: list[tuple[bytes, bytes, int]],
+                    done: dict[int, asyncio.Future[None]]) -> None:
+        try:
+            # In the order the writes were made (the lock is FIFO), so a key's last record is its newest.
+            async with self._lock:
+                topic = self.table.changelog_topic.get_topic_name()
+                sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
+            by_partition: dict[int, list[Any]] = {}
+            for partition, fut in sent:
+                by_partition.setdefault(partition, []).append(fut)
+            for partition, futs in by_partition.items():
+                try:
+                    await asyncio.gather(*futs)
+                except Exception as e:
+                    done[partition].set_exception(e)
+                else:
+                    done[partition].set_result(None)
+        except BaseException as e:
+            for fut in done.values():
+                if not fut.done():
+                    fut.set_exception(e if isinstance(e, Exception) else RuntimeError("write abandoned"))
+            raise
+
+    def delete(self, key: bytes, partition: int) -> Any:
+        fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
+        self.table.data.pop(key, None)
+        return fut
+
+    def fence(self, partition: int) -> Any:
+        """Append a record that only marks a point in the changelog partition, for brokers whose end
+        offsets can hide the last records of a batch (periscope.bus.profile); else nothing to wait for."""
+        if not self.fences:
+            return _no_fence()
+        return self.put(FENCE_KEY + str(partition).encode(), b"1", partition)
+
+
+async def _no_fence() -> None:
+    """What a fence is on a broker that does not need one: nothing to wait for."""

@@ -1,4 +1,5 @@
-"""Ordered publication of the joiner's outputs, each batch only after its high-water mark is durable.
+"""Delivery of the joiner's outputs: ordered publication, each batch only after its high-water mark is
+durable, handed to the producer as whole record batches.
 
 A batch carries the future of its node's mark write (the newest output time it contains, kept in a
 changelogged table). Publishing waits for that write and then for a fence record appended to the same
@@ -29,6 +30,7 @@ Record = tuple[str, bytes, bytes]  # topic name, key, value
 # the broker has all of them.
 SendFn = Callable[[list[Record]], Awaitable[list[Awaitable[Any]]]]
 MAX_BATCHES = 500  # batches published behind one round of mark and fence writes
+MAX_CACHED_KEYS = 200_000  # per output topic; the cache starts over beyond it (pods come and go)
 
 
 def record_of(o: Output) -> Record:
@@ -37,6 +39,36 @@ def record_of(o: Output) -> Record:
     if isinstance(o, GpuState):
         return GPUS.name, o.gpu_uuid.encode(), codec.encode(o)
     return FINDINGS.name, o.key.encode(), codec.encode(o)
+
+
+def newest_per_key(outs: list[Output]) -> list[Output]:
+    """`outs` without the attributions and GPU states that a newer one of the same key follows, unless
+    they carry closed windows (each is in one publication only); findings all. A subsequence of what the
+    core computed, so a subscriber that keeps the newest per key and merges windows ends where it would
+    with every output. It matters while catching up, when a batch holds many ticks of a node; live, a
+    batch holds one tick of a node and this drops nothing."""
+    if len(outs) < 2:
+        return outs
+    seen: set[bytes | str] = set()
+    keep: list[Output] = []
+    for o in reversed(outs):  # newest first: the first of a key is the one to keep
+        if isinstance(o, PodAttribution):
+            key: bytes | str = o.pod_uid
+            if key in seen and not any(r.windows for r in o.rows):
+                continue
+        elif isinstance(o, GpuState):
+            key = b"g" + o.gpu_uuid.encode()  # bytes: never equal to a pod UID
+            if key in seen:
+                continue
+        else:
+            keep.append(o)
+            continue
+        seen.add(key)
+        keep.append(o)
+    if len(keep) == len(outs):
+        return outs
+    keep.reverse()
+    return keep
 
 
 def time_of(o: Output) -> int:
@@ -135,3 +167,54 @@ class OutputSender:
             for d in done:
                 if not d.done():
                     d.set_result(None)
+
+
+class RecordBatches:
+    """Sends records through the app's producer as whole record batches, one per topic-partition.
+
+    A record sent alone costs aiokafka a partitioner call, an accumulator lookup and a delivery future;
+    at one PodAttribution and one GpuState per device sample that was most of a worker's producer time.
+    Partitions come from the producer's own partitioner (as a plain send would choose them), and the
+    batches of a partition are handed over in order, so per-key order is what it was.
+    """
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer  # Faust's aiokafka Producer
+        # (topic, key) -> partition under the topic's partition count: keys (pod UIDs, GPU UUIDs)
+        # repeat every tick, and the partitioner's hash is pure Python.
+        self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
+
+    def _partition(self, topic: str, count: int, key: bytes) -> int:
+        known = self._partitions.get(topic)
+        if known is None or known[0] != count or len(known[1]) > MAX_CACHED_KEYS:
+            known = self._partitions[topic] = (count, {})
+        partition = known[1].get(key)
+        if partition is None:
+            partition = known[1][key] = self._producer.key_partition(topic, key).partition
+        return partition
+
+    async def send(self, records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+        aio = self._producer._ensure_producer()  # Faust exposes no batch API of its own
+        # Known metadata answers at once; the partitioner needs it, and its count keys the cache.
+        counts = {topic: len(await aio.partitions_for(topic)) for topic in {r[0] for r in records}}
+        placed = [(topic, self._partition(topic, counts[topic], key), key, value)
+                  for topic, key, value in records]
+        return [fut for _, fut in await self.send_to(placed)]
+
+    async def send_to(self, records: list[tuple[str, int, bytes, bytes]]) -> list[tuple[int, Any]]:
+        """Send (topic, partition, key, value) records, in order per partition; returns each record
+        batch's partition and delivery future."""
+        aio = self._producer._ensure_producer()
+        futures: list[tuple[int, Any]] = []
+        open_: dict[tuple[str, int], Any] = {}
+        for topic, partition, key, value in records:
+            builder = open_.get((topic, partition))
+            if builder is None:
+                builder = open_[(topic, partition)] = aio.create_batch()
+            if builder.append(timestamp=None, key=key, value=value) is None:  # full: send, start anew
+                futures.append((partition, await aio.send_batch(builder, topic, partition=partition)))
+                builder = open_[(topic, partition)] = aio.create_batch()
+                builder.append(timestamp=None, key=key, value=value)  # the first record always fits
+        for (topic, partition), builder in open_.items():
+            futures.append((partition, await aio.send_batch(builder, topic, partition=partition)))
+        return futures

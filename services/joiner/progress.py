@@ -20,14 +20,13 @@ see periscope.bus.profile) they are also asked every few seconds (`refresh_ends`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import faust
 from faust.types import TP
 
 from periscope.bus.topics import NODE_INPUTS
-from services.joiner.agents import Joiner
 
 log = logging.getLogger(__name__)
 INPUT_NAMES = frozenset(t.name for t in NODE_INPUTS)
@@ -46,10 +45,10 @@ def ready(app: faust.App) -> bool:
 
 
 class ProgressWatch:
-    def __init__(self, app: faust.App, joiner: Joiner, stall_s: float, on_stall: Callable[[], Any],
-                 ask_ends: bool = False) -> None:
+    def __init__(self, app: faust.App, processed: Mapping[tuple[str, int], int], stall_s: float,
+                 on_stall: Callable[[], Any], ask_ends: bool = False) -> None:
         self.app = app
-        self.joiner = joiner
+        self.processed = processed  # (topic, partition) -> last offset the worker handled
         self.stall_s = stall_s
         self.on_stall = on_stall
         self.ask_ends = ask_ends  # the broker's end offsets are exact: ask for them, not only fetch's
@@ -85,7 +84,7 @@ class ProgressWatch:
             end = self.end_of(tp.topic, tp.partition)  # from fetch responses, and asked where exact
             if end is None:
                 continue
-            done = self.joiner.processed.get((tp.topic, tp.partition))
+            done = self.processed.get((tp.topic, tp.partition))
             yield tp, end, done + 1 if done is not None else self.start.get(tp)
 
     def end_of(self, topic: str, partition: int) -> int | None:

@@ -1,0 +1,232 @@
+"""The joiner against a bare batched loop over the same parts, in the same run on the same backlog.
+
+The bare loop is what the joiner would be without Faust and without its durability protocol: one
+aiokafka consumer (no group) assigned every input partition from the start, `getmany` batches of at
+most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
+core (`step`, and `mark_inputs` with the same at-end flags the worker computes from the partitions'
+end offsets), the worker's `newest_per_key` while LAG_RECORDS behind, `record_of` (the encoder) and
+`RecordBatches` (the worker's producer path, over an aiokafka producer with the joiner's producer
+settings). The engine configuration is the joiner's default. No tables, no marks, no
+acknowledgements, no commits.
+
+Runs alternate with one-worker joiner runs (bench.joiner.one_worker_run) on one preloaded backlog, so
+each pair sees the same load from the rest of the machine; both are timed between 10 % and 90 % of the
+backlog's device samples. The bare loop runs in its own process (`python -m bench.joiner_baseline`),
+as the worker does, and reports its own CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import Figure, Goal, kafka, kafka_env, median, rounded
+from bench.joiner import one_worker_run, preload, settle
+from bench.workload import NodeShape
+from periscope.bus import codec, topics
+
+RATIO_GOAL = Goal("<", 1.3001, "<= 1.3 (joiner CPU per device sample / bare loop's, same run)")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class _Producer:
+    """What RecordBatches needs of Faust's producer, over a plain aiokafka producer."""
+
+    def __init__(self, aio: Any) -> None:
+        self._aio = aio
+
+    def _ensure_producer(self) -> Any:
+        return self._aio
+
+    def key_partition(self, topic: str, key: bytes) -> Any:
+        # As Faust's transport does: the producer's own partitioner on the serialized key.
+        return _TP(self._aio._partition(topic, None, None, None, key, None))
+
+
+class _TP:
+    __slots__ = ("partition",)
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+
+
+async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
+    """Work through every input partition from the start to its end offset as the joiner's parts would
+    without Faust; device-samples/s and CPU per device sample between 10 % and 90 % of `expected`."""
+    from aiokafka import TopicPartition
+
+    from periscope.bus.admin import partition_counts
+    from periscope.core.engine import NodeState, apply, mark_inputs, new_state
+    from periscope.core.model import NodeTelemetry, Output
+    from periscope.settings.joiner import JoinerSettings
+    from services.joiner.app import TAKE_MAX
+    from services.joiner.delivery import RecordBatches, newest_per_key, record_of
+    from services.joiner.slots import node_of
+    from services.joiner.worker import LAG_RECORDS, STREAM_OF_TOPIC
+
+    config = JoinerSettings(kafka_bootstrap=bootstrap).engine_config()
+    telemetry = topics.TELEMETRY.name
+    k = kafka(bootstrap)
+    names = [t.name for t in topics.NODE_INPUTS]
+    counts = await partition_counts(k, names)
+    parts = [TopicPartition(n, p) for n in names for p in range(counts[n])]
+    consumer = k.consumer(client_id="bench-bare", max_partition_fetch_bytes=4 * 1024 * 1024,
+                          fetch_max_bytes=16 * 1024 * 1024)
+    aio = k.producer("bench-bare")
+    await consumer.start()
+    await aio.start()
+    try:
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        batches = RecordBatches(_Producer(aio))
+        states: dict[str, NodeState] = {}
+        partition_of: dict[str, int] = {}
+        processed: dict[tuple[str, int], int] = {}
+        told: dict[int, tuple[Any, ...]] = {}
+        pending: list[Any] = []
+        samples = 0
+        marks = [(time.perf_counter(), time.process_time(), 0)]  # (wall, CPU, samples) per batch
+        started = marks[0][0]
+        while True:
+            got = await consumer.getmany(timeout_ms=1000, max_records=TAKE_MAX)
+            if not got and all([await consumer.position(tp) >= ends[tp] for tp in parts]):
+                break
+            outs: dict[str, list[Output]] = {}
+            for tp, records in got.items():
+                topic = topics.BY_NAME[tp.topic]
+                for r in records:
+                    processed[(tp.topic, tp.partition)] = r.offset
+                    obj = codec.decode(topic, r.value)
+                    node = node_of(r.key, obj)
+                    if node is None:
+                        continue
+                    state = states.get(node)
+                    if state is None:
+                        state = states[node] = new_state(node)
+                        partition_of[node] = tp.partition
+                    o = apply(state, obj, config)
+                    if o:
+                        outs.setdefault(node, []).extend(o)
+                    if isinstance(obj, NodeTelemetry):
+                        samples += len(obj.devices)
+            if config.align:  # the worker's at-end flags, told to the nodes of a partition when they change
+                for p in {tp.partition for tp in got}:
+                    flags = tuple((stream, processed.get((name, p), -1) + 1 >= ends[TopicPartition(name, p)])
+                                  for name, stream in STREAM_OF_TOPIC.items())
+                    if told.get(p) != flags:
+                        told[p] = flags
+                        at_end = dict(flags)
+                        for node, state in states.items():
+                            if partition_of[node] == p:
+                                outs.setdefault(node, []).extend(mark_inputs(state, config, at_end=at_end))
+            lagging = {p for p in {tp.partition for tp in got}  # as the worker judges it
+                       if ends[TopicPartition(telemetry, p)] - processed.get((telemetry, p), -1) - 1
+                       >= LAG_RECORDS}
+            records = [record_of(o) for node, node_outs in outs.items()
+                       for o in (newest_per_key(node_outs) if partition_of[node] in lagging else node_outs)]
+            if records:
+                pending.extend(await batches.send(records))
+            if got:
+                marks.append((time.perf_counter(), time.process_time(), samples))
+        await asyncio.gather(*pending)
+        total_s = time.perf_counter() - started
+    finally:
+        await consumer.stop()
+        await aio.stop()
+    # Between the batches that passed 10 % and 90 % of the samples; a backlog of a few batches: all of it.
+    (t0, c0, n0) = next(m for m in marks if m[2] >= 0.1 * expected)
+    (t1, c1, n1) = next(m for m in marks if m[2] >= 0.9 * expected)
+    if n1 <= n0:
+        (t0, c0, n0), (t1, c1, n1) = marks[0], marks[-1]
+    rate = (n1 - n0) / (t1 - t0)
+    return {"device_samples_per_s": rate, "cpu_us_per_device_sample": 1e6 * (c1 - c0) / (n1 - n0),
+            "cpu_util": (c1 - c0) / (t1 - t0), "device_samples": samples, "total_s": total_s}
+
+
+def bare_run(bootstrap: str, expected: int, timeout_s: float) -> dict[str, Any]:
+    """The bare loop in its own process (as the worker runs in its own), its JSON result."""
+    env = {**os.environ, **kafka_env()}
+    out = subprocess.run([sys.executable, "-m", "bench.joiner_baseline", "--bootstrap", bootstrap,
+                          "--expected", str(expected)], cwd=REPO, env=env, capture_output=True, text=True,
+                         timeout=timeout_s, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"bare loop exited with {out.returncode}:\n{out.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int, repeats: int,
+                  timeout_s: float, shape: NodeShape = NodeShape()) -> tuple[list[Figure], dict[str, Any]]:
+    load = await preload(bootstrap, nodes, ticks, shape)
+    expected = load["device_samples"]
+    pairs: list[dict[str, dict[str, Any]]] = []
+    failed: list[str] = []
+    for i in range(repeats):
+        got: dict[str, dict[str, Any]] = {}
+        for what in (("joiner", "bare") if i % 2 == 0 else ("bare", "joiner")):
+            if what == "joiner":
+                try:
+                    r = await one_worker_run(bootstrap, tmp, expected, broker_pid, timeout_s)
+                except RuntimeError as e:  # a worker that stalled on a loaded machine: this pair is void
+                    failed.append(str(e).splitlines()[0])
+                    break
+                r.pop("worker")
+                got[what] = {"device_samples_per_s": r["device_samples_per_s"],
+                             "cpu_us_per_device_sample": r.get("worker_cpu_us_per_device_sample"),
+                             "cpu_util": r.get("worker_cpu_util")}
+            else:
+                got[what] = await asyncio.to_thread(bare_run, bootstrap, expected, timeout_s)
+                await settle(bootstrap, topics.GPUS)
+        if len(got) == 2:
+            pairs.append(got)
+    if not pairs:
+        raise RuntimeError(f"no joiner run completed: {failed}")
+    ratios = [p["joiner"]["cpu_us_per_device_sample"] / p["bare"]["cpu_us_per_device_sample"] for p in pairs
+              if p["joiner"]["cpu_us_per_device_sample"]]
+    rate_ratios = [p["bare"]["device_samples_per_s"] / p["joiner"]["device_samples_per_s"] for p in pairs]
+    bare_us = [p["bare"]["cpu_us_per_device_sample"] for p in pairs]
+    bare_rates = [p["bare"]["device_samples_per_s"] for p in pairs]
+    setup: dict[str, Any] = {
+        "nodes": nodes, "gpus_per_node": shape.gpus, "ticks": ticks, **load, "repeats": repeats,
+        "how": "one preloaded backlog; one-worker joiner runs (fresh consumer group) alternating with "
+               "bare-loop runs (own process, no group); CPU per device sample of each between 10% and 90% "
+               "of the backlog's device samples; the ratio per pair",
+        "bare_loop": __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else "",
+        "pairs": [{w: {k: rounded(v) for k, v in r.items()} for w, r in p.items()} for p in pairs],
+        "void_pairs": failed,
+    }
+    limit = ("what the joiner pays beyond the bare loop: Faust's stream and event objects, tables, the mark "
+             "and persist writes to the changelogs, acknowledgements and commits, metrics")
+    figures = [
+        Figure("joiner_bare_loop_cpu_us_per_device_sample", median(bare_us), "us", setup,
+               "decode, core, encode and produce only", None, bare_us,
+               "bare batched aiokafka loop over the joiner's decoder, core, encoder and producer path"),
+        Figure("joiner_bare_loop_device_samples_per_s", median(bare_rates), "device-samples/s", setup,
+               "one process on a shared machine", None, bare_rates,
+               "the bare loop's rate, same backlog and run as the joiner"),
+        Figure("joiner_vs_bare_loop_cpu_ratio", median(ratios) if ratios else None, "x", setup, limit,
+               RATIO_GOAL, ratios, "joiner CPU per device sample / bare loop's, paired runs"),
+        Figure("bare_loop_vs_joiner_rate_ratio", median(rate_ratios), "x", setup, limit, None, rate_ratios,
+               "bare loop device-samples/s / joiner's, paired runs"),
+    ]
+    return figures, {"pairs": setup["pairs"], "void_pairs": failed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="The bare batched loop once; prints one JSON line.")
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--expected", type=int, required=True, help="device samples in the backlog")
+    args = ap.parse_args()
+    print(json.dumps(asyncio.run(bare_loop(args.bootstrap, args.expected))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""A worker catching up reads many ticks of a node in one batch: it publishes only the newest
+attribution and GPU state per key of the batch, those that close windows, and every finding: a
+subsequence of what the core computes. Whatever the batches, subscribers end with what the pure core
+computed: the same newest output per key, every closed window as computed, the same findings in the same
+order. A worker that does not lag publishes every output."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from periscope.bus import codec
+from periscope.bus import topics as T
+from periscope.core.changes import ChangeConfig
+from periscope.core.engine import EngineConfig, apply, new_state, output_key
+from periscope.core.model import (
+    AllocationSnapshot,
+    DeviceInventory,
+    Finding,
+    GpuState,
+    NodeInput,
+    NodeTelemetry,
+    Output,
+    PodAttribution,
+    PodEvent,
+    WindowStat,
+)
+from periscope.core.rows import RowConfig
+from periscope.core.watermark import ALL_STREAMS
+from services.joiner.delivery import OutputSender
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.worker import Hooks, Joiner
+from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid, xid
+
+S = 1000
+# Short windows and no heartbeat, so a few dozen ticks close several windows and change every output.
+CONFIG = EngineConfig(rows=RowConfig(window_ms=10 * S, window_keep_ms=60 * S),
+                      changes=ChangeConfig(heartbeat_ms=0))
+
+
+def _feed(ticks: int = 40) -> list[NodeInput]:
+    g0, g1 = gpu(0), gpu(1)
+    events: list[NodeInput] = [
+        inventory(), pod(1, "train-0", 0), pod(2, "serve-0", 0),
+        alloc(1, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)),
+              pr("ml", "serve-0", (g1,)), ck(uid(2), (g1,))),
+    ]
+    for k in range(1, ticks + 1):
+        t = k * S
+        events.append(tel(t, dev(g0, 20.0 + k % 7, procs=(proc(10, uid(1), 20.0 + k % 7, 500.0),)),
+                          dev(g1, 60.0 - k % 5, procs=(proc(11, uid(2), 60.0 - k % 5, 700.0),), index=1)))
+        if k == 17:
+            events.append(xid(t + 1, g0))
+    return events
+
+
+def _topic(ev: NodeInput) -> T.Topic:
+    if isinstance(ev, NodeTelemetry):
+        return T.TELEMETRY
+    if isinstance(ev, PodEvent):
+        return T.PODS
+    if isinstance(ev, AllocationSnapshot):
+        return T.ALLOCATIONS
+    if isinstance(ev, DeviceInventory):
+        return T.INVENTORY
+    return T.XID
+
+
+@dataclass
+class Msg:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass
+class Event:
+    message: Msg
+
+
+def _events(feed: list[NodeInput]) -> list[Event]:
+    offsets: dict[str, int] = {}
+    out = []
+    for ev in feed:
+        topic = _topic(ev).name
+        offsets[topic] = offsets.get(topic, -1) + 1
+        out.append(Event(Msg(topic, 0, offsets[topic], NODE.encode(), codec.encode(ev))))
+    return out
+
+
+def _done() -> asyncio.Future[None]:
+    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    fut.set_result(None)
+    return fut
+
+
+class Table:
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.data.get(key)
+
+    def put(self, key: bytes, value: bytes, partition: int) -> Any:
+        self.data[key] = value
+        return _done()
+
+    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
+        for k, v, _ in items:
+            self.data[k] = v
+        return {p: _done() for _, _, p in items}
+
+    def delete(self, key: bytes, partition: int) -> Any:
+        self.data.pop(key, None)
+        return _done()
+
+    def fence(self, partition: int) -> Any:
+        return _done()
+
+
+async def _published(batches: list[list[Event]], config: EngineConfig,
+                     ends: dict[str, int] | None = None, lagging: bool = True) -> list[list[Output]]:
+    """What a worker publishes for each batch, decoded; `lagging`: while catching up (the broker holds
+    far more telemetry than the batches), else `ends` are the partitions' end offsets."""
+    sent: list[list[Output]] = []
+
+    async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+        sent.append([codec.decode(T.BY_NAME[topic], value) for topic, _, value in records])
+        return []
+
+    async def fail(e: BaseException) -> None:
+        raise AssertionError(f"unexpected error: {e!r}")
+
+    async def dead_letter(msg: Any, error: str) -> None:
+        raise AssertionError(f"dead-lettered: {error}")
+
+    sender = OutputSender(send, lambda p: _done(), lambda topic, n: None, fail)
+    def end_of(topic: str, partition: int) -> int | None:
+        if lagging and topic == T.TELEMETRY.name:
+            return 1_000_000  # far more telemetry on the broker than these batches: catching up
+        return (ends or {}).get(topic)
+
+    hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: 100.0, end_of=end_of,
+                  start_of=lambda topic, partition: 0)
+    joiner = Joiner(config=config, persist_interval_s=3600.0, metrics=JoinerMetrics(), nodes=Table(),
+                    pods=Table(), marks=Table(), sender=sender, hooks=hooks)
+    running = asyncio.ensure_future(sender.run())
+    per_batch: list[list[Output]] = []
+    try:
+        for batch in batches:
+            await joiner.handle_batch(batch)
+            await sender.barrier()
+            per_batch.append([o for records in sent for o in records])
+            sent.clear()
+        await joiner.shutdown()
+    finally:
+        running.cancel()
+    return per_batch
+
+
+def _core(feed: list[NodeInput], config: EngineConfig) -> list[Output]:
+    state, outs = new_state(NODE), []
+    for ev in feed:
+        o = apply(state, ev, config)
+        outs.extend(o)
+    return outs
+
+
+def _windows(outs: list[Output]) -> dict[tuple[str, str, str], list[WindowStat]]:
+    """Every closed window published, per pod row, merged by window start."""
+    got: dict[tuple[str, str, str], dict[int, WindowStat]] = {}
+    for o in outs:
+        if isinstance(o, PodAttribution):
+            for r in o.rows:
+                for w in r.windows:
+                    got.setdefault((o.pod_uid, r.container, r.device_id), {})[w.start_ms] = w
+    return {k: [v[s] for s in sorted(v)] for k, v in got.items()}
+
+
+def _latest(outs: list[Output]) -> dict[str, Output]:
+    return {output_key(o): o for o in outs}
+
+
+def _subsequence(short: list[Output], full: list[Output]) -> bool:
+    it = iter(full)
+    return all(any(o == f for f in it) for o in short)
+
+
+def _same_as_the_core(published: list[Output], core: list[Output]) -> None:
+    assert _subsequence(published, core)  # nothing made up: each one is an output the core computed
+    assert _latest(published) == _latest(core)
+    assert _windows(published) == _windows(core)
+    assert [o for o in published if isinstance(o, Finding)] == [o for o in core if isinstance(o, Finding)]
+
+
+async def test_a_batch_of_many_ticks_publishes_each_key_once_with_every_closed_window() -> None:
+    feed = _feed()
+    core = _core(feed, CONFIG)
+    assert len({output_key(o) for o in core if not isinstance(o, Finding)}) < len(core) / 10  # many per key
+    assert any(isinstance(o, Finding) and o.kind == "xid-owner" for o in core)
+    [published] = await _published([_events(feed)], CONFIG)
+    keys = [output_key(o) for o in published if not isinstance(o, Finding)]
+    closing = [o for o in published if isinstance(o, PodAttribution) and any(r.windows for r in o.rows)]
+    assert len(set(keys)) == 4  # two pods, two GPUs
+    newest = [o for o in _latest(published).values() if not isinstance(o, Finding)]
+    # The newest of each key, and the outputs that closed windows: nothing else.
+    assert len(keys) == len(newest) + len([c for c in closing if c not in newest])
+    assert len(closing) >= 6  # 40 s of 10 s windows, two pods
+    _same_as_the_core(published, core)
+
+
+async def test_aligned_catch_up_in_one_batch_publishes_what_the_core_computes_in_event_time_order() -> None:
+    feed = _feed()
+    config = replace(CONFIG, align=ALL_STREAMS)
+    events = _events(feed)
+    ends = {t.name: 0 for t in T.NODE_INPUTS}  # no record at all: at its end from the start
+    for ev in events:
+        ends[ev.message.topic] = ev.message.offset + 1  # at its end after this batch (not telemetry)
+    [published] = await _published([events], config, ends)
+    assert len([o for o in published if isinstance(o, GpuState)]) == 2  # one per GPU
+    _same_as_the_core(published, _core(feed, CONFIG))
+
+
+async def test_a_batch_that_is_not_lagging_publishes_every_output_the_core_computes() -> None:
+    feed = _feed()
+    events = _events(feed)
+    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}  # the batch reaches every end
+    [published] = await _published([events], CONFIG, ends, lagging=False)
+    assert published == _core(feed, CONFIG)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=30))
+def test_any_split_into_batches_ends_with_what_the_core_computes(sizes: list[int]) -> None:
+    feed = _feed()
+    events = _events(feed)
+    batches, i = [], 0
+    for n in sizes:
+        if i < len(events):
+            batches.append(events[i:i + n])
+            i += n
+    if i < len(events):
+        batches.append(events[i:])
+    published = asyncio.run(_published(batches, CONFIG))
+    for batch_out in published:
+        gpus = [o.gpu_uuid for o in batch_out if isinstance(o, GpuState)]
+        assert len(gpus) == len(set(gpus))  # within a batch, each GPU once
+    _same_as_the_core([o for b in published for o in b], _core(feed, CONFIG))
