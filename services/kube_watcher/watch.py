@@ -93,6 +93,7 @@ class ResourceWatch:
         self.watch_timeout_s = watch_timeout_s
         self.request_timeout_s = request_timeout_s
         self.unavailable_retry_s = unavailable_retry_s
+        self._said_not_served = False
         self.page_size = page_size
         self._backoff = backoff or Backoff(max_s=30.0)  # the apiserver asks clients to back off long
         self._after = after
@@ -133,7 +134,12 @@ class ResourceWatch:
                     continue
                 self.stats.errors += 1
                 detail = f"{exc.status} {exc.reason or ''}".strip()
-                log.warning("%s: apiserver answered %s", self.kind, detail)
+                if exc.status != 404:
+                    log.warning("%s: apiserver answered %s", self.kind, detail)
+                elif not self._said_not_served:  # an optional CRD a cluster may lack: once, not every retry
+                    self._said_not_served = True
+                    log.info("%s: not served by this apiserver (%s); asking again every %.0fs",
+                             self.kind, detail, self.unavailable_retry_s)
                 self._notify(Unavailable(self.kind, int(exc.status or 0), detail))
                 self.synced.set()
                 rv = None

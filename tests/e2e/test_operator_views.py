@@ -28,6 +28,7 @@ import httpx
 import pytest
 import yaml
 
+from periscope.wirejson import parse_time_ms
 from tests import chromium
 from tests.chromium import NEEDS_CHROMIUM
 from tests.e2e.support import marked_env, marked_pids, periscope
@@ -245,14 +246,24 @@ def test_gpu_hours_counters_and_usage_agree_on_who_held_and_who_wasted(prometheu
         return {h["metric"]["namespace"]: float(h["value"][1]) for h in hits}
 
     every = {"train", "notebooks", "web", "infer"}
-    allocated = wait_until("GPU-hours of every namespace", lambda: (
-        a if every <= set(a := by_namespace("periscope_gpu_hours_allocated_total")) else None), 60)
-    idle = by_namespace("periscope_gpu_hours_idle_total")
-    used = by_namespace("periscope_gpu_hours_used_total")
+
+    def counted() -> tuple[dict[str, float], dict[str, float], dict[str, float]] | None:
+        # The idle hours start once the idle window has passed and a window closed after it: on a
+        # loaded machine that may be after every namespace has allocated hours.
+        a, i, u = (by_namespace(f"periscope_gpu_hours_{k}_total") for k in ("allocated", "idle", "used"))
+        return (a, i, u) if every <= set(a) and i.get("notebooks", 0.0) > 0 else None
+
+    allocated, idle, used = wait_until("GPU-hours of every namespace, idle ones included", counted, 90)
     assert idle["notebooks"] > 0 and idle.get("train", 0.0) == 0.0, idle
     assert used["train"] > 0.8 * allocated["train"] and used["notebooks"] == 0.0, used
-    # The two time-sliced pods split one T4: together they hold at most what the GPU has.
-    assert allocated["web"] <= allocated["train"] * 1.05
+    # The two time-sliced pods split one T4: together they hold at most what the GPU has, i.e. the time
+    # from the first sample of either to the latest (read after the counters; one window of slack for
+    # the half interval a holding is charged before its first sample). Compared with another node's pod
+    # instead, the answer would depend on which node's windows had closed last.
+    rows = httpx.get(f"{stack.api}/v1/pods", params={"namespace": "web"}, timeout=10).json()["items"]
+    span_ms = (max(parse_time_ms(r["last_seen"]) for r in rows)
+               - min(parse_time_ms(r["first_seen"]) for r in rows))
+    assert allocated["web"] <= (span_ms + 2_000) / 3_600_000, (allocated, span_ms)
     workloads = {h["metric"]["workload"] for h in query(prometheus, "periscope_gpu_hours_allocated_total")}
     assert workloads == {"Pod"}  # the scenario's pods have no controller
     doc = httpx.get(f"{stack.api}/v1/usage", params={"from": "30m", "by": "namespace"}, timeout=10).json()

@@ -4,7 +4,7 @@ acknowledged before the persist that includes it."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from periscope.bus import codec
@@ -14,55 +14,7 @@ from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
-
-
-def _done() -> asyncio.Future[None]:
-    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    fut.set_result(None)
-    return fut
-
-
-class Table:
-    """A changelogged table as the joiner sees it (TableIO), in memory, remembering its writes."""
-
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-        self.writes: list[bytes] = []
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.data.get(key)
-
-    def put(self, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
-        self.data[key] = value
-        self.writes.append(key)
-        return _done()
-
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
-        for key, value, _ in items:
-            self.put(key, value, 0)
-        return {p: _done() for _, _, p in items}
-
-    def delete(self, key: bytes, partition: int) -> asyncio.Future[None]:
-        self.data.pop(key, None)
-        return _done()
-
-    def fence(self, partition: int) -> asyncio.Future[None]:
-        return _done()
-
-
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    generation_id: int = 1
-
-
-@dataclass
-class Event:
-    message: Msg
+from tests.unit.joiner_io import Event, Msg, Table
 
 
 def telemetry(node: str, t: int, offset: int, generation: int = 1) -> Event:

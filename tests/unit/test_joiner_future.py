@@ -5,8 +5,6 @@ event time stands still is listed as stalled."""
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from periscope.bus import codec
@@ -17,55 +15,10 @@ from periscope.core.model import DeviceSample, Meta, NodeTelemetry
 from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.worker import Hooks, Joiner
+from tests.unit.joiner_io import Event, Msg, Table, done
 
 YEAR_MS = 365 * 86_400_000
 NOW_MS = 1_790_000_100_000
-
-
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes
-    value: bytes
-    timestamp: float | None
-    generation_id: int = 1
-
-
-@dataclass
-class Event:
-    message: Msg
-
-
-class Table:
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.data.get(key)
-
-    def put(self, key: bytes, value: bytes, partition: int) -> Any:
-        self.data[key] = value
-        return _done()
-
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
-        for k, v, _ in items:
-            self.data[k] = v
-        return {p: _done() for _, _, p in items}
-
-    def delete(self, key: bytes, partition: int) -> Any:
-        self.data.pop(key, None)
-        return _done()
-
-    def fence(self, partition: int) -> Any:
-        return _done()
-
-
-def _done() -> asyncio.Future[None]:
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    done.set_result(None)
-    return done
 
 
 def _telemetry(t_ms: int, seq: int) -> NodeTelemetry:
@@ -80,7 +33,7 @@ async def _joiner(**kw: Any) -> tuple[Joiner, list[tuple[str, str]], JoinerMetri
     async def send(records: Any) -> list[Any]:
         return []
 
-    sender = OutputSender(send, lambda p: _done(), lambda topic, n: None, lambda e: _done())
+    sender = OutputSender(send, lambda p: done(), lambda topic, n: None, lambda e: done())
 
     async def dead_letter(msg: Any, error: str) -> None:
         letters.append((msg.topic, error))
@@ -88,13 +41,13 @@ async def _joiner(**kw: Any) -> tuple[Joiner, list[tuple[str, str]], JoinerMetri
     hooks = {k: kw.pop(k) for k in ("clock", "event_ms_of") if k in kw}
     j = Joiner(config=EngineConfig(), persist_interval_s=60, metrics=metrics, nodes=Table(), pods=Table(),
                marks=Table(), sender=sender,
-               hooks=Hooks(dead_letter=dead_letter, on_error=lambda e: _done(), **hooks), **kw)
+               hooks=Hooks(dead_letter=dead_letter, on_error=lambda e: done(), **hooks), **kw)
     return j, letters, metrics
 
 
 def _event(ev: NodeTelemetry, offset: int, broker_ms: float | None) -> Event:
     return Event(Msg(T.TELEMETRY.name, 0, offset, b"gpu-a", codec.encode(ev),
-                     None if broker_ms is None else broker_ms / 1000))
+                     timestamp=None if broker_ms is None else broker_ms / 1000))
 
 
 async def test_a_record_stamped_years_ahead_is_dead_lettered_and_the_node_goes_on() -> None:

@@ -7,7 +7,7 @@ order. A worker that does not lag publishes every output."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -35,6 +35,7 @@ from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid, xid
+from tests.unit.joiner_io import Event, Msg, Table, done
 
 S = 1000
 # Short windows and no heartbeat, so a few dozen ticks close several windows and change every output.
@@ -70,20 +71,6 @@ def _topic(ev: NodeInput) -> T.Topic:
     return T.XID
 
 
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass
-class Event:
-    message: Msg
-
-
 def _events(feed: list[NodeInput]) -> list[Event]:
     offsets: dict[str, int] = {}
     out = []
@@ -92,36 +79,6 @@ def _events(feed: list[NodeInput]) -> list[Event]:
         offsets[topic] = offsets.get(topic, -1) + 1
         out.append(Event(Msg(topic, 0, offsets[topic], NODE.encode(), codec.encode(ev))))
     return out
-
-
-def _done() -> asyncio.Future[None]:
-    fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    fut.set_result(None)
-    return fut
-
-
-class Table:
-    def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.data.get(key)
-
-    def put(self, key: bytes, value: bytes, partition: int) -> Any:
-        self.data[key] = value
-        return _done()
-
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
-        for k, v, _ in items:
-            self.data[k] = v
-        return {p: _done() for _, _, p in items}
-
-    def delete(self, key: bytes, partition: int) -> Any:
-        self.data.pop(key, None)
-        return _done()
-
-    def fence(self, partition: int) -> Any:
-        return _done()
 
 
 async def _published(batches: list[list[Event]], config: EngineConfig,
@@ -140,7 +97,7 @@ async def _published(batches: list[list[Event]], config: EngineConfig,
     async def dead_letter(msg: Any, error: str) -> None:
         raise AssertionError(f"dead-lettered: {error}")
 
-    sender = OutputSender(send, lambda p: _done(), lambda topic, n: None, fail)
+    sender = OutputSender(send, lambda p: done(), lambda topic, n: None, fail)
     def end_of(topic: str, partition: int) -> int | None:
         if lagging and topic == T.TELEMETRY.name:
             return 1_000_000  # far more telemetry on the broker than these batches: catching up
