@@ -4,7 +4,8 @@ windows it holds) both build their answer here, so they agree to the last digit 
 
 A window counts toward a period when its start lies in [from, to). Groups: namespace, workload (the
 pod's controller as the watcher recorded it: `namespace/Kind/name`, or `namespace/Pod/name` for a bare
-pod), pod (by UID), node, gpu-model, or label:KEY (the pod's label value; "" when it has none). The
+pod), pod (by UID), node, gpu-model, or label:KEY (the pod's label value). A group whose key is unknown (no label,
+no model known) has a null key in the document, as every unknown in the output contract. The
 total is the sum of the groups, so they reconcile.
 """
 
@@ -171,7 +172,7 @@ def document(from_iso: str, to_iso: str, by: str, groups: list[Group], priced: b
         total.add(g.account)
     out_groups = []
     for g in groups:
-        item: dict[str, Any] = {"key": g.key}
+        item: dict[str, Any] = {"key": g.key or None}  # unknown (no namespace, model or label): null
         if by == "pod":
             item |= {"namespace": g.namespace, "pod": g.pod}
         out_groups.append({**item, **g.account.to_json(priced), "pods": len(g.pods)})

@@ -117,7 +117,8 @@ class UsageNumbers(BaseModel):
 
 
 class UsageGroup(UsageNumbers):
-    key: str
+    key: str | None = Field(description="the group's namespace, workload, pod UID, node, GPU model or label "
+                            "value; null when unknown (no such label, model not known)")
     namespace: str | None = Field(None, description="with by=pod")
     pod: str | None = Field(None, description="with by=pod")
 

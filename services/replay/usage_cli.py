@@ -124,7 +124,7 @@ def csv_text(doc: Json) -> str:
     w.writerow(["key", *extra, "pods", *COLUMNS])
     for g in doc["groups"]:
         values = ("" if g[c] is None else g[c] for c in COLUMNS)
-        w.writerow([g["key"], *(g[k] for k in extra), g["pods"], *values])
+        w.writerow([g["key"] or "", *(g[k] for k in extra), g["pods"], *values])
     return buf.getvalue()
 
 
