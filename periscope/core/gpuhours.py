@@ -4,9 +4,9 @@ windows it holds) both build their answer here, so they agree to the last digit 
 
 A window counts toward a period when its start lies in [from, to). Groups: namespace, workload (the
 pod's controller as the watcher recorded it: `namespace/Kind/name`, or `namespace/Pod/name` for a bare
-pod), pod (by UID), node, gpu-model, or label:KEY (the pod's label value). A group whose key is unknown (no label,
-no model known) has a null key in the document, as every unknown in the output contract. The
-total is the sum of the groups, so they reconcile.
+pod), pod (by UID), node, gpu-model, or label:KEY (the pod's label value). A group whose key is
+unknown (no label, no model known) has a null key in the document, as every unknown in the output
+contract. The total is the sum of the groups, so they reconcile.
 """
 
 from __future__ import annotations
