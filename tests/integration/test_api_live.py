@@ -94,9 +94,11 @@ async def produce_cluster(kafka: Kafka, unique: str) -> None:
             i["gpu"],
             util_pct=1.0,
             idle=True,
-            idle_since_ms=T0 - 20 * MIN,
+            # What the joiner says of a row at 1 % since it was first seen (its windows below): idle
+            # since then; the API judges by the same rule over those windows and must agree.
+            idle_since_ms=T0 - 30 * MIN,
             avg_util_pct=1.0,
-            wasted_gpu_hours=1 / 3,
+            wasted_gpu_hours=1 / 2,
         ),
     )
     # The joiner sends each window once, when it closes (the first sample of the next window), in a
@@ -214,7 +216,7 @@ async def test_outputs_show_up_in_every_endpoint_and_survive_a_restart(any_broke
         assert [o["pod_uid"] for o in g1["mig_devices"][0]["owners"]] == [i["mig_uid"]]
 
         (idle,) = first["idle"]
-        assert idle["pod_uid"] == i["uid"] and idle["idle_since"] == "2026-11-22T03:45:06.789Z"
+        assert idle["pod_uid"] == i["uid"] and idle["idle_since"] == "2026-11-22T03:35:06.789Z"
         recomputed = (await c.get(f"/v1/idle?namespace={i['ns']}&threshold_pct=5&window=10m")).json()["items"]
         assert [r["pod_uid"] for r in recomputed] == [i["uid"]]
 
