@@ -16,7 +16,7 @@ from math import inf, nan
 
 from periscope.core.accounting import forget_published, with_account
 from periscope.core.idle import DEFAULT_RULE, idle_since, is_idle, wasted_gpu_hours
-from periscope.core.model import AttributionRow, DcgmProfile, MigRef, WindowStat
+from periscope.core.model import AttributionRow, MigRef, WindowStat
 from periscope.core.usage import Usage
 from periscope.core.windows import (
     FB_MAX,
@@ -233,32 +233,31 @@ class RowState:
     def to_row(self) -> AttributionRow:
         u = self.usage
         live = u is not None and self.active
+        p = u.dcgm if live and u else None
+        # Positional, in ROW_FIELDS order: this runs for every row of every sample, and CPython matches
+        # 25 keywords at about 20 times the cost of 25 positions (bench/README.md, "positional").
         return AttributionRow(
-            container=self.container, device_id=self.device_id, gpu_uuid=self.gpu_uuid,
-            sharing=u.sharing if u else "exclusive", share_basis=u.share_basis if u else "none",
-            mig=self.mig, util_pct=u.util_pct if live and u else None,
-            fb_used_mib=u.fb_used_mib if live and u else None, power_w=u.power_w if live and u else None,
-            active=self.active, idle=self.idle, first_seen_ms=self.first_seen_ms,
-            last_seen_ms=self.last_seen_ms, sources=self.sources, idle_since_ms=self.idle_since_ms,
-            avg_util_pct=self.avg_util_pct, wasted_gpu_hours=self.wasted_gpu_hours() if self.idle else 0.0,
-            gpu_fraction=u.gpu_fraction if u else 1.0,
-            windows=self.closed_unpublished() if len(self.windows) > W or not self.active else (),
-            sample_ms=self.sample_ms, unresolved=self.unresolved,
-            **_profile(u.dcgm if live and u else None),
+            self.container, self.device_id, self.gpu_uuid,
+            u.sharing if u else "exclusive", u.share_basis if u else "none", self.mig,
+            u.util_pct if live and u else None, u.fb_used_mib if live and u else None,
+            u.power_w if live and u else None,
+            self.active, self.idle, self.first_seen_ms, self.last_seen_ms, self.sources, self.idle_since_ms,
+            self.avg_util_pct, self.wasted_gpu_hours() if self.idle else 0.0, u.gpu_fraction if u else 1.0,
+            self.closed_unpublished() if len(self.windows) > W or not self.active else (),
+            self.sample_ms, self.unresolved,
+            p.sm_active_pct if p else None, p.sm_occupancy_pct if p else None,
+            p.tensor_active_pct if p else None, p.dram_active_pct if p else None,
         )
 
 
-_NO_PROFILE: dict[str, float | None] = {
-    "sm_active_pct": None, "sm_occupancy_pct": None, "tensor_active_pct": None, "dram_active_pct": None,
-}
-
-
-def _profile(p: DcgmProfile | None) -> dict[str, float | None]:
-    """The row's DCGM profiling fields, by keyword (none unless the unit is the holder's alone)."""
-    if p is None:
-        return _NO_PROFILE
-    return {"sm_active_pct": p.sm_active_pct, "sm_occupancy_pct": p.sm_occupancy_pct,
-            "tensor_active_pct": p.tensor_active_pct, "dram_active_pct": p.dram_active_pct}
+# The order `to_row` passes AttributionRow's fields in (tests/unit/test_core_field_order.py pins it to
+# the dataclass, so a field added or moved fails there, not silently here).
+ROW_FIELDS = (
+    "container", "device_id", "gpu_uuid", "sharing", "share_basis", "mig", "util_pct", "fb_used_mib",
+    "power_w", "active", "idle", "first_seen_ms", "last_seen_ms", "sources", "idle_since_ms", "avg_util_pct",
+    "wasted_gpu_hours", "gpu_fraction", "windows", "sample_ms", "unresolved", "sm_active_pct",
+    "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct",
+)
 
 
 def _stat(w: array[float], i: int) -> WindowStat:

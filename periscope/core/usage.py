@@ -39,6 +39,10 @@ class Usage:
     util_from_dcgm: bool = False  # util_pct is DCGM's graphics-engine activity (NVML had none)
 
 
+USAGE_FIELDS = ("util_pct", "fb_used_mib", "power_w", "sharing", "share_basis", "gpu_fraction",
+                "seen_processes", "dcgm", "util_from_dcgm")
+
+
 def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
@@ -154,15 +158,13 @@ def single_usage(
         if not owner or owner != uid:
             unattributed.append(p)
     if sample is None or sample.lost:
-        return Usage(util_pct=None, fb_used_mib=None, power_w=None, sharing=sharing, share_basis="none",
-                     gpu_fraction=base_fraction, seen_processes=False), unattributed
+        return Usage(None, None, None, sharing, "none", base_fraction, False), unattributed
     util, fb, power = sample.util_pct, sample.fb_used_mib, sample.power_w
     dcgm, from_dcgm = sample.dcgm, False
     if dcgm is not None and util is None:
         util, from_dcgm = device_util(sample)
-    usage = Usage(util_pct=None if util is None else round(util, 3),
-                  fb_used_mib=None if fb is None else round(fb, 3),
-                  power_w=None if power is None else round(power, 3), sharing=sharing,
-                  share_basis="exclusive", gpu_fraction=base_fraction, seen_processes=seen,
-                  dcgm=dcgm, util_from_dcgm=from_dcgm)
+    # Positional, in USAGE_FIELDS order (every held device of every sample; see rows.ROW_FIELDS for why).
+    usage = Usage(None if util is None else round(util, 3), None if fb is None else round(fb, 3),
+                  None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen,
+                  dcgm, from_dcgm)
     return usage, unattributed

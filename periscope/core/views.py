@@ -38,12 +38,16 @@ def pod_attribution(state: NodeState, uid: str, t_ms: int, rows: list[RowState])
     # As of t: a deletion learnt of early must not show before it happened (order independence).
     deleted_ms = rec.deleted_ms if rec and rec.deleted_ms <= t_ms else 0
     rows_out = tuple([r.to_row() for r in rows])
+    # Positional, in POD_FIELDS order (every pod of every sample; see rows.ROW_FIELDS for why).
     if info is None:
-        return PodAttribution(pod_uid=uid, namespace=rows[0].namespace, pod=rows[0].pod, node=state.node,
-                              rows=rows_out, deleted_ms=deleted_ms, as_of_ms=t_ms)
-    return PodAttribution(pod_uid=uid, namespace=info.namespace, pod=info.name, node=state.node,
-                          rows=rows_out, owner_kind=info.owner_kind, owner_name=info.owner_name,
-                          phase=info.phase, created_ms=info.created_ms, deleted_ms=deleted_ms, as_of_ms=t_ms)
+        return PodAttribution(uid, rows[0].namespace, rows[0].pod, state.node, rows_out, "", "", "", 0,
+                              deleted_ms, t_ms)
+    return PodAttribution(uid, info.namespace, info.name, state.node, rows_out, info.owner_kind,
+                          info.owner_name, info.phase, info.created_ms, deleted_ms, t_ms)
+
+
+POD_FIELDS = ("pod_uid", "namespace", "pod", "node", "rows", "owner_kind", "owner_name", "phase",
+              "created_ms", "deleted_ms", "as_of_ms")
 
 
 def gpu_states(
@@ -86,14 +90,12 @@ def gpu_states(
             sharing = "mig"
         else:
             sharing = sharing_of(on_gpu, strategy) if on_gpu else "exclusive"
+        # Positional, in GPU_FIELDS order (every device of every sample; see rows.ROW_FIELDS for why).
         out.append(GpuState(
-            node=node, gpu_uuid=d.uuid, model=models.get(d.uuid, ""), index=d.index, mig_devices=tuple(migs),
-            sharing=sharing,
-            util_pct=d.util_pct if d.util_pct is not None or d.dcgm is None else device_util(d)[0],
-            fb_used_mib=d.fb_used_mib, fb_total_mib=d.fb_total_mib, power_w=d.power_w, temp_c=d.temp_c,
-            owners=ix.owners(d.uuid), last_xid=last_xid.get(d.uuid),
-            sample_ms=t, lost=d.lost, as_of_ms=t,
-            monitors=owners_of([h for h in watch if h.device.mig is None]) if watch else (),
+            node, d.uuid, models.get(d.uuid, ""), d.index, tuple(migs), sharing,
+            d.util_pct if d.util_pct is not None or d.dcgm is None else device_util(d)[0],
+            d.fb_used_mib, d.fb_total_mib, d.power_w, d.temp_c, ix.owners(d.uuid), last_xid.get(d.uuid),
+            t, d.lost, t, owners_of([h for h in watch if h.device.mig is None]) if watch else (),
         ))
     return out
 
@@ -114,3 +116,8 @@ def xid_finding(node: str, ev: XidEvent, holdings: list[Holding], pods: PodRegis
         gpu_uuid=ev.gpu_uuid, mig=ev.mig, xid_code=ev.code, owners=owners_of(hs),
         message=f"XID {ev.code} on {ev.gpu_uuid} with {len(hs)} owner(s) at the time",
     )
+
+
+GPU_FIELDS = ("node", "gpu_uuid", "model", "index", "mig_devices", "sharing", "util_pct", "fb_used_mib",
+              "fb_total_mib", "power_w", "temp_c", "owners", "last_xid", "sample_ms", "lost", "as_of_ms",
+              "monitors")
