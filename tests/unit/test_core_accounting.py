@@ -361,3 +361,18 @@ def test_an_idle_run_up_is_booked_where_confirmed_and_then_the_whole_hold_is_idl
     assert ws[0].idle_gpu_ms == 0 and ws[10 * S].idle_gpu_ms == 0  # before the verdict
     assert sum(w.gpu_ms for w in ws.values()) == pytest.approx(24.6 * S)
     assert sum(w.idle_gpu_ms for w in ws.values()) == pytest.approx(24.6 * S)
+
+
+def test_the_only_holder_of_a_shared_gpu_is_charged_from_its_creation() -> None:
+    # One time-sliced replica of GPU 0 held by a pod created at 2.5 s (sampled every second): nobody held
+    # the GPU before, so its first sample charges the half second since its creation, as on a whole GPU.
+    replicas_label = node_labels(0, **{"nvidia.com/gpu.replicas": "3"})
+    events: list[NodeInput] = [inventory(0, gpus=1), replicas_label, pod(1, "p1", 2500),
+                               alloc(2500, *held(1, "p1", f"{gpu(0)}::0"))]
+    procs = (proc(101, uid(1), 30.0, 500.0),)
+    events += [tel(t * S, dev(gpu(0), 30.0, procs=procs)) for t in range(1, 11)]
+    events.sort(key=lambda e: e.meta.time_ms)
+    state, outs = run(events, CFG)
+    (a,) = totals(state, outs).values()
+    assert a.gpu_ms == pytest.approx((0.3 + 0.7 / 3) * 7.5 * S)
+    assert a.request_gpu_ms == pytest.approx(7.5 * S)
