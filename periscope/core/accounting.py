@@ -16,9 +16,9 @@ been seen). The charge, in device-equivalent milliseconds (a whole GPU held for 
 - idle: the core's idle verdict (periscope.core.rows: held for the idle window with average
   utilization below the threshold) decides; once it holds, the allocated time of the below-threshold
   run it confirmed is booked from the run's first sample (as `wasted_gpu_hours` counts from
-  `idle_since`; of that sample's gap, half: the run began somewhere within it), then every sample's
-  while it holds. The run-up is booked in the window where the
-  verdict was reached.
+  `idle_since`; of that sample's gap, half: the run began somewhere within it; all of it when that is
+  the row's first sample, whose gap starts no earlier than the pod), then every sample's while it
+  holds. The run-up is booked in the window where the verdict was reached.
 - memory: framebuffer MiB x ms; energy: the row's attributed power (on MIG, the parent GPU's power x
   the allocated share) x time, in joules.
 - request: one per allocated device x time, whatever the device is: the request x hours baseline.
@@ -30,7 +30,10 @@ deleted after its last sample is charged up to the deletion, as last observed (`
 time is billed from creation to deletion, not from sample to sample.
 
 Charges accumulate per tumbling window (the row's windows: periscope.core.rows) in the row's ledger
-and are published with the window (WindowStat's accounting fields). Pure and deterministic: the live
+and are published with the window (WindowStat's accounting fields). A sample's gap that began in the
+row's previous window (still unpublished: it closes with this sample) is split at the window's start,
+so each window holds the time within it and a period of whole windows the time inside the period,
+whatever the phase of the samples. Pure and deterministic: the live
 joiner and replay charge the same.
 """
 
@@ -141,19 +144,36 @@ def charge(row: RowState, t_ms: int, gap_ms: int, share: float, basis: str, powe
     if not measured:
         pending = row.low_gpu_ms
     elif in_run:
-        # The run began somewhere in the gap before its first sample: half of that gap is in it.
-        pending = alloc / 2 if row.low_since_ms == t_ms else row.low_gpu_ms + alloc
+        # The run began somewhere in the gap before its first sample: half of that gap is in it. But
+        # for the row's first sample (its gap bounded by the pod's creation, nothing of it seen busy),
+        # all of it.
+        first = row.low_since_ms == t_ms
+        pending = (alloc if t_ms == row.first_seen_ms else alloc / 2) if first else row.low_gpu_ms + alloc
     else:
         pending = 0.0
-    idle = 0.0
+    this = runup = 0.0
     if row.idle:
         this = alloc if measured else 0.0
-        idle = this if row.idle_booked else pending + (0.0 if in_run else this)
+        if not row.idle_booked:
+            runup = pending - this if in_run else pending
         pending = 0.0
     row.low_gpu_ms, row.idle_booked = pending, row.idle
-    amounts = (alloc, used, idle, 0.0 if measured else alloc, (u.fb_used_mib or 0.0) * dt,
-               (power_w or 0.0) * dt / 1000.0, dt)
-    accrue(row.ledger, t_ms - t_ms % cfg.window_ms, amounts, _basis_code(basis) if alloc else 0)
+    amounts: tuple[float, ...] = (alloc, used, this, 0.0 if measured else alloc, (u.fb_used_mib or 0.0) * dt,
+                                  (power_w or 0.0) * dt / 1000.0, dt)
+    start = t_ms - t_ms % cfg.window_ms
+    code = _basis_code(basis) if alloc else 0
+    # A gap that began before this sample's window: its part before the window's start belongs to the
+    # previous window, while that one is still unpublished (it closes with this sample), so a period of
+    # whole windows counts the time inside it, not the time up to its last sample.
+    before = min(dt, start - (t_ms - dt)) if dt > 0 else 0.0
+    led = row.ledger
+    if before > 0 and len(led) >= L and led[-L] < start and led[-L] > row.published_ms:
+        f = before / dt
+        accrue(led, int(led[-L]), tuple(a * f for a in amounts), code)
+        amounts = tuple(a * (1 - f) for a in amounts)
+    if runup:
+        amounts = (amounts[0], amounts[1], amounts[2] + runup, *amounts[3:])
+    accrue(led, start, amounts, code)
 
 
 def charge_end(row: RowState, end_ms: int, cfg: RowConfig) -> None:

@@ -53,9 +53,10 @@ def attribute_sample(
             us = [usage[key] for key in keys]
         d0 = hs[0].device
         whole = _WHOLE if d0.mig is None else mig_share(d0.mig, models.get(d0.gpu_uuid, ""), fraction(d0))
-        # A pod's lifetime bounds the charges of a unit it holds alone: on a shared one, the others'
-        # shares of the same gap already assume it was there, or was not.
-        alone = len(hs) == 1 and d0.replica is None
+        # A pod's lifetime bounds the charges of a unit it holds alone (a whole GPU, or the only holder
+        # of a shared one: nobody held it before): with other holders, their shares of the same gap
+        # already assume it was there, or was not.
+        alone = len(hs) == 1
         for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
             row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes, u.dcgm is not None), cfg)

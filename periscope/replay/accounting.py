@@ -1,7 +1,8 @@
 """GPU-hours of a past period from the input topics: replay, then the windows' accounting summed per row.
 
 The replay is the timeline's (periscope.replay.runner: the same core as the live joiner, nodes side by
-side in worker processes), fed through the end of the last window the period counts. Nothing is kept
+side in worker processes), fed through the end of the last window the period counts and a charge gap
+beyond it (the samples that charge that window's last part). Nothing is kept
 of the outputs but each row's windows in the period, summed as they are emitted (in the worker that
 replays the node), and at the end each row's windows the engine had not published yet; so a month
 costs what its events cost to read, not what its outputs would take to hold. Pod labels and GPU
@@ -100,9 +101,11 @@ class Accounts:
 
 def period_plan(from_ms: int, to_ms: int, settings: ReplaySettings) -> ReadPlan:
     """Read telemetry from the window lookback before `from` (warm idle state) through the end of the
-    last window that starts before `to`."""
+    last window that starts before `to`, and a charge gap beyond: the first sample after it charges
+    the time between the last sample before it and its end to that window (periscope.core.accounting)."""
+    beyond = settings.engine_config().rows.charge_gap_ms
     return ReadPlan(anchor_ms=from_ms - settings.ms("replay_window_lookback"),
-                    to_ms=last_ms(to_ms, settings), lookback_ms=settings.ms("replay_lookback"),
+                    to_ms=last_ms(to_ms, settings) + beyond, lookback_ms=settings.ms("replay_lookback"),
                     late_slack_ms=settings.ms("replay_late_slack"))
 
 

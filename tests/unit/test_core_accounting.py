@@ -247,10 +247,20 @@ def test_the_parts_of_one_gpu_never_add_up_to_more_than_the_gpus_own_hours(event
         # each window's numbers are published to the µs of a GPU-ms.
         assert sum(w.idle_gpu_ms for w in ws) <= sum(w.gpu_ms for w in ws) + 0.001 * len(ws)
     times = sorted(e.meta.time_ms for e in events if type(e).__name__ == "NodeTelemetry")
-    seen: dict[int, float] = {}  # the GPU's own time per window: the gaps charged to samples in it
+    # The GPU's own time per window: the gaps charged to samples in it, and the part before its end of
+    # a gap from a sample in it to one in a later window (split off to the earlier sample's window when
+    # the row was charged there).
+    seen: dict[int, float] = {}
     for a, b in itertools.pairwise(times):
-        w0 = b - b % CFG.rows.window_ms
-        seen[w0] = seen.get(w0, 0.0) + min(b - a, CFG.rows.charge_gap_ms)
+        w0, wa = b - b % CFG.rows.window_ms, a - a % CFG.rows.window_ms
+        dt = min(b - a, CFG.rows.charge_gap_ms)
+        seen[w0] = seen.get(w0, 0.0) + dt
+        if wa < w0:
+            seen[wa] = seen.get(wa, 0.0) + max(0, w0 - (b - dt))
+    total = sum(min(b - a, CFG.rows.charge_gap_ms) for a, b in itertools.pairwise(times))
+    for g in {g for g, _ in per_window}:
+        n = sum(v for (h, _), v in parts.items() if h == g)
+        assert sum(v for (h, _), v in per_window.items() if h == g) <= total + 0.0005 * n
     for (g, start), charged in per_window.items():
         rounding = 0.0005 * parts[(g, start)]  # each part is published to the µs of a GPU-ms
         assert charged <= seen.get(start, 0.0) + rounding, (start, charged, seen)
@@ -307,3 +317,62 @@ def test_a_pod_deleted_between_samples_is_charged_up_to_its_deletion() -> None:
     # Samples at 2..5 s charge 4 s; the half second to the deletion is charged as last seen.
     assert a.gpu_ms == pytest.approx(4.5 * S) and a.used_gpu_ms == pytest.approx(0.5 * 4.5 * S)
     assert a.energy_j == pytest.approx(100 * 4.5)
+
+
+def held_run(created: int, utils: list[float], deleted: int = 0, phase: int = 600) -> NodeState:
+    """One pod on one GPU, sampled every second at `phase` ms past it (a probe out of step with the
+    windows), from the second of its creation; the state after the run, and its outputs."""
+    events: list[NodeInput] = [inventory(0, gpus=1), pod(1, "train", created)]
+    if deleted:
+        events.append(pod(1, "train", created, deleted_at=deleted))
+    events.append(alloc(created, *held(1, "train", gpu(0))))
+    first = created // S  # the node's sample before: the pod's first one then has a gap to charge
+    events += [tel((first - 1 + i) * S + phase, dev(gpu(0), u)) for i, u in enumerate([0.0, *utils])]
+    events.sort(key=lambda e: e.meta.time_ms)
+    return run(events, CFG)  # type: ignore[return-value]
+
+
+def test_a_run_that_starts_with_the_pod_is_idle_from_its_creation() -> None:
+    # Created at 20 s, 2 % from its first sample (20.6 s) to its deletion at 45 s (the 45.6 s sample no
+    # longer sees it): nothing before its first sample was observed busy, so the whole time it held the
+    # GPU is idle, not half of its first gap.
+    state, outs = held_run(20 * S, [2.0] * 26, deleted=45 * S)
+    (a,) = totals(state, outs).values()
+    assert a.gpu_ms == pytest.approx(25 * S)
+    assert a.idle_gpu_ms == pytest.approx(25 * S)
+
+
+def test_each_window_is_charged_the_time_within_it() -> None:
+    # Created at 5 s, sampled at 5.6, 6.6, ... 29.6 s; windows are 10 s. A sample's gap that crosses a
+    # window's start is split at it, so a period of whole windows counts exactly the time inside it.
+    state, outs = held_run(5 * S, [50.0] * 25)
+    ws = {w.start_ms: w for w in next(iter(windows_of(state, outs).values()))}
+    assert ws[0].gpu_ms == pytest.approx(5 * S)  # 5 s .. 10 s, the last 0.4 s charged by the 10.6 s sample
+    assert ws[10 * S].gpu_ms == pytest.approx(10 * S)
+    assert ws[10 * S].used_gpu_ms == pytest.approx(5 * S)
+    assert ws[10 * S].request_gpu_ms == pytest.approx(10 * S)
+
+
+def test_an_idle_run_up_is_booked_where_confirmed_and_then_the_whole_hold_is_idle() -> None:
+    # 1 % from creation at 5 s to the last sample at 29.6 s: the verdict (held 20 s) comes in the 20 s
+    # window, which books the run-up; every allocated millisecond is then idle.
+    state, outs = held_run(5 * S, [1.0] * 25)
+    ws = {w.start_ms: w for w in next(iter(windows_of(state, outs).values()))}
+    assert ws[0].idle_gpu_ms == 0 and ws[10 * S].idle_gpu_ms == 0  # before the verdict
+    assert sum(w.gpu_ms for w in ws.values()) == pytest.approx(24.6 * S)
+    assert sum(w.idle_gpu_ms for w in ws.values()) == pytest.approx(24.6 * S)
+
+
+def test_the_only_holder_of_a_shared_gpu_is_charged_from_its_creation() -> None:
+    # One time-sliced replica of GPU 0 held by a pod created at 2.5 s (sampled every second): nobody held
+    # the GPU before, so its first sample charges the half second since its creation, as on a whole GPU.
+    replicas_label = node_labels(0, **{"nvidia.com/gpu.replicas": "3"})
+    events: list[NodeInput] = [inventory(0, gpus=1), replicas_label, pod(1, "p1", 2500),
+                               alloc(2500, *held(1, "p1", f"{gpu(0)}::0"))]
+    procs = (proc(101, uid(1), 30.0, 500.0),)
+    events += [tel(t * S, dev(gpu(0), 30.0, procs=procs)) for t in range(1, 11)]
+    events.sort(key=lambda e: e.meta.time_ms)
+    state, outs = run(events, CFG)
+    (a,) = totals(state, outs).values()
+    assert a.gpu_ms == pytest.approx((0.3 + 0.7 / 3) * 7.5 * S)
+    assert a.request_gpu_ms == pytest.approx(7.5 * S)

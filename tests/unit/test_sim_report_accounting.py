@@ -124,3 +124,12 @@ def test_the_report_reads_the_usage_file_beside_the_truth(tmp_path: Path) -> Non
     (tmp_path / "t.usage.json").write_text("[]")
     bad = CliRunner().invoke(report, ["--truth", str(truth)])
     assert bad.exit_code != 0 and "usage file" in bad.output
+
+
+def test_a_tick_cut_by_the_period_counts_for_its_part_inside() -> None:
+    # The period starts 0.3 s into tick 2 and ends 0.6 s into tick 7 (windows out of step with the
+    # ticks): Periscope charges the time inside it, so the truth counts 0.7 + 4 + 0.6 ticks.
+    t = _truth([_held(k, 1.0) for k in range(10)])
+    h = truth_hours(t, START + 2300, START + 7600)["ml"]
+    assert h.allocated == pytest.approx(5.3 / 3600) and h.request == pytest.approx(5.3 / 3600)
+    assert h.idle == pytest.approx(5.3 / 3600) and h.used == pytest.approx(0.053 / 3600)

@@ -3,7 +3,9 @@ request x hours baseline (what OpenCost computes: one GPU per device requested, 
 
 `up --truth t.jsonl` runs `periscope usage --by namespace --format json` over the run's whole windows
 before it stops its broker and keeps the answer as `t.usage.json` (periscope.sim.up.sampler.usage_path).
-The truth is summed over the ticks whose instant lies in that answer's [from, to):
+The truth is summed over the time of that answer's [from, to): a tick holds from its instant to the
+next, and one cut by `from` or `to` counts for its part inside (Periscope charges each window the time
+within it, whatever the phase of the probe's samples):
 - allocated: each holder's `alloc_share` x tick (docs/accounting.md's definitions on the true usage);
 - used: `used_share` x tick where the hardware shows utilization, and where it does not (MIG without
   profiling data) the allocated time is `unmeasured`, as Periscope must count it;
@@ -44,12 +46,13 @@ class _Hours:
 
 
 def _idle_ticks(series: list[tuple[int, Row]], window_ticks: int, threshold: float,
-                prestart_ticks: int) -> dict[int, float]:
-    """Tick -> idle device-equivalent ticks booked at it (a confirmed run's ticks, its pre-start wait at
-    the tick the verdict came)."""
+                prestart_ticks: int) -> tuple[dict[int, float], dict[int, float]]:
+    """Tick -> idle device-equivalent ticks of it (a confirmed run's ticks); and tick -> a confirmed
+    run's pre-start wait, booked whole at the tick the verdict came."""
     out: dict[int, float] = {}
+    wait: dict[int, float] = {}
     if not series or not series[0][1]["util_observable"]:
-        return out
+        return out, wait
     first = series[0][0] - (prestart_ticks if series[0][0] == 0 else 0)
     utils: dict[int, float] = {k: float(r["util_pct"] or 0.0) for k, r in series}
     run: list[tuple[int, Row]] = []
@@ -78,8 +81,8 @@ def _idle_ticks(series: list[tuple[int, Row]], window_ticks: int, threshold: flo
             for j, rr in run:
                 out[j] = out.get(j, 0.0) + float(rr["alloc_share"])
             if run[0][0] == series[0][0] == 0 and prestart_ticks:
-                out[k] = out.get(k, 0.0) + prestart_ticks * float(r["alloc_share"])
-    return out
+                wait[k] = wait.get(k, 0.0) + prestart_ticks * float(r["alloc_share"])
+    return out, wait
 
 
 def truth_hours(truth: Truth, from_ms: int, to_ms: int) -> dict[str, _Hours]:
@@ -90,29 +93,36 @@ def truth_hours(truth: Truth, from_ms: int, to_ms: int) -> dict[str, _Hours]:
     prestart = int(meta.get("prestart_ms") or 0) // truth.tick_ms
     out: dict[str, _Hours] = {}
     series: dict[tuple[str, str], list[tuple[int, Row]]] = {}
-    inside: set[int] = set()
+    inside: dict[int, float] = {}  # tick -> the part of it inside [from, to)
     for k in sorted(truth.ticks):
         rows = truth.ticks[k]
-        within = rows and from_ms <= int(next(iter(rows.values()))["at_ms"]) < to_ms
-        if within:
-            inside.add(k)
+        if not rows:
+            continue
+        at = int(next(iter(rows.values()))["at_ms"])
+        part = max(0, min(at + truth.tick_ms, to_ms) - max(at, from_ms)) / truth.tick_ms
+        if part:
+            inside[k] = part
         for dev, r in rows.items():
             if not r["pod_uid"]:
                 continue
             series.setdefault((r["pod_uid"], dev), []).append((k, r))
-            if not within:
+            if not part:
                 continue
             h = out.setdefault(r["namespace"], _Hours())
             alloc = float(r.get("alloc_share") or 0.0)
-            h.allocated += alloc * tick_h
-            h.request += tick_h
+            h.allocated += alloc * tick_h * part
+            h.request += tick_h * part
             if r["util_observable"]:
-                h.used += float(r.get("used_share") or 0.0) * tick_h
+                h.used += float(r.get("used_share") or 0.0) * tick_h * part
             else:
-                h.unmeasured += alloc * tick_h
+                h.unmeasured += alloc * tick_h * part
     for ticks in series.values():
         ns = ticks[0][1]["namespace"]
-        for k, n in _idle_ticks(ticks, window_ticks, threshold, prestart).items():
+        run, wait = _idle_ticks(ticks, window_ticks, threshold, prestart)
+        for k, n in run.items():
+            if k in inside:
+                out.setdefault(ns, _Hours()).idle += n * tick_h * inside[k]
+        for k, n in wait.items():
             if k in inside:
                 out.setdefault(ns, _Hours()).idle += n * tick_h
     return out
