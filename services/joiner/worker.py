@@ -4,7 +4,9 @@ One `Joiner` per worker keeps an in-memory `NodeState` per node of its assigned 
 from the changelogged tables after a start or a rebalance. Delivery is at-least-once with three rules:
 
 * an input record is acknowledged (so its offset may be committed) only after a persist that includes
-  it is durable, so a restarted worker re-reads everything its recovered state lacks;
+  it is durable, and only once every record read before it on its partition is acknowledged (see
+  acks.py: Faust's commit can pass one unacknowledged record), so a restarted worker re-reads
+  everything its recovered state lacks;
 * a persist's node record is written only after every output computed before it was delivered, so the
   recovered state never hides an output that was never published;
 * outputs are published only after their node's high-water mark is durable; after recovery, outputs
@@ -47,6 +49,7 @@ from periscope.core.model import (
     PodEvent,
 )
 from periscope.core.watermark import Stream
+from services.joiner.acks import OrderedAcks
 from services.joiner.changelog import TableIO, decode_mark, encode_mark, plan_persist, restore
 from services.joiner.delivery import OutputSender, is_one_shot, newest_per_key, record_of, time_of
 from services.joiner.metrics import JoinerMetrics
@@ -126,6 +129,7 @@ class Joiner:
         self.processed: dict[tuple[str, int], int] = {} if processed is None else processed
         self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
         self._tasks: set[asyncio.Future[None]] = set()
+        self._acks = OrderedAcks(hooks.ack)
 
     # ------------------------------------------------------------------ events
 
@@ -150,6 +154,7 @@ class Joiner:
             counts[msg.topic] = counts.get(msg.topic, 0) + 1
             if not self.hooks.current(msg):
                 continue  # a record fetched before a rebalance: its partition's next owner reads it
+            self._acks.read(event)
             where = (msg.topic, msg.partition)
             if where not in self.processed:
                 self.hooks.first_offset(msg.topic, msg.partition, msg.offset)
@@ -244,19 +249,11 @@ class Joiner:
                 slot.dirty = True
         if skipped:
             self.metrics.skipped.inc(len(skipped))
-        for event in skipped:
-            await self._ack_now(event)
-        for event, msg, error in rejected:
-            await self._reject(event, msg, error)
-
-    async def _reject(self, event: Any, msg: Message, error: str) -> None:
-        await self.hooks.dead_letter(msg, error)
-        self.metrics.dead_letters.labels(msg.topic).inc()
-        await self._ack_now(event)
-
-    async def _ack_now(self, event: Any) -> None:
-        # Acking out of order is safe: an offset is committed only once every earlier one is acked.
-        await self.hooks.ack(event)
+        for _, msg, error in rejected:
+            await self.hooks.dead_letter(msg, error)
+            self.metrics.dead_letters.labels(msg.topic).inc()
+        # Done, but acknowledged only behind the records read before them (held for their persists).
+        await self._acks.done([*skipped, *(e for e, _, _ in rejected)])
 
     def _slot(self, node: str, partition: int) -> Slot:
         slot = self.slots.get(node)
@@ -451,8 +448,7 @@ class Joiner:
             await self.nodes.fence(slot.partition)  # likewise: committed offsets imply this record is read
             for uid in removed:
                 self.pods.delete(uid.encode(), slot.partition)
-            for ev in events:
-                await self._ack_now(ev)
+            await self._acks.done(events)  # nothing, if a rebalance came since: they are read again
             self.metrics.persists.inc()
         except asyncio.CancelledError:
             raise
@@ -470,6 +466,7 @@ class Joiner:
     def on_rebalance(self) -> None:
         """Partitions were revoked or assigned: forget every node; they are rebuilt from the tables."""
         self.epoch += 1
+        self._acks.reset()
         self.slots.clear()
         self.processed.clear()
         self._flags.clear()
