@@ -209,17 +209,15 @@ def _replayed(full: list[NodeInput], cut: int, back: int, config: EngineConfig) 
     final view)."""
     state = new_state(NODE)
     for e in full[:cut]:
-        state, _ = step(state, e, config)
+        apply(state, e, config)
     node_part, pod_parts = to_parts(state)
     restored = from_parts(json.loads(json.dumps(node_part)), json.loads(json.dumps(pod_parts)))
     a_out: list[Output] = []
     for e in full[cut:]:
-        state, o = step(state, e, config)
-        a_out.extend(o)
+        a_out.extend(apply(state, e, config))
     b_out: list[Output] = []
     for e in full[max(0, cut - back):]:
-        restored, o = step(restored, e, config)
-        b_out.extend(o)
+        b_out.extend(apply(restored, e, config))
     a_out.extend(flush(state, config))
     b_out.extend(flush(restored, config))
     return a_out, b_out, current_view(state), current_view(restored)
