@@ -44,9 +44,9 @@ class ProbeSettings(ServiceSettings):
     clock: str = "wall"
     # The node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields.
     # Empty (the default): not scraped. Scraped every dcgm_interval (unset: 5 s, or the tick if longer:
-    # the exporter itself refreshes every 30 s by default, and parsing a MIG node's exposition costs
-    # tens of milliseconds), each scrape bounded by dcgm_timeout and dcgm_max_bytes; values two failed
-    # scrapes old are dropped.
+    # the exporter itself refreshes every 30 s by default; a MIG node's scrape costs ~5-8 ms of CPU, see
+    # bench/README.md), in a task of its own, each scrape bounded by dcgm_timeout and dcgm_max_bytes;
+    # values two failed scrapes old are dropped.
     dcgm_exporter_url: str = ""
     dcgm_interval: float | None = None
     dcgm_timeout: float = 0.5
