@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     from tests.kafka_tier import on_kafka
 
     items.sort(key=_tier_rank)  # stable: files and tests keep their order within a tier
+    # pytest-xdist workers each collect and must agree on every id: an object's address in a
+    # parametrized id (a default repr) differs between processes and stops the whole run.
+    addressed = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+>", item.nodeid)]
+    if addressed:
+        raise pytest.UsageError(f"test ids with a memory address (differ per process): {addressed[:3]}")
 
     for item in items:  # the variants that run on Apache Kafka are counted in the summary
         if on_kafka(item):
