@@ -8,7 +8,8 @@ the same-run figure it is compared with, its setup and what limits it. Sections:
                path of `periscope replay` in a worker process per CPU, paired with one process
   replay_hour  `periscope replay` end to end: an hour of 50 nodes x 8 GPUs published to the broker, then
                rebuilt by the CLI in its own process (JSON to a file)
-  probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML, publishing to the broker
+  probe        probe CPU per tick, 8 GPUs x 64 processes on the fake NVML, publishing to the broker;
+               the CPU of one dcgm-exporter scrape's parse + map (8 GPUs, and 8 GPUs x 7 MIG instances)
   api          GET /v1/pods?node= and /v1/gpus latency at 10,000 and 100,000 rows; memory per row
   api_auth     p99 of /v1/pods?node= with access control on (warm review cache) vs off
   api_load     50 concurrent clients on every endpoint incl. /v1/owners (a replay of the broker per
@@ -64,7 +65,9 @@ JOINER_PARTITIONS = 12  # input partitions of the joiner section: enough for its
 IN_MEMORY_TWINS = {"replay_hour_device_samples_per_s": "replay_parallel_device_samples_per_s",
                    "replay_hour_one_process_device_samples_per_s": "replay_one_process_device_samples_per_s"}
 # Figures of a broker section that do not depend on the broker: kept once, under their own name.
-BROKERLESS = ("incumbent_staleness_p50_s", "incumbent_staleness_p99_s", "probe_sample_cpu_ms_per_tick")
+BROKERLESS = ("incumbent_staleness_p50_s", "incumbent_staleness_p99_s", "probe_sample_cpu_ms_per_tick",
+              "probe_dcgm_scrape_ms", "probe_dcgm_bare_split_ms", "probe_dcgm_scrape_mig_ms",
+              "probe_dcgm_bare_split_mig_ms")
 
 
 def keyed(key: str, broker: str | None) -> str:
@@ -197,6 +200,9 @@ class Bench:
             fig, breakdown = probe.sample_cpu(self.tmp / "probe-sample", p.probe_ticks, max(3, p.repeats))
             self.add([fig])
             self.details["probe_sample_breakdown_ms"] = {k: rounded(v) for k, v in breakdown.items()}
+            from bench import dcgm_scrape  # parse + map of one dcgm-exporter scrape: no broker either
+
+            self.add(dcgm_scrape.run(p.probe_ticks, max(3, p.repeats)))
         with bench_broker(self.tmp) as broker:
             self.add([probe.service_cpu(self.dir("probe-service"), broker.bootstrap,
                                         p.probe_tick_s, warm_s=3, span_s=p.probe_span_s)])

@@ -52,8 +52,8 @@ class ProbeSettings(ServiceSettings):
     dcgm_exporter_url: str = Field(default="", description=(
         "the node's dcgm-exporter (`http://HOST:9400/metrics`): MIG utilization and DCGM's profiling fields; "
         "empty: not scraped"))
-    # The exporter itself refreshes every 30 s by default, and parsing a MIG node's exposition costs tens
-    # of milliseconds, hence a period of its own.
+    # The exporter itself refreshes every 30 s by default, hence a period of its own; a MIG node's
+    # scrape costs ~5-8 ms of CPU, in a task of its own (bench/README.md).
     dcgm_interval: float | None = Field(default=None, description=(
         "how often the dcgm-exporter is scraped; unset: 5 s, or the tick if longer. Values two failed "
         "scrapes old are dropped"))

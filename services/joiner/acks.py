@@ -71,3 +71,43 @@ class OrderedAcks:
         self._open.clear()
         self._entries.clear()
         self._resets += 1
+
+
+class AckGate:
+    """Lets through to Faust only the acknowledgements of input records that `OrderedAcks` released.
+
+    Faust's stream acknowledges on its own every record it drops without yielding it: one fetched
+    before the latest rebalance (an older generation), or read while flow control is off during one.
+    Such a record was never handled, but its acknowledgement lands in the partition's fresh list after
+    the revocation cleared it, where no committed offset guards it (see above), and the next commit
+    passes it and every record before it that the worker had not persisted. Stopped here, the record
+    stays unacknowledged, the commit stops before it, and the partition's owner reads it again.
+    Installed as the consumer's `ack` (which Faust's messages call on their final acknowledgement)."""
+
+    def __init__(self, ack: Callable[[Any], bool], topics: Iterable[str]) -> None:
+        self._ack = ack
+        self._topics = frozenset(topics)
+        self._released: set[int] = set()  # id() of messages whose acknowledgement is ours
+        self.held_back = 0  # acknowledgements Faust made on its own, stopped
+
+    @classmethod
+    def install(cls, consumer: Any, topics: Iterable[str]) -> AckGate:
+        """Put a gate in front of `consumer.ack` (once; the same gate on a second call)."""
+        current = consumer.ack
+        if isinstance(current, AckGate):
+            return current
+        gate = cls(current, topics)
+        consumer.ack = gate
+        return gate
+
+    def release(self, message: Any) -> None:
+        """The worker acknowledges `message`: its acknowledgement may pass."""
+        self._released.add(id(message))
+
+    def __call__(self, message: Any) -> bool:
+        if message.topic in self._topics:
+            if id(message) not in self._released:
+                self.held_back += 1
+                return False
+            self._released.discard(id(message))
+        return self._ack(message)

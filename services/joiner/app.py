@@ -25,6 +25,7 @@ from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
 from periscope.clock import clock_from_setting
 from periscope.freshness import Freshness
 from periscope.settings.joiner import JoinerSettings
+from services.joiner.acks import AckGate
 from services.joiner.changelog import ChangelogTable
 from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
@@ -45,12 +46,16 @@ ENDS_EVERY_TICKS = 5  # how often the progress watch asks for end offsets (where
 
 class StreamAcks:
     """Acknowledges input records through the stream the agent reads (Faust creates it when the agent
-    starts, after the worker): an offset is committed once every record up to it is acknowledged."""
+    starts, after the worker): an offset is committed once every record up to it is acknowledged.
+    Only these acknowledgements reach the consumer (`AckGate`)."""
 
     stream: Any = None
+    gate: AckGate | None = None
 
     async def ack(self, event: Any) -> None:
         if self.stream is not None:
+            if self.gate is not None:
+                self.gate.release(event.message)
             await self.stream.ack(event)
 
 
@@ -168,6 +173,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     async def join(stream: Any) -> None:
         manual = acks.stream = stream.noack()
+        acks.gate = AckGate.install(app.consumer, (t.name for t in NODE_INPUTS))
         # Records come in batches: at most TAKE_MAX, or what arrived within TAKE_WITHIN_S (which a
         # sample's way to the API pays at most once). Nothing is acknowledged here (see worker.py).
         async for events in manual.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):

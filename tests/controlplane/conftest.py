@@ -2,8 +2,10 @@
 plane for the whole session.
 
 The build happens once, right after collection (outside every test's timeout), into the cache
-(periscope.sim.controlplane.build); a later session reuses it. Without a Go toolchain every test here
-skips with that one reason; a build that fails is an error in each test, never a skip.
+(periscope.sim.controlplane.build); a later session reuses it. Under pytest-xdist every worker asks for
+it: one builds, the others wait on the build's lock, and each worker that runs tests here starts its own
+control plane. Without a Go toolchain every test here skips with that one reason; a build that fails is
+an error in each test, never a skip.
 
 The session's control plane knows the users of the access-control tests, the ServiceAccount
 identities of the watcher and the API (static tokens with the ServiceAccounts' usernames and groups)
@@ -14,6 +16,7 @@ expires old versions there at once, as the issue's 410 cases need.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,9 +49,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not any(HERE in Path(str(item.path)).parents for item in items) or _outcome:
         return
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    worker = hasattr(config, "workerinput")  # a pytest-xdist worker: its reporter's lines are not shown
 
     def say(line: str) -> None:
-        if reporter is not None:
+        if worker:  # its stderr is the terminal's; one worker builds and says so, the rest wait
+            print(f"controlplane: {line}", file=sys.stderr, flush=True)
+        elif reporter is not None:
             reporter.write_line(f"controlplane: {line}")
 
     try:

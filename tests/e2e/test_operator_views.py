@@ -99,6 +99,21 @@ def wait_until(what: str, check: Any, timeout_s: float, interval_s: float = 0.5)
 class Stack:
     api: str
     lines: list[str]
+    token: str  # the marker in the environment of every process `up` started
+
+
+def probe_targets(token: str) -> list[str]:
+    """host:port of each probe's health port (its /metrics), read from the probes' environment."""
+    out = []
+    for pid in marked_pids(token):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+        except OSError:
+            continue
+        if b"PERISCOPE_NODE_NAME" in env and b"PERISCOPE_HEALTH_PORT" in env:
+            out.append(f"127.0.0.1:{env[b'PERISCOPE_HEALTH_PORT'].decode()}")
+    return sorted(out)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +150,7 @@ def stack(module_tmp: Path) -> Iterator[Stack]:
         # The idle notebook is flagged once a whole idle window has passed; the XID comes at 3s.
         wait_until("the idle notebook", lambda: httpx.get(f"{api}/v1/idle", timeout=5).json()["items"], 90)
         wait_until("the XID", lambda: httpx.get(f"{api}/v1/xid", timeout=5).json()["items"], 30)
-        yield Stack(api, seen)
+        yield Stack(api, seen, token)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGINT)
@@ -158,6 +173,9 @@ def prometheus(stack: Stack, module_tmp: Path) -> Iterator[str]:
         "scrape_configs": [{
             "job_name": "periscope-api",
             "static_configs": [{"targets": [stack.api.removeprefix("http://")]}],
+        }, {  # the probes' own /metrics: the dcgm-exporter scrapes panel
+            "job_name": "periscope-probe",
+            "static_configs": [{"targets": probe_targets(stack.token)}],
         }],
     }))
     log = (module_tmp / "prometheus.log").open("w")

@@ -150,6 +150,10 @@ def test_fuzzed_requests_to_every_endpoint_never_get_a_5xx(broker: Kafka, unique
 
     collect()
     for path, params, status, body in asyncio.run(run(cases)):
+        if path == "/readyz" and status == 503:
+            # Not an error but readiness: the API is still catching up (docs/api.md), whatever it was sent.
+            assert body.startswith('{"ready":false,'), body
+            continue
         assert status < 500, (path, params, status, body)
         assert "internal error" not in body.lower(), (path, params, body)
         if status >= 400:

@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench import api, common, eos, freshness, hotspots, probe, replay, replay_hour, report, run
+from bench import api, common, dcgm_scrape, eos, freshness, hotspots, probe, replay, replay_hour, report, run
 from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
 from periscope.core import engine
@@ -42,6 +42,13 @@ def test_probe_shape_is_eight_gpus_and_sixty_four_processes(tmp_path: Path) -> N
     assert fig.key == "probe_sample_cpu_ms_per_tick" and fig.value is not None and fig.value > 0
     assert (fig.setup["gpus"], fig.setup["processes"]) == (8, 64)
     assert breakdown["telemetry_bytes"] > 0
+
+
+def test_dcgm_scrape_figures_map_every_device() -> None:
+    figs = {f.key: f for f in dcgm_scrape.run(iters=1, repeats=1)}
+    assert figs["probe_dcgm_scrape_mig_ms"].setup["devices_annotated"] == 56
+    assert figs["probe_dcgm_scrape_ms"].setup["devices_annotated"] == 8
+    assert figs["probe_dcgm_scrape_mig_ms"].baseline == "probe_dcgm_bare_split_mig_ms"
 
 
 def test_replay_figures() -> None:
@@ -178,6 +185,11 @@ def test_broker_sections_run_on_the_embedded_broker_with_labelled_figures(tmp_pa
     assert "publishing to the embedded broker" in figs["probe_cpu_ms_per_tick"]["brief"]
     assert figs["probe_sample_cpu_ms_per_tick"]["broker"] is None
     assert figs["probe_cpu_ms_per_tick"]["baseline"]["figure"] == "probe_sample_cpu_ms_per_tick"
+    # One dcgm-exporter scrape's parse + map, against a bare line split of the same text.
+    for suffix in ("", "_mig"):
+        scrape = figs[f"probe_dcgm_scrape{suffix}_ms"]
+        assert scrape["broker"] is None and scrape["value"] > 0
+        assert scrape["baseline"]["figure"] == f"probe_dcgm_bare_split{suffix}_ms"
     assert not any(k.startswith("kafka_") for k in figs)
 
 

@@ -19,8 +19,9 @@ import yaml
 from periscope.core.findings import health_findings
 from periscope.core.model import SourceHealth
 from services.api.status import ConsumerStatus
+from services.probe.metrics import ProbeMetrics
 from tests.unit.test_api_metrics import scrape
-from tests.unit.test_api_samples import sample_view
+from tests.unit.test_api_samples import pod, row, sample_view
 from tests.unit.test_deploy import _find, _flavour
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,8 +108,16 @@ async def test_every_series_the_dashboard_and_alerts_use_is_exported() -> None:
     view = sample_view()
     for f in health_findings("gpu-a", view.as_of_ms, [SourceHealth("nvml", "error")]):
         view.apply(f)
+    # A pod with DCGM profiling values (the sample view has none: its series would not be exported).
+    profiled = row("GPU-c0", sm_active_pct=40.0, sm_occupancy_pct=20.0, tensor_active_pct=30.0,
+                   dram_active_pct=10.0)
+    view.apply(pod("uid-dcgm", "ml", "prof-0", "gpu-c", profiled))
     status = ConsumerStatus(ready=True, connected=True, lag={("periscope.attribution.v1", 0): 3})
     exported = set(await scrape(view, status))
+    # The probes' own /metrics (the dcgm-exporter scrapes panel reads them).
+    probe = ProbeMetrics("gpu-a")
+    probe.dcgm_scrapes.labels("gpu-a", "ok").inc()
+    exported |= {s.name for fam in probe.registry.collect() for s in fam.samples}
     exprs = queries() + [r["expr"] for g in rule_groups() for r in g["rules"]]
     used = {n for e in exprs for n in re.findall(r"\b(periscope_[a-z_]+)", e)}
     assert used and used <= exported, used - exported
@@ -126,6 +135,8 @@ def test_the_dashboard_has_the_variables_and_panels_operators_need() -> None:
         "Split on shared GPUs", "Idle pods", "Wasted GPU-hours by namespace",
         "XIDs with the owner at the time", "MIG layout", "Data age", "Consumer lag", "Dead letters",
         "Source health", "Top namespaces by idle GPU-hours", "GPU efficiency by namespace",
+        "Per-pod SM activity (DCGM)", "Per-pod SM occupancy (DCGM)", "Per-pod tensor pipe activity (DCGM)",
+        "Per-pod DRAM activity (DCGM)", "dcgm-exporter scrapes by result",
     } <= titles
     ids = [p["id"] for p in d["panels"]]
     assert len(ids) == len(set(ids))

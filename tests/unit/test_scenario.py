@@ -90,7 +90,12 @@ def edited(path: str, value: Any) -> dict[str, Any]:
     return doc
 
 
-DELETE = object()
+class _Delete:
+    def __repr__(self) -> str:  # in test ids, which every pytest-xdist worker must compute alike
+        return "DELETE"
+
+
+DELETE = _Delete()
 
 
 def test_base_parses_with_defaults() -> None:
