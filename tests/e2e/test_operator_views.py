@@ -27,8 +27,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from periscope.wirejson import parse_time_ms
 
+from periscope.contract.values import parse_time_ms
 from tests import chromium
 from tests.chromium import NEEDS_CHROMIUM
 from tests.e2e.support import marked_env, marked_pids, periscope

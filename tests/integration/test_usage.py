@@ -132,16 +132,15 @@ def test_usage_per_namespace_is_what_the_core_charges_and_reconciles(
     for ns, acct in want.items():
         assert {k: v for k, v in mine[ns].items() if k not in ("key", "pods")} == acct.to_json(priced=False)
     ml, nb = mine[f"ml-{node}"], mine[f"nb-{node}"]
-    # A sample charges the second before it, so the period's windows (samples at 1:00 .. 5:59) hold the
-    # time from 0:59 to 5:59. 5 minutes of a whole GPU at 80 %, and on the other the web pod at 40 %
-    # from its creation at 4:00: 1:59.
-    assert ml["allocated_gpu_hours"] == pytest.approx((300 + 119) / 3600, abs=1e-6)
-    assert ml["used_gpu_hours"] == pytest.approx((300 * 0.8 + 119 * 0.4) / 3600, abs=1e-6)
+    # Each window holds the time within it (a sample's gap is split at a window's start), so the period's
+    # windows hold 1:00 .. 6:00: 5 minutes of a whole GPU at 80 %, and on the other the web pod at 40 %
+    # from its creation at 4:00: 2:00.
+    assert ml["allocated_gpu_hours"] == pytest.approx((300 + 120) / 3600, abs=1e-6)
+    assert ml["used_gpu_hours"] == pytest.approx((300 * 0.8 + 120 * 0.4) / 3600, abs=1e-6)
     assert ml["pods"] == 2 and ml["idle_gpu_hours"] == 0
-    # The notebook: held at 1 % until its deletion at 4:00 (0:59 .. 4:00 in the period, the last second
-    # charged as last seen); idle once the 2-minute window passed, its whole run booked where the
-    # verdict was reached, inside the period.
-    assert nb["allocated_gpu_hours"] == pytest.approx(181 / 3600, abs=1e-6)
+    # The notebook: held at 1 % until its deletion at 4:00 (1:00 .. 4:00 in the period); idle once the
+    # 2-minute window passed, its whole run booked where the verdict was reached, inside the period.
+    assert nb["allocated_gpu_hours"] == pytest.approx(180 / 3600, abs=1e-6)
     assert nb["idle_gpu_hours"] == pytest.approx(239 / 3600, abs=1e-6)  # 0:01 .. 4:00 (a node's first
     # sample has no previous one: it is charged nothing)
     # whole GPUs: the baseline agrees
