@@ -160,6 +160,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             # As Faust's own per-record check: a record fetched before the latest rebalance is skipped.
             current=lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id,
             first_offset=watch.first_offset, end_of=watch.end_of, start_of=watch.start_of,
+            telemetry_waits=lambda partition: watch.telemetry_waits(partition),
             event_ms_of=clock_from_setting(settings.clock).event_ms,
         ),
         future_skew_ms=round(settings.future_skew * 1000), stalled_after_s=settings.stale_after,

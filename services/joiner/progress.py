@@ -26,7 +26,7 @@ from typing import Any
 import faust
 from faust.types import TP
 
-from periscope.bus.topics import NODE_INPUTS
+from periscope.bus.topics import NODE_INPUTS, TELEMETRY
 
 log = logging.getLogger(__name__)
 INPUT_NAMES = frozenset(t.name for t in NODE_INPUTS)
@@ -99,6 +99,17 @@ class ProgressWatch:
 
     def start_of(self, topic: str, partition: int) -> int | None:
         return self.start.get(TP(topic, partition))
+
+    def telemetry_waits(self, partition: int) -> bool:
+        """Telemetry records of `partition` may be on the broker and not handled yet: its end is not known
+        since the assignment, or this worker's position is before it."""
+        topic = TELEMETRY.name
+        end = self.end_of(topic, partition)
+        if end is None:
+            return True
+        done = self.processed.get((topic, partition))
+        position = done + 1 if done is not None else self.start.get(TP(topic, partition))
+        return position is None or position < end
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         for tp, end, position in self.positions():

@@ -102,6 +102,9 @@ class Hooks:
     # event-time alignment needs (core/watermark.py). None: not known.
     end_of: Callable[[str, int], int | None] = lambda topic, partition: None
     start_of: Callable[[str, int], int | None] = lambda topic, partition: None
+    # True while telemetry records of a partition may be on the broker and not handled yet: its nodes
+    # are then not quiet, however long since the worker last saw one of their samples.
+    telemetry_waits: Callable[[int], bool] = lambda partition: False
     clock: Callable[[], float] = time.monotonic
     # A record's broker timestamp (ms) -> event time: the identity, or a simulated clock's.
     event_ms_of: Callable[[float], int] = int
@@ -397,9 +400,17 @@ class Joiner:
         self._mark_partitions({slot.partition for slot in self.slots.values()})
         now = self._clock()
         quiet_after = 2 * self.config.lateness_ms / 1000.0
+        waits: dict[int, bool] = {}
         for slot in list(self.slots.values()):
             state = slot.state
+            # Quiet: its probe, not this worker, stopped. A worker that lags (a takeover, a stall, a busy
+            # machine) has the node's next samples waiting on the broker; releasing its held samples up to
+            # their time plus the lateness would turn those into late samples, and drop them.
             quiet = now - slot.last_probe > quiet_after
+            if quiet:
+                if slot.partition not in waits:
+                    waits[slot.partition] = self.hooks.telemetry_waits(slot.partition)
+                quiet = not waits[slot.partition]
             if quiet and state.pending:
                 upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms
                 before = replace(state.counters)

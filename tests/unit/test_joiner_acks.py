@@ -175,3 +175,41 @@ async def test_a_persist_that_lands_after_a_rebalance_acknowledges_nothing() -> 
         assert acked == []  # acks of the old assignment would mix with the new one's in Faust's bookkeeping
     finally:
         running.cancel()
+
+
+async def test_a_node_is_not_quiet_while_its_telemetry_waits_on_the_broker() -> None:
+    """A worker that lags (just took the node over, or stalled) has not seen the node's samples for a
+    while, but they are on the broker: releasing the held ones would make those late, and drop them."""
+    now, waits = [100.0], [True]
+
+    async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+        return []
+
+    async def fail(e: BaseException) -> None:
+        raise AssertionError(f"unexpected error: {e!r}")
+
+    async def dead_letter(msg: Any, error: str) -> None:
+        pass
+
+    marks = Table()
+    sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
+    hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: now[0],
+                  telemetry_waits=lambda partition: waits[0])
+    joiner = Joiner(config=EngineConfig(), persist_interval_s=3600.0, metrics=JoinerMetrics(), nodes=Table(),
+                    pods=Table(), marks=marks, sender=sender, hooks=hooks)
+    running = asyncio.ensure_future(sender.run())
+    try:
+        await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])
+        state = joiner.slots["gpu-a"].state
+        assert state.pending  # held for the lateness
+        now[0] += 60.0  # a minute without a sample of gpu-a reaching this worker
+        joiner.tick()
+        assert state.pending, "released while gpu-a's next samples wait on the broker"
+        await joiner.handle_batch([telemetry("gpu-a", 1500, offset=1)])
+        assert state.counters.late_dropped == 0
+        waits[0] = False  # read through: now gpu-a is quiet, and its samples are released
+        now[0] += 60.0
+        joiner.tick()
+        assert not state.pending and state.counters.device_samples == 2
+    finally:
+        running.cancel()
