@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -145,7 +146,10 @@ def command(
     if once:
         click.echo(render_text(fetch(base, headers, timeout_s, namespace, node), sort), nl=False)
         return
-    try:  # Ctrl-C is how a live table is meant to end: exit 0, the last table left on screen
+    # Ctrl-C is how a live table is meant to end, however the parent left SIGINT: a non-interactive shell
+    # starts background jobs with it ignored, and Python then installs no handler of its own.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:  # Ctrl-C: exit 0, the last table left on screen
         first = table(fetch(base, headers, timeout_s, namespace, node), sort)
         with Live(first, console=Console(), screen=False) as live:
             while True:

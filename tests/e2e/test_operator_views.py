@@ -338,11 +338,15 @@ def test_periscope_top_reads_the_api_over_http(stack: Stack) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_periscope_top_keeps_refreshing_until_ctrl_c(stack: Stack) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_periscope_top_keeps_refreshing_until_ctrl_c(stack: Stack, sigint: str) -> None:
+    # A non-interactive shell starts background jobs with SIGINT ignored, and children inherit that.
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint == "ignored" else None
     proc = subprocess.Popen(
         periscope("top", "--api", stack.api, "--interval", "0.5"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "COLUMNS": "200"},  # a pipe has no width; a terminal would say
+        preexec_fn=ignore,
     )
     try:
         time.sleep(4)
