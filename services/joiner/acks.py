@@ -104,6 +104,11 @@ class AckGate:
         """The worker acknowledges `message`: its acknowledgement may pass."""
         self._released.add(id(message))
 
+    def forget(self, message: Any) -> None:
+        """The worker's acknowledgement of `message` is over: its pass, if unused, goes (an id is reused
+        once its object is gone)."""
+        self._released.discard(id(message))
+
     def __call__(self, message: Any) -> bool:
         if message.topic in self._topics:
             if id(message) not in self._released:

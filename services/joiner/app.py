@@ -54,9 +54,14 @@ class StreamAcks:
 
     async def ack(self, event: Any) -> None:
         if self.stream is not None:
-            if self.gate is not None:
-                self.gate.release(event.message)
-            await self.stream.ack(event)
+            if self.gate is None:
+                await self.stream.ack(event)
+                return
+            self.gate.release(event.message)
+            try:
+                await self.stream.ack(event)
+            finally:  # an acknowledgement that did not reach the consumer (already acked) leaves no pass
+                self.gate.forget(event.message)
 
 
 class JoinerApp(faust.App):
@@ -160,7 +165,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             # As Faust's own per-record check: a record fetched before the latest rebalance is skipped.
             current=lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id,
             first_offset=watch.first_offset, end_of=watch.end_of, start_of=watch.start_of,
-            telemetry_waits=lambda partition: watch.telemetry_waits(partition),
+            telemetry_waits=watch.telemetry_waits,
             event_ms_of=clock_from_setting(settings.clock).event_ms,
         ),
         future_skew_ms=round(settings.future_skew * 1000), stalled_after_s=settings.stale_after,

@@ -84,8 +84,12 @@ class ProgressWatch:
             end = self.end_of(tp.topic, tp.partition)  # from fetch responses, and asked where exact
             if end is None:
                 continue
-            done = self.processed.get((tp.topic, tp.partition))
-            yield tp, end, done + 1 if done is not None else self.start.get(tp)
+            yield tp, end, self.position(tp)
+
+    def position(self, tp: TP) -> int | None:
+        """The next offset of `tp` this worker will process, if known."""
+        done = self.processed.get((tp.topic, tp.partition))
+        return done + 1 if done is not None else self.start.get(tp)
 
     def end_of(self, topic: str, partition: int) -> int | None:
         """The partition's end offset as last known (fetch responses, or asked), None when unknown."""
@@ -103,12 +107,10 @@ class ProgressWatch:
     def telemetry_waits(self, partition: int) -> bool:
         """Telemetry records of `partition` may be on the broker and not handled yet: its end is not known
         since the assignment, or this worker's position is before it."""
-        topic = TELEMETRY.name
-        end = self.end_of(topic, partition)
+        end = self.end_of(TELEMETRY.name, partition)
         if end is None:
             return True
-        done = self.processed.get((topic, partition))
-        position = done + 1 if done is not None else self.start.get(TP(topic, partition))
+        position = self.position(TP(TELEMETRY.name, partition))
         return position is None or position < end
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
