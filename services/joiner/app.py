@@ -21,7 +21,7 @@ import faust
 from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
 from periscope.bus.faust_transport import transport_class
-from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS
+from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS, TELEMETRY
 from periscope.clock import clock_from_setting
 from periscope.freshness import Freshness
 from periscope.settings.joiner import JoinerSettings
@@ -29,7 +29,7 @@ from services.joiner.acks import AckGate
 from services.joiner.changelog import ChangelogTable
 from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.progress import ProgressWatch, ready
+from services.joiner.progress import ProgressWatch, assigned_inputs, ready
 from services.joiner.slots import Message
 from services.joiner.web import JoinerWeb
 from services.joiner.worker import Hooks, Joiner
@@ -224,6 +224,10 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             await watch.align()  # before Faust's own seek, which leaves uncommitted partitions alone
         except Exception as e:  # a rebalance under way again; the next one aligns
             log.warning("could not position the input partitions: %r", e)
+        # The tables are recovered: take up the nodes that wait on the worker, not on a record.
+        held = {tp.partition for tp in assigned_inputs(app) if tp.topic == TELEMETRY.name}
+        if held and (taken := await joiner.adopt(held)):
+            log.info("%d node(s) with held samples or outputs taken up from the tables", taken)
 
     app.on_rebalance_complete.connect(cast(Any, on_rebalance_complete))
     metrics.watch_lag(watch.lag)

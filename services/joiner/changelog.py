@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -167,6 +167,8 @@ class TableIO(Protocol):
     def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]: ...
     def delete(self, key: bytes, partition: int) -> Awaitable[Any]: ...
     def fence(self, partition: int) -> Awaitable[Any]: ...
+    # (key, partition) of the records held for `partitions`: recovered from the changelog or written here.
+    def keys_on(self, partitions: Collection[int]) -> list[tuple[bytes, int]]: ...
 
 
 class ChangelogTable:
@@ -179,6 +181,15 @@ class ChangelogTable:
         self.fences = fences
         self._lock = asyncio.Lock()
         self._sending: set[asyncio.Future[None]] = set()
+        self._written: dict[bytes, int] = {}  # key -> partition of the records written here
+
+    def keys_on(self, partitions: Collection[int]) -> list[tuple[bytes, int]]:
+        # The memory store knows the partition of what it recovered; what this worker wrote since, it
+        # knows itself (a key moves partition only if the input topics are not co-partitioned).
+        store = self.table.data
+        where = {**getattr(store, "_key_partition", {}), **self._written}
+        return sorted((k, p) for k, p in where.items()
+                      if p in partitions and not k.startswith(FENCE_KEY) and store.get(k) is not None)
 
     def get(self, key: bytes) -> bytes | None:
         value = self.table.data.get(key)
@@ -187,14 +198,16 @@ class ChangelogTable:
     def put(self, key: bytes, value: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, value)
         self.table.data[key] = value
+        self._written[key] = partition
         return fut
 
     def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
         """Write (key, value, partition) records as one record batch per partition (a send each through
         Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
         The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
-        for key, value, _ in items:
+        for key, value, partition in items:
             self.table.data[key] = value
+            self._written[key] = partition
         loop = asyncio.get_running_loop()
         done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
         task = asyncio.ensure_future(self._send(items, done))
@@ -228,6 +241,7 @@ class ChangelogTable:
     def delete(self, key: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
         self.table.data.pop(key, None)
+        self._written.pop(key, None)
         return fut
 
     def fence(self, partition: int) -> Any:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -50,7 +50,7 @@ from periscope.core.model import (
 )
 from periscope.core.watermark import Stream
 from services.joiner.acks import OrderedAcks
-from services.joiner.changelog import TableIO, decode_mark, encode_mark, plan_persist, restore
+from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
 from services.joiner.delivery import OutputSender, is_one_shot, newest_per_key, record_of, time_of
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
@@ -66,6 +66,7 @@ Flags = tuple[tuple[Stream, bool], ...]
 # Telemetry records of a partition still on the broker from which the worker counts as catching up. Far
 # above what a live worker leaves behind (a node's tick or two), far below a restart's backlog.
 LAG_RECORDS = 500
+ADOPT_YIELD_EVERY = 50  # nodes rebuilt between two yields to the event loop after a rebalance
 
 
 @dataclass(slots=True)
@@ -265,22 +266,52 @@ class Joiner:
                 log.warning("node %s arrives on partition %d and %d: are the input topics co-partitioned?",
                             node, slot.partition, partition)
             return slot
+        return self._take(self._restore(node, partition))
+
+    def _restore(self, node: str, partition: int) -> Slot:
         key = node.encode()
         got = restore(node, self.nodes.get(key), lambda uid: self.pods.get(uid.encode()))
         mark = decode_mark(self.marks.get(key))
-        slot = Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
+        return Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
                     mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
                     recovered_ms=got.state.processed_ms, last_probe=self._clock(),
                     last_persist=self._clock())
-        if got.seq:
+
+    def _take(self, slot: Slot) -> Slot:
+        if slot.seq:
             self.metrics.recoveries.inc()
             log.info("node %s: state recovered (persist %d, processed up to %d, outputs up to %d)",
-                     node, got.seq, got.state.processed_ms, mark)
+                     slot.node, slot.seq, slot.state.processed_ms, slot.mark_ms)
         else:
-            log.info("node %s: no stored state, starting afresh (partition %d)", node, partition)
-        self.slots[node] = slot
+            log.info("node %s: no stored state, starting afresh (partition %d)", slot.node, slot.partition)
+        self.slots[slot.node] = slot
         self.metrics.nodes.set(len(self.slots))
         return slot
+
+    async def adopt(self, partitions: Collection[int]) -> int:
+        """After a rebalance: rebuild the stored nodes of `partitions` that wait on the worker rather than
+        on a record (samples held for the lateness, outputs held back after a crash). Every record of
+        theirs may be committed already, so none would bring them back; the tick then releases them once
+        quiet. The others are rebuilt when their next record comes. Returns how many were taken up."""
+        epoch, taken = self.epoch, 0
+        for i, (key, partition) in enumerate(self.nodes.keys_on(partitions)):
+            if i and i % ADOPT_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # a large assignment must not hold up the loop
+                if epoch != self.epoch or self.stopping:
+                    break  # another rebalance: it adopts anew
+            node = key.decode("utf-8", "replace")
+            if node in self.slots:
+                continue  # a record of it came first
+            try:
+                slot = self._restore(node, partition)
+            except StateError as e:
+                log.error("node %s: stored state not readable (%s); it starts over with its next record",
+                          node, e)
+                continue
+            if slot.state.pending or slot.replay_until_ms:
+                self._take(slot)
+                taken += 1
+        return taken
 
     def _plausible(self, obj: NodeInput, msg: Message) -> None:
         """Reject a record stamped further ahead of the broker's time of it than the allowed skew."""

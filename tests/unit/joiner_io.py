@@ -4,6 +4,7 @@ changelogged table (TableIO) that remembers its writes."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ class Table:
     def __init__(self) -> None:
         self.data: dict[bytes, bytes] = {}
         self.writes: list[bytes] = []
+        self.partition_of: dict[bytes, int] = {}
 
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
@@ -27,16 +29,21 @@ class Table:
     def put(self, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
         self.data[key] = value
         self.writes.append(key)
+        self.partition_of[key] = partition
         return done()
 
     def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Any]:
-        for key, value, _ in items:
-            self.put(key, value, 0)
+        for key, value, partition in items:
+            self.put(key, value, partition)
         return {p: done() for _, _, p in items}
 
     def delete(self, key: bytes, partition: int) -> asyncio.Future[None]:
         self.data.pop(key, None)
+        self.partition_of.pop(key, None)
         return done()
+
+    def keys_on(self, partitions: Collection[int]) -> list[tuple[bytes, int]]:
+        return sorted((k, p) for k, p in self.partition_of.items() if p in partitions and k in self.data)
 
     def fence(self, partition: int) -> asyncio.Future[None]:
         return done()

@@ -1,0 +1,132 @@
+"""After a rebalance the worker takes up, from the tables, the nodes that wait on it rather than on a
+record: a node whose last samples are held for the lateness, persisted and committed, has no record
+left to read, and was never rebuilt, so its last samples never came out."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+from periscope.bus import codec
+from periscope.bus.topics import GPUS, TELEMETRY
+from periscope.core.engine import EngineConfig
+from services.joiner.delivery import OutputSender
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.worker import Hooks, Joiner
+from tests.unit.core_builders import dev, gpu, meta, tel
+from tests.unit.joiner_io import Event, Msg, Table
+
+LATENESS_MS = EngineConfig().lateness_ms
+
+
+def telemetry(node: str, partition: int, t: int, offset: int, util: float = 50.0) -> Event:
+    ev = replace(tel(t, dev(gpu(0), util)), meta=meta(t, node=node, source=f"probe/{node}"))
+    return Event(Msg(TELEMETRY.name, partition, offset, node.encode(), codec.encode(ev)))
+
+
+class Worker:
+    """A joiner on shared tables, with what it published and acknowledged."""
+
+    def __init__(self, nodes: Table, pods: Table, marks: Table, now: list[float]) -> None:
+        self.published: list[tuple[str, bytes]] = []
+        self.acked: list[int] = []
+
+        async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+            self.published += [(topic, key) for topic, key, _ in records]
+            return []
+
+        async def fail(e: BaseException) -> None:
+            raise AssertionError(f"unexpected error: {e!r}")
+
+        async def dead_letter(msg: Any, error: str) -> None:
+            raise AssertionError(f"dead-lettered: {error}")
+
+        async def ack(event: Any) -> None:
+            self.acked.append(event.message.offset)
+
+        self.sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
+        hooks = Hooks(dead_letter=dead_letter, on_error=fail, ack=ack, clock=lambda: now[0])
+        self.joiner = Joiner(config=EngineConfig(), persist_interval_s=1.0, metrics=JoinerMetrics(),
+                             nodes=nodes, pods=pods, marks=marks, sender=self.sender, hooks=hooks)
+        self.running = asyncio.ensure_future(self.sender.run())
+
+    async def settle(self) -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+        await self.sender.barrier()
+
+
+async def test_a_node_whose_held_samples_are_all_committed_is_taken_up_and_released() -> None:
+    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
+    first = Worker(nodes, pods, marks, now)
+    try:
+        # gpu-a on partition 1: two samples, the second held for the lateness; gpu-b on partition 2.
+        await first.joiner.handle_batch([telemetry("gpu-a", 1, 1000, 0),
+                                         telemetry("gpu-a", 1, 2000, 1, util=90.0),
+                                         telemetry("gpu-b", 2, 1000, 0)])
+        now[0] += 1.5
+        first.joiner.tick()  # the periodic persist: every record is in the tables, and acknowledged
+        await first.settle()
+        assert first.joiner.slots["gpu-a"].state.pending
+        assert sorted(first.acked) == [0, 0, 1]
+    finally:
+        first.running.cancel()
+
+    # The partitions move (or the worker restarts): no record of gpu-a is left to read.
+    heir = Worker(nodes, pods, marks, now)
+    try:
+        assert await heir.joiner.adopt({1}) == 1
+        assert set(heir.joiner.slots) == {"gpu-a"}  # gpu-b is not on partition 1
+        slot = heir.joiner.slots["gpu-a"]
+        assert slot.partition == 1 and [p.meta.time_ms for p in slot.state.pending] == [2000]
+        now[0] += 2 * LATENESS_MS / 1000 + 1  # quiet: its probe stopped
+        heir.joiner.tick()
+        await heir.settle()
+        assert not slot.state.pending
+        assert slot.state.processed_ms == 2000, "the held sample never came out"
+        assert [topic for topic, _ in heir.published] == [GPUS.name]  # its GPU state at 90 %
+    finally:
+        heir.running.cancel()
+
+
+async def test_a_node_with_nothing_held_waits_for_its_next_record() -> None:
+    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
+    first = Worker(nodes, pods, marks, now)
+    try:
+        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0)])
+        now[0] += 2 * LATENESS_MS / 1000 + 1
+        first.joiner.tick()  # quiet: released, then persisted with nothing held
+        await first.settle()
+        assert not first.joiner.slots["gpu-a"].state.pending and first.acked == [0]
+    finally:
+        first.running.cancel()
+
+    heir = Worker(nodes, pods, marks, now)
+    try:
+        assert await heir.joiner.adopt({0}) == 0
+        assert heir.joiner.slots == {}  # rebuilt only when its next record comes
+        await heir.joiner.handle_batch([telemetry("gpu-a", 0, 2000, 1)])
+        assert heir.joiner.slots["gpu-a"].state.processed_ms == 1000
+    finally:
+        heir.running.cancel()
+
+
+async def test_a_node_that_arrived_first_is_not_rebuilt_over() -> None:
+    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
+    first = Worker(nodes, pods, marks, now)
+    try:
+        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-a", 0, 2000, 1)])
+        now[0] += 1.5
+        first.joiner.tick()
+        await first.settle()
+    finally:
+        first.running.cancel()
+    heir = Worker(nodes, pods, marks, now)
+    try:
+        await heir.joiner.handle_batch([telemetry("gpu-a", 0, 3000, 2)])
+        slot = heir.joiner.slots["gpu-a"]
+        assert await heir.joiner.adopt({0}) == 0
+        assert heir.joiner.slots["gpu-a"] is slot
+    finally:
+        heir.running.cancel()
