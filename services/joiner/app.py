@@ -106,6 +106,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     `on_stall` runs when Faust stops making progress (see services.joiner.progress; default: crash).
     `partitions` is the input topics' partition count, which the tables' changelogs must share."""
     session = settings.session_timeout
+    rebalance_timeout = max(session, 10.0)
     kafka = settings.kafka()
     JoinerApp.kafka = kafka  # read by _new_transport, which Faust calls during construction
     app = JoinerApp(
@@ -122,7 +123,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=session,
         broker_heartbeat_interval=max(0.2, session / 5),
-        broker_rebalance_timeout=max(session, 10.0),
+        broker_rebalance_timeout=rebalance_timeout,
         # Take records already waiting in the stream's queue without a round through the event loop
         # each (Faust's repaired Cython fast path; opt-in in this Faust version).
         cython_optimizations=True,
@@ -205,7 +206,9 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app.task(run_sender)
 
     async def on_revoked(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        await joiner.on_revoked(timeout_s=settings.session_timeout / 2)
+        # Half the time the group gives members to rejoin: outputs that reach the broker after the next
+        # owner recovered the marks could be overtaken by its older ones.
+        await joiner.on_revoked(timeout_s=rebalance_timeout / 2)
 
     async def on_assigned(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         freshness.touch()  # a worker that just got its partitions has had no time to read them yet

@@ -134,6 +134,11 @@ class Joiner:
         self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
         self._tasks: set[asyncio.Future[None]] = set()
         self._acks = OrderedAcks(hooks.ack)
+        # node -> the newest mark this worker wrote. Kept across rebalances: a table recovery reads the
+        # changelog only up to where it ended then, and a mark still on its way lands after that while
+        # the outputs waiting for it are published. Holding back too much costs intermediate outputs
+        # only (the newest per key is published at the end of the replay); too little, a key going back.
+        self._marks_sent: dict[str, int] = {}
 
     # ------------------------------------------------------------------ events
 
@@ -235,7 +240,7 @@ class Joiner:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
                 if moved:
-                    slot.mark_ms = newest
+                    slot.mark_ms = self._marks_sent[slot.node] = newest
                     marks.append((slot.node.encode(), encode_mark(newest), slot.partition))
                 publish.append((slot, fresh, moved))
         # Nothing was awaited since the first record was stepped, and nothing is until the outputs are
@@ -271,7 +276,7 @@ class Joiner:
     def _restore(self, node: str, partition: int) -> Slot:
         key = node.encode()
         got = restore(node, self.nodes.get(key), lambda uid: self.pods.get(uid.encode()))
-        mark = decode_mark(self.marks.get(key))
+        mark = max(decode_mark(self.marks.get(key)), self._marks_sent.get(node, 0))
         return Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
                     mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
                     recovered_ms=got.state.processed_ms, last_probe=self._clock(),
@@ -408,7 +413,7 @@ class Joiner:
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
         mark = None
         if newest > slot.mark_ms:
-            slot.mark_ms = newest
+            slot.mark_ms = self._marks_sent[slot.node] = newest
             # The same path as a batch's marks, so the marks changelog gets them in order.
             mark = self.marks.put_many([(slot.node.encode(), encode_mark(newest), slot.partition)])[
                 slot.partition]

@@ -130,3 +130,38 @@ async def test_a_node_that_arrived_first_is_not_rebuilt_over() -> None:
         assert heir.joiner.slots["gpu-a"] is slot
     finally:
         heir.running.cancel()
+
+
+async def test_a_mark_the_table_recovery_missed_still_holds_back_what_was_published() -> None:
+    """A table recovery reads a changelog only up to where it ended then: a mark still on its way is
+    missed, while the outputs waiting for it are published. The worker remembers the marks it wrote,
+    so after the rebalance it holds back what it published, and no key goes back in time."""
+    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
+    w = Worker(nodes, pods, marks, now)
+    gpu_times: list[int] = []
+
+    async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
+        gpu_times.extend(codec.decode(GPUS, v).as_of_ms for t, _, v in records if t == GPUS.name)
+        return []
+
+    w.sender._send = send
+    try:
+        samples = [telemetry("gpu-a", 0, 1000 * k, k - 1, util=10.0 * k) for k in range(1, 9)]
+        await w.joiner.handle_batch(samples[:2])
+        now[0] += 1.5
+        w.joiner.tick()  # persisted and acknowledged through offset 1 (the time-2000 sample, held)
+        await w.settle()
+        committed, recovered_mark = 2, marks.data[b"gpu-a"]
+        await w.joiner.handle_batch(samples[2:])  # published through time 7000, its mark with it
+        await w.settle()
+        assert max(gpu_times) == 7000
+        marks.data[b"gpu-a"] = recovered_mark  # the recovery read the marks changelog up to before it
+        w.joiner.on_rebalance()  # the same worker keeps the partition, re-read from the committed offset
+        await w.joiner.handle_batch(samples[committed:])
+        now[0] += 10.0
+        w.joiner.tick()
+        await w.settle()
+    finally:
+        w.running.cancel()
+    assert gpu_times == sorted(gpu_times), f"a GPU state went back in time: {gpu_times}"
+    assert gpu_times[-1] == 8000
