@@ -148,8 +148,10 @@ class Joiner:
     async def handle_batch(self, events: Sequence[Any]) -> None:
         """Apply a batch of input records in order. The core steps every record, but the bookkeeping
         (outputs and their mark, the persist decision, metrics) is done once per node of the batch."""
-        if self.stopping:
-            return  # not acknowledged: read again after the restart
+        if self.stopping or self.hooks.rebalancing():
+            # Not acknowledged: read again after the restart, or by the partition's owner after the
+            # rebalance (a batch taken before the revocation may reach here while it runs).
+            return
         touched: dict[str, _Touched] = {}
         counts: dict[str, int] = {}
         samples = 0
@@ -524,9 +526,17 @@ class Joiner:
         move, so the next owner's outputs cannot overtake them."""
         self.on_rebalance()
         try:
-            await asyncio.wait_for(self.sender.barrier(), timeout_s)
+            await asyncio.wait_for(self._settle(), timeout_s)
         except Exception as e:  # a timeout, or a failed send (which crashes the app anyway)
-            log.warning("outputs still pending at revocation: %r", e)
+            log.warning("outputs or state writes still pending at revocation: %r", e)
+
+    async def _settle(self) -> None:
+        # Persists under way end at their epoch check (the rebalance), but the pod records they wrote
+        # before it must reach the changelog before the next owner reads it: one landing after that
+        # would be taken, at a later recovery, for the rows of that owner's persist of the same number.
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.sender.barrier()
 
     async def shutdown(self) -> None:
         """Persist every node and wait, so the final offset commit covers all processed input."""
@@ -539,6 +549,4 @@ class Joiner:
                     slot.again = True
                 else:
                     self._persist(slot)
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await self.sender.barrier()
+        await self._settle()

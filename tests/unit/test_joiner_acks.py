@@ -213,3 +213,44 @@ async def test_a_node_is_not_quiet_while_its_telemetry_waits_on_the_broker() -> 
         assert not state.pending and state.counters.device_samples == 2
     finally:
         running.cancel()
+
+
+class SlowFence(Table):
+    """The pods table, whose fences reach the broker only when released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release: asyncio.Future[None] | None = None
+
+    def fence(self, partition: int) -> asyncio.Future[None]:
+        self.release = asyncio.get_running_loop().create_future()
+        return self.release
+
+
+async def test_a_revocation_waits_for_the_state_writes_under_way() -> None:
+    """Pod records written by a persist under way must reach the changelog before the partition's next
+    owner reads it; the persist itself ends at its epoch check, acknowledging nothing."""
+    nodes, pods, acked = Table(), SlowFence(), []
+    joiner, sender = worker(nodes, pods, acked)
+    running = asyncio.ensure_future(sender.run())
+    try:
+        await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])
+        await settle()
+        assert pods.release is not None
+        revoked = asyncio.ensure_future(joiner.on_revoked(timeout_s=30.0))
+        await settle()
+        assert not revoked.done(), "revocation went on while a persist was writing"
+        pods.release.set_result(None)
+        await asyncio.wait_for(revoked, 5.0)
+        assert acked == [] and b"gpu-a" not in nodes.data
+    finally:
+        running.cancel()
+
+
+async def test_a_batch_that_arrives_during_a_rebalance_is_left_for_the_partition_owner() -> None:
+    nodes, pods, acked = Table(), Table(), []
+    joiner, _ = worker(nodes, pods, acked)
+    joiner.hooks = replace(joiner.hooks, rebalancing=lambda: True)
+    await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])
+    await settle()
+    assert joiner.slots == {} and joiner.processed == {} and acked == [] and nodes.writes == []
