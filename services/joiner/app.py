@@ -225,7 +225,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     async def on_assigned(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         freshness.touch()  # a worker that just got its partitions has had no time to read them yet
-        joiner.on_rebalance()
+        joiner.on_assigned()
 
     app.on_partitions_revoked.connect(cast(Any, on_revoked))
     app.on_partitions_assigned.connect(cast(Any, on_assigned))
@@ -240,10 +240,10 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             await watch.align()  # before Faust's own seek, which leaves uncommitted partitions alone
         except Exception as e:  # a rebalance under way again; the next one aligns
             log.warning("could not position the input partitions: %r", e)
-        # The tables are recovered: take up the nodes that wait on the worker, not on a record.
+        # The tables are recovered: take up the nodes of the partitions now held.
         held = {tp.partition for tp in assigned_inputs(app) if tp.topic == TELEMETRY.name}
         if held and (taken := await joiner.adopt(held)):
-            log.info("%d node(s) with held samples or outputs taken up from the tables", taken)
+            log.info("%d node(s) taken up from the tables", taken)
 
     app.on_rebalance_complete.connect(cast(Any, on_rebalance_complete))
     metrics.watch_lag(watch.lag)

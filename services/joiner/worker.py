@@ -129,6 +129,7 @@ class Joiner:
         self.slots: dict[str, Slot] = {}
         self.epoch = 0  # bumps on every rebalance: persists started before it are abandoned
         self.stopping = False
+        self.revoked = False  # from a revocation to the next assignment
         # (topic, partition) -> last offset handled; shared with whoever watches the worker's progress.
         self.processed: dict[tuple[str, int], int] = {} if processed is None else processed
         self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
@@ -148,7 +149,7 @@ class Joiner:
     async def handle_batch(self, events: Sequence[Any]) -> None:
         """Apply a batch of input records in order. The core steps every record, but the bookkeeping
         (outputs and their mark, the persist decision, metrics) is done once per node of the batch."""
-        if self.stopping or self.hooks.rebalancing():
+        if self.stopping or self.revoked:
             # Not acknowledged: read again after the restart, or by the partition's owner after the
             # rebalance (a batch taken before the revocation may reach here while it runs).
             return
@@ -296,10 +297,10 @@ class Joiner:
         return slot
 
     async def adopt(self, partitions: Collection[int]) -> int:
-        """After a rebalance: rebuild the stored nodes of `partitions` that wait on the worker rather than
-        on a record (samples held for the lateness, outputs held back after a crash). Every record of
-        theirs may be committed already, so none would bring them back; the tick then releases them once
-        quiet. The others are rebuilt when their next record comes. Returns how many were taken up."""
+        """After a rebalance: rebuild every stored node of `partitions` that no record brought back yet.
+        Every record of a node may be committed already, and one that holds samples for the lateness or
+        outputs held back after a crash waits on the worker, not on a record: the tick releases them
+        once it is quiet. Returns how many were taken up."""
         epoch, taken = self.epoch, 0
         for i, (key, partition) in enumerate(self.nodes.keys_on(partitions)):
             if i and i % ADOPT_YIELD_EVERY == 0:
@@ -315,9 +316,8 @@ class Joiner:
                 log.error("node %s: stored state not readable (%s); it starts over with its next record",
                           node, e)
                 continue
-            if slot.state.pending or slot.replay_until_ms:
-                self._take(slot)
-                taken += 1
+            self._take(slot)
+            taken += 1
         return taken
 
     def _plausible(self, obj: NodeInput, msg: Message) -> None:
@@ -521,9 +521,14 @@ class Joiner:
         self._flags.clear()
         self.metrics.nodes.set(0)
 
+    def on_assigned(self) -> None:
+        self.revoked = False
+        self.on_rebalance()
+
     async def on_revoked(self, timeout_s: float) -> None:
         """Forget every node, and let outputs already promised reach the broker before the partitions
         move, so the next owner's outputs cannot overtake them."""
+        self.revoked = True
         self.on_rebalance()
         try:
             await asyncio.wait_for(self._settle(), timeout_s)

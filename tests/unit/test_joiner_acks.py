@@ -247,10 +247,13 @@ async def test_a_revocation_waits_for_the_state_writes_under_way() -> None:
         running.cancel()
 
 
-async def test_a_batch_that_arrives_during_a_rebalance_is_left_for_the_partition_owner() -> None:
+async def test_a_batch_that_arrives_during_a_revocation_is_left_for_the_partition_owner() -> None:
     nodes, pods, acked = Table(), Table(), []
     joiner, _ = worker(nodes, pods, acked)
-    joiner.hooks = replace(joiner.hooks, rebalancing=lambda: True)
-    await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])
+    await joiner.on_revoked(timeout_s=1.0)
+    await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])  # taken before the revocation
     await settle()
     assert joiner.slots == {} and joiner.processed == {} and acked == [] and nodes.writes == []
+    joiner.on_assigned()  # what comes now was fetched for the new assignment
+    await joiner.handle_batch([telemetry("gpu-a", 1000, offset=0)])
+    assert "gpu-a" in joiner.slots and joiner.processed == {TP: 0}

@@ -90,24 +90,27 @@ async def test_a_node_whose_held_samples_are_all_committed_is_taken_up_and_relea
         heir.running.cancel()
 
 
-async def test_a_node_with_nothing_held_waits_for_its_next_record() -> None:
+async def test_every_stored_node_of_the_partitions_is_taken_up() -> None:
+    """A node with nothing held is taken up too: the worker holds the nodes of its partitions (its
+    nodes gauge says so), whether or not a record of theirs is left to read."""
     nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
     first = Worker(nodes, pods, marks, now)
     try:
-        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0)])
+        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-b", 1, 1000, 0)])
         now[0] += 2 * LATENESS_MS / 1000 + 1
         first.joiner.tick()  # quiet: released, then persisted with nothing held
         await first.settle()
-        assert not first.joiner.slots["gpu-a"].state.pending and first.acked == [0]
+        assert not first.joiner.slots["gpu-a"].state.pending and first.acked == [0, 0]
     finally:
         first.running.cancel()
 
     heir = Worker(nodes, pods, marks, now)
     try:
-        assert await heir.joiner.adopt({0}) == 0
-        assert heir.joiner.slots == {}  # rebuilt only when its next record comes
+        assert await heir.joiner.adopt({0, 1}) == 2
+        assert heir.joiner.metrics.nodes._value.get() == 2
         await heir.joiner.handle_batch([telemetry("gpu-a", 0, 2000, 1)])
-        assert heir.joiner.slots["gpu-a"].state.processed_ms == 1000
+        assert heir.joiner.slots["gpu-a"].state.watermark_ms == 2000
+        assert heir.joiner.slots["gpu-a"].state.counters.samples == 1  # the first, restored
     finally:
         heir.running.cancel()
 
