@@ -14,6 +14,10 @@ from the changelogged tables after a start or a rebalance. Delivery is at-least-
   passed the mark, so no subscriber ever sees an output older than one it already got (carrying the
   windows of the held-back ones: a closed window is in one publication only).
 
+At a revocation the worker steps nothing more until the next assignment and waits (bounded) for the
+persists and outputs under way, so none of its writes lands after the next owner read the changelogs;
+the marks it wrote are remembered across rebalances, since a recovery misses one still on its way.
+
 Input records arrive in batches. The core steps each record in order; the rules above then apply per
 node of the batch: one mark (the newest output time of the node's outputs in the batch) is written, the
 marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to wait
