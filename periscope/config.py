@@ -12,9 +12,9 @@ in the launcher, not silently in the child.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import ValidationError
+from pydantic import AfterValidator, BeforeValidator, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from periscope.core.duration import parse_duration_ms
@@ -47,6 +47,14 @@ def not_negative(value: float) -> float:
     if value < 0:
         raise ValueError("must not be negative")
     return value
+
+
+# The types of duration settings: a field declared with one of them reads the project's duration strings
+# and is checked, with no validator of its own (docs.py lists them as durations).
+PARSE_DURATION = BeforeValidator(seconds)
+PositiveDuration = Annotated[float, PARSE_DURATION, AfterValidator(positive)]
+NonNegativeDuration = Annotated[float, PARSE_DURATION, AfterValidator(not_negative)]
+Duration = Annotated[float, PARSE_DURATION]  # checked by the class (a bound of its own)
 
 
 class SettingsError(ValueError):

@@ -31,7 +31,7 @@ from periscope.bus.diagnosis import check_connection
 from periscope.bus.security import KafkaSecurityError
 from periscope.bus.settings import ServiceSettings
 from periscope.bus.topics import Topic
-from periscope.config import load_settings, seconds
+from periscope.config import Duration, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +54,14 @@ class TopicSettings(ServiceSettings):
     topic_replication_factor: int = Field(default=1, ge=1, le=32, description="replicas of each new topic")
     topic_min_insync_replicas: int = Field(default=1, ge=1, le=32, description=(
         "min.insync.replicas of each new topic (at most the replication factor)"))
-    input_retention: float = Field(default=RETENTION_S["input"], description=(
+    input_retention: Duration = Field(default=RETENTION_S["input"], description=(
         "retention of the input topics: the forensics horizon, how far back replay can reach"))
-    output_retention: float = Field(default=RETENTION_S["output"], description=(
+    output_retention: Duration = Field(default=RETENTION_S["output"], description=(
         "retention of the output topics: the API rebuilds its view from this much output"))
-    deadletter_retention: float = Field(default=RETENTION_S["deadletter"], description=(
+    deadletter_retention: Duration = Field(default=RETENTION_S["deadletter"], description=(
         "retention of the dead-letter topic"))
     topic_compression: Literal["lz4", "zstd", "snappy", "gzip", "producer"] = Field(
         default="lz4", description="compression.type of each new topic")
-
-    @field_validator("input_retention", "output_retention", "deadletter_retention", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return seconds(value)
 
     @field_validator("input_retention", "output_retention", "deadletter_retention")
     @classmethod

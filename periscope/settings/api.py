@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from periscope.bus.settings import ServiceSettings
 from periscope.clock import clock_from_setting
-from periscope.config import not_negative, positive, seconds
+from periscope.config import NonNegativeDuration, PositiveDuration
 from periscope.settings.engine import IdleSettings
 
 
@@ -23,16 +23,16 @@ class ApiSettings(ServiceSettings, IdleSettings):
     api_group_prefix: str = Field(default="periscope-api-", description=(
         "each replica joins its own consumer group (prefix + random suffix) and reads every output topic "
         "from the beginning without committing, so replicas stay stateless and identical"))
-    api_retention: float = Field(default=86_400.0, description=(
+    api_retention: PositiveDuration = Field(default=86_400.0, description=(
         "how long the view keeps what is over (released pods, cleared findings, XIDs, vanished GPUs), in "
         "event time; replay answers older questions from the input topics"))
-    api_window_retention: float = Field(default=3600.0, description=(
+    api_window_retention: PositiveDuration = Field(default=3600.0, description=(
         "how long (event time) each row keeps its merged window stats, which /v1/idle judges over and "
         "/v1/pods/{uid} lists (the joiner sends each window once, as it closes: only the API holds them)"))
-    api_stale_after: float = Field(default=30.0, description=(
+    api_stale_after: PositiveDuration = Field(default=30.0, description=(
         "/readyz turns 503 when no new attribution reached the view for longer than this (or the broker is "
         "unreachable): a stale view is not ready, even though it keeps answering"))
-    api_future_skew: float = Field(default=600.0, description=(
+    api_future_skew: PositiveDuration = Field(default=600.0, description=(
         "records with an event time further ahead of the API's clock than this are refused"))
     api_require_inventory: bool = Field(default=True, description=(
         "refuse GPU states and findings naming a GPU no probe's inventory reported"))
@@ -41,7 +41,7 @@ class ApiSettings(ServiceSettings, IdleSettings):
     api_auth: Literal["none", "kubernetes"] = Field(default="none", description=(
         "`kubernetes`: check bearer tokens with TokenReview and namespaces with SubjectAccessReview against "
         "the apiserver of `kubeconfig` (empty: in-cluster); `none`: no access control"))
-    api_auth_cache_ttl: float = Field(default=30.0, description=(
+    api_auth_cache_ttl: PositiveDuration = Field(default=30.0, description=(
         "how long a review's answer is kept (a rejected token's: at most 5s)"))
     api_auth_cache_size: int = Field(default=10_000, ge=1, le=10_000_000, description="reviews' answers kept")
     api_auth_review_budget: int = Field(default=1_000, ge=1, le=1_000_000, description=(
@@ -53,30 +53,13 @@ class ApiSettings(ServiceSettings, IdleSettings):
         "GET /v1/owners replays running at once"))
     api_owners_queue: int = Field(default=8, ge=0, le=10_000, description=(
         "/v1/owners queries waiting for a replay; beyond: 429 with Retry-After"))
-    api_owners_timeout: float = Field(default=30.0, description=(
+    api_owners_timeout: PositiveDuration = Field(default=30.0, description=(
         "longest a /v1/owners query waits and runs in all; then 503 with Retry-After"))
-    api_owners_cache_ttl: float = Field(default=10.0, description=(
+    api_owners_cache_ttl: NonNegativeDuration = Field(default=10.0, description=(
         "an identical /v1/owners query within this long gets the same answer without a replay (0s: no "
         "cache)"))
     api_tls_certfile: str = Field(default="", description="HTTPS certificate (PEM), with api_tls_keyfile")
     api_tls_keyfile: str = Field(default="", description="its private key (PEM)")
-
-    @field_validator("api_stale_after", "api_retention", "api_window_retention", "api_future_skew",
-                     "api_auth_cache_ttl", "api_owners_timeout", "api_owners_cache_ttl", mode="before")
-    @classmethod
-    def _duration(cls, v: object) -> object:
-        return seconds(v)
-
-    @field_validator("api_stale_after", "api_retention", "api_window_retention", "api_future_skew",
-                     "api_auth_cache_ttl", "api_owners_timeout")
-    @classmethod
-    def _positive(cls, v: float) -> float:
-        return positive(v)
-
-    @field_validator("api_owners_cache_ttl")
-    @classmethod
-    def _zero_or_more(cls, v: float) -> float:
-        return not_negative(v)
 
     @field_validator("clock")
     @classmethod

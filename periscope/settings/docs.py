@@ -12,7 +12,7 @@ from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 from periscope.bus.settings import ServiceSettings
-from periscope.config import PREFIX
+from periscope.config import PARSE_DURATION, PREFIX
 from periscope.core.duration import format_duration_ms
 from periscope.settings.catalog import CATALOG
 
@@ -32,8 +32,9 @@ This page is generated from the settings classes (`periscope/settings/`, `perisc
 
 
 def _durations(cls: type[BaseSettings]) -> set[str]:
-    """Fields read through a `mode="before"` validator: in these classes, the duration parsers."""
-    out: set[str] = set()
+    """Fields of a duration type (periscope.config), or read through a `mode="before"` validator: in
+    these classes, the duration parsers."""
+    out = {name for name, field in cls.model_fields.items() if PARSE_DURATION in field.metadata}
     for dec in cls.__pydantic_decorators__.field_validators.values():
         if dec.info.mode == "before":
             out |= set(dec.info.fields)

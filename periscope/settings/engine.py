@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings
 
-from periscope.config import MODEL_CONFIG, not_negative, positive, seconds
+from periscope.config import MODEL_CONFIG, NonNegativeDuration, PositiveDuration
 from periscope.core.changes import ChangeConfig
 from periscope.core.engine import EngineConfig
 from periscope.core.idle import DEFAULT_RULE, IdleRule
@@ -23,49 +23,26 @@ def ms(value: float) -> int:
 class IdleSettings(BaseSettings):
     model_config = MODEL_CONFIG
 
-    idle_window: float = Field(default=DEFAULT_RULE.window_ms / 1000, description=(
+    idle_window: PositiveDuration = Field(default=DEFAULT_RULE.window_ms / 1000, description=(
         "a row is idle when its average utilization over this span stays below idle_threshold (the "
         "joiner's flags; /v1/idle's default window)"))
     idle_threshold: float = Field(default=DEFAULT_RULE.threshold_pct, ge=0.0, le=100.0, description=(
         "percent utilization below which a row counts as idle (/v1/idle's default threshold)"))
-
-    @field_validator("idle_window", mode="before")
-    @classmethod
-    def _idle_duration(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("idle_window")
-    @classmethod
-    def _idle_positive(cls, value: float) -> float:
-        return positive(value)
 
     def idle_rule(self) -> IdleRule:
         return IdleRule(threshold_pct=self.idle_threshold, window_ms=ms(self.idle_window))
 
 
 class EngineSettings(IdleSettings):
-    window: float = Field(default=60.0, description="tumbling window of the per-row aggregates (event time)")
-    window_keep: float = Field(default=3600.0, description="how much window history each row keeps")
-    lateness: float = Field(default=1.0, description=(
+    window: PositiveDuration = Field(default=60.0, description=(
+        "tumbling window of the per-row aggregates (event time)"))
+    window_keep: PositiveDuration = Field(default=3600.0, description=(
+        "how much window history each row keeps"))
+    lateness: NonNegativeDuration = Field(default=1.0, description=(
         "how far behind a node's newest probe event a sample may arrive and still count"))
-    heartbeat: float = Field(default=5.0, description=(
+    heartbeat: NonNegativeDuration = Field(default=5.0, description=(
         "an unchanged pod attribution or GPU state is published again after this much event time "
         "(changes beyond the core's thresholds, ownership and closed windows are published at once)"))
-
-    @field_validator("window", "window_keep", "lateness", "heartbeat", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("window", "window_keep")
-    @classmethod
-    def _positive(cls, value: float) -> float:
-        return positive(value)
-
-    @field_validator("lateness", "heartbeat")
-    @classmethod
-    def _not_negative(cls, value: float) -> float:
-        return not_negative(value)
 
     @model_validator(mode="after")
     def _windows(self) -> EngineSettings:

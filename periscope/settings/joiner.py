@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 
 from periscope.bus.settings import ServiceSettings
 from periscope.clock import clock_from_setting
-from periscope.config import positive, seconds
+from periscope.config import Duration, PositiveDuration
 from periscope.core.engine import EngineConfig
 from periscope.core.watermark import ALL_STREAMS, OWNER_STREAMS
 from periscope.settings.engine import EngineSettings, ms
@@ -27,41 +27,30 @@ class JoinerSettings(ServiceSettings, EngineSettings):
         "is joined only once the node's other inputs were read through its time or are at their end. `all` "
         "joins in event-time order whatever the delivery (live outputs equal replay's); `owners` waits for "
         "allocations and pods only; `off` joins on arrival (a lagging worker names wrong owners)"))
-    max_hold: float = Field(default=600.0, description=(
+    max_hold: PositiveDuration = Field(default=600.0, description=(
         "an input stream silent this long (event time) stops holding the others"))
     # One record stamped years ahead would otherwise move its node's event time so far that every real
     # sample after it looks late.
-    future_skew: float = Field(default=600.0, description=(
+    future_skew: PositiveDuration = Field(default=600.0, description=(
         "a record whose event time is further ahead of the broker's time of the record is dead-lettered; "
         "the broker's time is read through `clock`"))
     clock: str = Field(default="wall", description=(
         "how the broker's time is read: `wall`, or `sim:<origin_ms>:<speed>` under `periscope up` (a faster "
         "simulation)"))
-    state_persist_interval: float = Field(default=5.0, description=(
+    state_persist_interval: PositiveDuration = Field(default=5.0, description=(
         "at most this often, telemetry-driven row state is persisted"))
     web_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
     web_port: int = Field(default=9403, ge=0, le=65535, description=(
         "their port; 0: any free port (printed at start)"))
     data_dir: str = Field(default="", description=(
         "Faust's datadir; empty: a fresh temporary directory per process"))
-    session_timeout: float = Field(default=10.0, description=(
+    session_timeout: Duration = Field(default=10.0, description=(
         "consumer-group liveness: a dead worker's partitions move after this long; some brokers also hold "
         "every first JoinGroup for half of it, so it bounds the start-up time too (at least 1s)"))
     standby_replicas: int = Field(default=0, ge=0, le=16, description="Faust table standbys on other workers")
-    stale_after: float = Field(default=30.0, description=(
+    stale_after: PositiveDuration = Field(default=30.0, description=(
         "/readyz is 503 when no input record was handled for longer than this since the last partition "
         "assignment (probes tick every second, so a working pipeline never goes that long)"))
-
-    @field_validator("max_hold", "state_persist_interval", "session_timeout", "stale_after", "future_skew",
-                     mode="before")
-    @classmethod
-    def _parse_duration(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("max_hold", "state_persist_interval", "stale_after", "future_skew")
-    @classmethod
-    def _positive_duration(cls, value: float) -> float:
-        return positive(value)
 
     @field_validator("clock")
     @classmethod

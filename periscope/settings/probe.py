@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from periscope.bus.settings import ServiceSettings
 from periscope.clock import clock_from_setting
-from periscope.config import positive, seconds
+from periscope.config import PositiveDuration, positive, seconds
 
 
 class ProbeSettings(ServiceSettings):
@@ -26,10 +26,10 @@ class ProbeSettings(ServiceSettings):
     checkpoint_path: str = Field(default="", description=(
         "the device manager checkpoint; empty: <kubelet_root>/device-plugins/kubelet_internal_checkpoint"))
     proc_root: str = Field(default="/proc", description="the host's /proc (processes' cgroups)")
-    tick: float = Field(default=1.0, description="telemetry period")
-    allocation_interval: float = Field(default=5.0, description=(
+    tick: PositiveDuration = Field(default=1.0, description="telemetry period")
+    allocation_interval: PositiveDuration = Field(default=5.0, description=(
         "an unchanged allocation snapshot is published again after this long"))
-    inventory_interval: float = Field(default=3600.0, description=(
+    inventory_interval: PositiveDuration = Field(default=3600.0, description=(
         "the inventory is republished at least this often even when nothing changed: the API believes GPU "
         "states only of GPUs an inventory on the topic reported, so one must stay within its retention"))
     podresources_interval: float | None = Field(default=None, description=(
@@ -43,9 +43,9 @@ class ProbeSettings(ServiceSettings):
         "events kept while the broker is unreachable (the oldest telemetry goes first)"))
     health_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
     health_port: int = Field(default=9401, ge=0, le=65535, description="their port")
-    send_timeout: float = Field(default=5.0, description=(
+    send_timeout: PositiveDuration = Field(default=5.0, description=(
         "how long one publish may take before the broker counts as unreachable"))
-    stale_after: float = Field(default=30.0, description=(
+    stale_after: PositiveDuration = Field(default=30.0, description=(
         "/readyz is 503 while buffered events have waited longer than this for the broker"))
     clock: str = Field(default="wall", description=(
         "event-time source: `wall`, or `sim:<origin_ms>:<speed>` when a simulated cluster runs faster"))
@@ -57,30 +57,10 @@ class ProbeSettings(ServiceSettings):
     dcgm_interval: float | None = Field(default=None, description=(
         "how often the dcgm-exporter is scraped; unset: 5 s, or the tick if longer. Values two failed "
         "scrapes old are dropped"))
-    dcgm_timeout: float = Field(default=0.5, description="how long one dcgm-exporter scrape may take")
+    dcgm_timeout: PositiveDuration = Field(default=0.5, description=(
+        "how long one dcgm-exporter scrape may take"))
     dcgm_max_bytes: int = Field(default=8 * 1024 * 1024, description=(
         "the largest dcgm-exporter exposition read (at least 1024)"))
-
-    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval",
-                     mode="before")
-    @classmethod
-    def _parse_duration(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("tick", "allocation_interval", "send_timeout", "stale_after", "inventory_interval")
-    @classmethod
-    def _positive(cls, value: float) -> float:
-        return positive(value)
-
-    @field_validator("dcgm_timeout", mode="before")
-    @classmethod
-    def _parse_timeout(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("dcgm_timeout")
-    @classmethod
-    def _timeout(cls, value: float) -> float:
-        return positive(value)
 
     @field_validator("dcgm_exporter_url")
     @classmethod

@@ -9,38 +9,23 @@ project's duration strings (`90s`, `10m`, `2h`) or plain seconds.
 
 from __future__ import annotations
 
-from typing import Any
-
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from periscope.bus.settings import ServiceSettings
-from periscope.config import not_negative, seconds
+from periscope.config import NonNegativeDuration
 from periscope.settings.engine import EngineSettings
-
-_DURATIONS = ("replay_lookback", "replay_window_lookback", "replay_late_slack")
 
 
 class ReplaySettings(ServiceSettings, EngineSettings):
-    replay_lookback: float = Field(default=3600.0, description=(
+    replay_lookback: NonNegativeDuration = Field(default=3600.0, description=(
         "allocation snapshots and inventory are read from this far before the first instant replayed (and "
         "further back, until each node's last snapshot before it is found)"))
-    replay_window_lookback: float = Field(default=600.0, description=(
+    replay_window_lookback: NonNegativeDuration = Field(default=600.0, description=(
         "telemetry and XIDs are read from this far before --from, so window and idle state are warm there"))
-    replay_late_slack: float = Field(default=300.0, description=(
+    replay_late_slack: NonNegativeDuration = Field(default=300.0, description=(
         "a partition is read until a record this far past --to (records arrive a little out of order)"))
     replay_workers: int = Field(default=0, ge=0, le=1024, description=(
         "worker processes replaying nodes side by side (0: one per CPU this process may use; 1: none)"))
-
-    @field_validator(*_DURATIONS, mode="before")
-    @classmethod
-    def _parse(cls, value: Any) -> Any:
-        return seconds(value)
-
-    # Named apart from EngineSettings' validators: a same-named one here would replace theirs.
-    @field_validator(*_DURATIONS)
-    @classmethod
-    def _replay_not_negative(cls, value: float) -> float:
-        return not_negative(value)
 
     def ms(self, name: str) -> int:
         value: float = getattr(self, name)

@@ -5,12 +5,10 @@ Durations accept the project's duration strings (`90s`, `5m`) or plain seconds.
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field, field_validator, model_validator
 
 from periscope.bus.settings import ServiceSettings
-from periscope.config import positive, seconds
+from periscope.config import PositiveDuration
 
 
 class WatcherSettings(ServiceSettings):
@@ -22,27 +20,19 @@ class WatcherSettings(ServiceSettings):
         "run as one of several replicas, one active (a Lease)"))
     lease_namespace: str = Field(default="default", description="namespace of the leader-election Lease")
     lease_name: str = Field(default="periscope-kube-watcher", description="name of the leader-election Lease")
-    lease_duration: float = Field(default=15.0, description="how long a leader's Lease holds without renewal")
-    lease_renew: float = Field(default=5.0, description="how often the leader renews its Lease")
+    lease_duration: PositiveDuration = Field(default=15.0, description=(
+        "how long a leader's Lease holds without renewal"))
+    lease_renew: PositiveDuration = Field(default=5.0, description="how often the leader renews its Lease")
     identity: str = Field(default="", description="leader-election identity; empty: host name + process id")
     health_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
     health_port: int = Field(default=9402, description="their port")
-    watch_timeout: float = Field(default=300.0, description="server-side timeoutSeconds of one watch request")
-    unavailable_retry: float = Field(default=30.0, description=(
+    watch_timeout: PositiveDuration = Field(default=300.0, description=(
+        "server-side timeoutSeconds of one watch request"))
+    unavailable_retry: PositiveDuration = Field(default=30.0, description=(
         "how often to look again for a missing CRD / API group"))
     list_page_size: int = Field(default=500, description=(
         "objects per page of a (re)list (limit/continue), as client-go's default"))
     clock: str = Field(default="wall", description="`wall` or `sim:<origin_ms>:<speed>` (simulated cluster)")
-
-    @field_validator("lease_duration", "lease_renew", "watch_timeout", "unavailable_retry", mode="before")
-    @classmethod
-    def _parse_duration(cls, value: Any) -> Any:
-        return seconds(value)
-
-    @field_validator("lease_duration", "lease_renew", "watch_timeout", "unavailable_retry")
-    @classmethod
-    def _positive(cls, value: float) -> float:
-        return positive(value)
 
     @field_validator("list_page_size")
     @classmethod
