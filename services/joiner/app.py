@@ -148,7 +148,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     tables = {
         name: ChangelogTable(
             app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions, help=doc),
-            batches, kafka.profile.fence_records)
+            batches, kafka.profile.fence_records, listed=name == "nodes")  # adopt() lists the nodes
         for name, doc in (
             ("nodes", "node -> node part of the engine state"),
             ("pods", "pod UID -> that pod's attribution rows"),

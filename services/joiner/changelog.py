@@ -175,17 +175,20 @@ class ChangelogTable:
     """A Faust table written with an explicit partition, so timers and persist tasks (which run
     outside any stream event) can write; each write returns the changelog record's delivery future."""
 
-    def __init__(self, table: Any, batches: RecordBatches, fences: bool) -> None:
+    def __init__(self, table: Any, batches: RecordBatches, fences: bool, *, listed: bool = False) -> None:
         self.table = table
         self.batches = batches
         self.fences = fences
         self._lock = asyncio.Lock()
         self._sending: set[asyncio.Future[None]] = set()
-        self._written: dict[bytes, int] = {}  # key -> partition of the records written here
+        # key -> partition of the records written here; kept only for a table asked `keys_on` (`listed`).
+        self._written: dict[bytes, int] | None = {} if listed else None
 
     def keys_on(self, partitions: Collection[int]) -> list[tuple[bytes, int]]:
         # The memory store knows the partition of what it recovered; what this worker wrote since, it
         # knows itself (a key moves partition only if the input topics are not co-partitioned).
+        if self._written is None:
+            raise TypeError("keys_on needs a table created with listed=True")
         store = self.table.data
         where = {**getattr(store, "_key_partition", {}), **self._written}
         return sorted((k, p) for k, p in where.items()
@@ -198,16 +201,19 @@ class ChangelogTable:
     def put(self, key: bytes, value: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, value)
         self.table.data[key] = value
-        self._written[key] = partition
+        if self._written is not None:
+            self._written[key] = partition
         return fut
 
     def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
         """Write (key, value, partition) records as one record batch per partition (a send each through
         Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
         The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
+        data, written = self.table.data, self._written
         for key, value, partition in items:
-            self.table.data[key] = value
-            self._written[key] = partition
+            data[key] = value
+            if written is not None:
+                written[key] = partition
         loop = asyncio.get_running_loop()
         done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
         task = asyncio.ensure_future(self._send(items, done))
@@ -241,7 +247,8 @@ class ChangelogTable:
     def delete(self, key: bytes, partition: int) -> Any:
         fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
         self.table.data.pop(key, None)
-        self._written.pop(key, None)
+        if self._written is not None:
+            self._written.pop(key, None)
         return fut
 
     def fence(self, partition: int) -> Any:
