@@ -11,10 +11,12 @@ Seen when rebalances follow each other (a worker killed and restarted while anot
 
 Skipped input is never acknowledged, so committed offsets stay before it and a fresh process recovers
 correctly: the watchdog restarts the worker when a rebalance makes no progress, when an assigned
-partition has records but does not advance, or when the first record after a rebalance is not the one
-the partition was positioned at. Where a partition's end is known from fetch responses only, a
-partition that is never fetched looks empty; so on brokers whose end offsets are exact (ListOffsets,
-see periscope.bus.profile) they are also asked every few seconds (`refresh_ends`).
+partition has records but does not advance while the worker has no backlog elsewhere to work through
+(a worker catching up takes partitions unevenly: one can wait its turn for longer than the limit), or
+when the first record after a rebalance is not the one the partition was positioned at. Where a
+partition's end is known from fetch responses only, a partition that is never fetched looks empty; so on
+brokers whose end offsets are exact (ListOffsets, see periscope.bus.profile) they are also asked every
+few seconds (`refresh_ends`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from periscope.bus.topics import NODE_INPUTS, TELEMETRY
 
 log = logging.getLogger(__name__)
 INPUT_NAMES = frozenset(t.name for t in NODE_INPUTS)
+# A partition still this many records behind its end that advances means the worker is working through a
+# backlog (a live worker is a record or two behind).
+BUSY_RECORDS = 100
 
 
 def assigned_inputs(app: faust.App) -> list[TP]:
@@ -134,6 +139,8 @@ class ProgressWatch:
                 self._stalled(f"no rebalance or recovery progress for {now - self._rebalance[0]:.0f}s")
             return
         self._rebalance = None
+        waiting: list[tuple[TP, int, int]] = []
+        busy = False
         for tp, end, position in self.positions():
             if position is None or end <= position:
                 self._partitions.pop(tp, None)
@@ -141,9 +148,18 @@ class ProgressWatch:
             seen = self._partitions.get(tp)
             if seen is None or seen[1] != position:
                 self._partitions[tp] = (now, position)
-            elif now - seen[0] > self.stall_s:
+                busy = busy or (seen is not None and end - position >= BUSY_RECORDS)
+            else:
+                waiting.append((tp, end, position))
+        for tp, end, position in waiting:
+            if busy:
+                # The worker is working through a backlog on other partitions: one that waits meanwhile
+                # waits its turn (a large backlog fetched unevenly), it is not stalled. Counted from the
+                # moment the backlog is done, a stalled partition still stands out.
+                self._partitions[tp] = (now, position)
+            elif now - (since := self._partitions[tp][0]) > self.stall_s:
                 self._stalled(f"{tp.topic}[{tp.partition}] has records from {position} to {end} but "
-                              f"none arrived for {now - seen[0]:.0f}s")
+                              f"none arrived for {now - since:.0f}s")
                 return
 
     def first_offset(self, topic: str, partition: int, offset: int) -> None:

@@ -1,6 +1,7 @@
 """The joiner's progress watch: a partition that has records but whose position does not move for the
 stall limit restarts the worker, whether its end is known from fetch responses or, on brokers whose end
-offsets are exact, from asking for them (a partition that is never fetched has no fetched end)."""
+offsets are exact, from asking for them (a partition that is never fetched has no fetched end); not
+while the worker works through a backlog on other partitions."""
 
 from __future__ import annotations
 
@@ -13,18 +14,22 @@ from services.joiner.progress import ProgressWatch
 TELEMETRY = TP("periscope.node.telemetry.v1", 0)
 
 
+OTHER = TP("periscope.node.telemetry.v1", 1)
+
+
 class Consumer:
-    def __init__(self, fetched: int | None, end: int) -> None:
+    def __init__(self, fetched: int | None, end: int, others: dict[TP, int] | None = None) -> None:
         self.fetched, self.end = fetched, end
+        self.others = others or {}  # more assigned partitions: their (fetched and asked) end
 
     def assignment(self) -> set[TP]:
-        return {TELEMETRY}
+        return {TELEMETRY, *self.others}
 
     def highwater(self, tp: TP) -> int | None:
-        return self.fetched
+        return self.others.get(tp, self.fetched)
 
     async def highwaters(self, *tps: TP) -> dict[TP, int]:
-        return {tp: self.end for tp in tps}
+        return {tp: self.others.get(tp, self.end) for tp in tps}
 
 
 class App:
@@ -65,3 +70,37 @@ async def test_a_partition_at_its_end_is_not_stalled() -> None:
     watch.check(200.0)
     assert stalls == []
     assert list(watch.lag()) == [(TELEMETRY.topic, 0, 0)]
+
+
+def _two(other_end: int) -> tuple[ProgressWatch, dict[tuple[str, int], int], list[str]]:
+    """TELEMETRY waits at 5 of 40 (nothing handled); OTHER has records up to `other_end`."""
+    stalls: list[str] = []
+    processed: dict[tuple[str, int], int] = {}
+    app: Any = App(Consumer(40, 40, {OTHER: other_end}))
+    watch = ProgressWatch(app, processed, 20.0, lambda: stalls.append("stall"))
+    watch.start = {TELEMETRY: 5, OTHER: 0}
+    return watch, processed, stalls
+
+
+def test_a_partition_waiting_while_the_worker_works_through_a_backlog_is_not_stalled() -> None:
+    # Seen catching up 550 nodes: one partition got nothing for 21 s while the others were worked through,
+    # and restarting the worker then only started it over.
+    watch, processed, stalls = _two(10_000)
+    for i in range(60):  # a minute of ticks, OTHER advancing and still far behind its end
+        processed[(OTHER.topic, OTHER.partition)] = 100 * i
+        watch.check(100.0 + i)
+    assert stalls == []
+    processed[(OTHER.topic, OTHER.partition)] = 9_999  # the backlog is done; TELEMETRY still waits
+    for i in range(60, 82):
+        watch.check(100.0 + i)
+    assert stalls == ["stall"]
+
+
+def test_a_live_worker_still_sees_a_stalled_partition() -> None:
+    # Live, the other partitions advance too, but a record or two behind their end: no backlog.
+    watch, processed, stalls = _two(10_000)
+    for i in range(22):
+        processed[(OTHER.topic, OTHER.partition)] = 9_000 + i
+        watch.app.consumer.others[OTHER] = 9_002 + i
+        watch.check(100.0 + i)
+    assert stalls == ["stall"]
