@@ -4,7 +4,7 @@ The bare loop is what the joiner would be without Faust and without its durabili
 aiokafka consumer (no group) assigned every input partition from the start, `getmany` batches of at
 most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
 core (`step`, and `mark_inputs` with the same at-end flags the worker computes from the partitions'
-end offsets), the worker's `newest_per_key` while LAG_RECORDS behind, `record_of` (the encoder) and
+end offsets), the worker's `to_publish` (newest per key while catching up), `record_of` (the encoder) and
 `RecordBatches` (the worker's producer path, over an aiokafka producer with the joiner's producer
 settings). The engine configuration is the joiner's default. No tables, no marks, no
 acknowledgements, no commits.
@@ -67,7 +67,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     from periscope.core.model import NodeTelemetry, Output
     from periscope.settings.joiner import JoinerSettings
     from services.joiner.app import TAKE_MAX
-    from services.joiner.delivery import RecordBatches, newest_per_key, record_of
+    from services.joiner.delivery import RecordBatches, record_of, to_publish
     from services.joiner.slots import node_of
     from services.joiner.worker import LAG_RECORDS, STREAM_OF_TOPIC
 
@@ -100,6 +100,8 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
             if not got and all([await consumer.position(tp) >= ends[tp] for tp in parts]):
                 break
             outs: dict[str, list[Output]] = {}
+            taken_at = {tp.partition: records[0].offset for tp, records in got.items()
+                        if tp.topic == telemetry and records}
             for tp, records in got.items():
                 topic = topics.BY_NAME[tp.topic]
                 for r in records:
@@ -127,11 +129,12 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                         for node, state in states.items():
                             if partition_of[node] == p:
                                 outs.setdefault(node, []).extend(mark_inputs(state, config, at_end=at_end))
-            lagging = {p for p in {tp.partition for tp in got}  # as the worker judges it
-                       if ends[TopicPartition(telemetry, p)] - processed.get((telemetry, p), -1) - 1
-                       >= LAG_RECORDS}
+            # As the worker judges it: the backlog of the partition's telemetry when the batch was taken.
+            lagging = {p for p in {tp.partition for tp in got}
+                       if ends[TopicPartition(telemetry, p)]
+                       - taken_at.get(p, processed.get((telemetry, p), -1) + 1) >= LAG_RECORDS}
             records = [record_of(o) for node, node_outs in outs.items()
-                       for o in (newest_per_key(node_outs) if partition_of[node] in lagging else node_outs)]
+                       for o in to_publish(node_outs, partition_of[node] in lagging)]
             if records:
                 pending.extend(await batches.send(records))
             if got:

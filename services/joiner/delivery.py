@@ -71,6 +71,25 @@ def newest_per_key(outs: list[Output]) -> list[Output]:
     return keep
 
 
+# A node's outputs of one batch that span more event time than this come from records that waited on the
+# broker (live, a batch holds a tick or two of a node): the worker is catching up on that node.
+CATCH_UP_SPAN_MS = 5_000
+
+
+def to_publish(outs: list[Output], lagging: bool) -> list[Output]:
+    """What to publish of a node's outputs of one batch: all of them live; while catching up (`lagging`:
+    the partition's backlog on the broker when the batch was taken, or a batch whose outputs span more
+    than CATCH_UP_SPAN_MS) only the newest per key and what closes windows (`newest_per_key`)."""
+    if len(outs) < 2:
+        return outs
+    if lagging:
+        return newest_per_key(outs)
+    times = [time_of(o) for o in outs if not is_one_shot(o)]
+    if times and max(times) - min(times) > CATCH_UP_SPAN_MS:
+        return newest_per_key(outs)
+    return outs
+
+
 def time_of(o: Output) -> int:
     """Event time an output describes: as_of for attribution and GPU state, at for findings."""
     return o.at_ms if isinstance(o, Finding) else o.as_of_ms

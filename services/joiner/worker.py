@@ -23,10 +23,11 @@ node of the batch: one mark (the newest output time of the node's outputs in the
 marks of all nodes of the batch in one hand-over to the producer, and the outputs are submitted to wait
 for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
-line or metric update is made per record: they are counted per batch. While the worker catches up (at
-least LAG_RECORDS telemetry records of the partition wait on the broker, and a batch holds many ticks
-of each node), only the newest attribution and GPU state per key and those that close windows are
-published: a subsequence of the outputs that leaves every subscriber where all of them would.
+line or metric update is made per record: they are counted per batch. While the worker catches up on a
+node (at least LAG_RECORDS telemetry records of its partition waited on the broker when the batch was
+taken, or the node's outputs of the batch span more than a few seconds), only the newest attribution
+and GPU state per key and those that close windows are published (delivery.to_publish): a subsequence
+of the outputs that leaves every subscriber where all of them would.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from periscope.core.model import (
 from periscope.core.watermark import Stream
 from services.joiner.acks import OrderedAcks
 from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
-from services.joiner.delivery import OutputSender, is_one_shot, newest_per_key, record_of, time_of
+from services.joiner.delivery import OutputSender, is_one_shot, record_of, time_of, to_publish
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
 
@@ -165,11 +166,14 @@ class Joiner:
         # records are stepped but whose outputs are not yet submitted.
         rejected: list[tuple[Any, Message, str]] = []
         skipped: list[Any] = []
+        taken_at: dict[int, int] = {}  # partition -> offset of the batch's first telemetry record of it
         for event in events:
             msg: Message = event.message
             counts[msg.topic] = counts.get(msg.topic, 0) + 1
             if not self.hooks.current(msg):
                 continue  # a record fetched before a rebalance: its partition's next owner reads it
+            if msg.topic == TELEMETRY.name and msg.partition not in taken_at:
+                taken_at[msg.partition] = msg.offset
             self._acks.read(event)
             where = (msg.topic, msg.partition)
             if where not in self.processed:
@@ -241,8 +245,8 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            if len(fresh) > 1 and self.lagging(slot.partition):
-                fresh = newest_per_key(fresh)
+            if len(fresh) > 1:
+                fresh = to_publish(fresh, self.lagging(slot.partition, taken_at.get(slot.partition)))
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -335,12 +339,15 @@ class Joiner:
             raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
                            f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
 
-    def lagging(self, partition: int) -> bool:
-        """At least LAG_RECORDS telemetry records of `partition` wait on the broker: the worker is
-        catching up, and a batch holds many ticks of each of its nodes."""
+    def lagging(self, partition: int, since: int | None = None) -> bool:
+        """At least LAG_RECORDS telemetry records of `partition` wait on the broker (counted from `since`,
+        the batch's first offset of it, where given: a batch can read a partition to its end): the worker
+        is catching up, and a batch holds many ticks of each of its nodes."""
         end = self.hooks.end_of(TELEMETRY.name, partition)
-        done = self.processed.get((TELEMETRY.name, partition))
-        return end is not None and done is not None and end - done - 1 >= LAG_RECORDS
+        if since is None:
+            done = self.processed.get((TELEMETRY.name, partition))
+            since = None if done is None else done + 1
+        return end is not None and since is not None and end - since >= LAG_RECORDS
 
     def stalled(self) -> list[str]:
         """Nodes whose probe records keep arriving while their event time does not move."""

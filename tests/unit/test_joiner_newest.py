@@ -2,7 +2,7 @@
 attribution and GPU state per key of the batch, those that close windows, and every finding: a
 subsequence of what the core computes. Whatever the batches, subscribers end with what the pure core
 computed: the same newest output per key, every closed window as computed, the same findings in the same
-order. A worker that does not lag publishes every output."""
+order. A live worker (a tick of each node per batch, no backlog) publishes every output."""
 
 from __future__ import annotations
 
@@ -184,12 +184,38 @@ async def test_aligned_catch_up_in_one_batch_publishes_what_the_core_computes_in
     _same_as_the_core(published, _core(feed, CONFIG))
 
 
-async def test_a_batch_that_is_not_lagging_publishes_every_output_the_core_computes() -> None:
+def _live(events: list[Event]) -> list[list[Event]]:
+    """The batches of a live worker: a tick of the node each (with what arrived since the last tick)."""
+    batches: list[list[Event]] = [[]]
+    for ev in events:
+        if ev.message.topic == T.TELEMETRY.name and any(e.message.topic == T.TELEMETRY.name
+                                                         for e in batches[-1]):
+            batches.append([])
+        batches[-1].append(ev)
+    return batches
+
+
+async def test_a_live_worker_publishes_every_output_the_core_computes() -> None:
+    feed = _feed()
+    events = _events(feed)
+    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}  # no backlog on the broker
+    batches = _live(events)
+    assert len(batches) == 40
+    published = await _published(batches, CONFIG, ends, lagging=False)
+    assert [o for batch in published for o in batch] == _core(feed, CONFIG)
+
+
+async def test_a_batch_that_reads_its_partition_to_the_end_but_holds_many_ticks_is_catching_up() -> None:
+    # Seen in the benchmark: with 12 partitions a batch of 2,000 records read a partition's whole backlog
+    # of 1,040 telemetry records, so the backlog left after it was small, and every tick's outputs of the
+    # batch were published: 167,000 records for 100,000 device samples instead of 3,000.
     feed = _feed()
     events = _events(feed)
     ends = {ev.message.topic: ev.message.offset + 1 for ev in events}  # the batch reaches every end
     [published] = await _published([events], CONFIG, ends, lagging=False)
-    assert published == _core(feed, CONFIG)
+    core = _core(feed, CONFIG)
+    assert len(published) < len(core) / 4
+    _same_as_the_core(published, core)
 
 
 @settings(max_examples=40, deadline=None)
