@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -126,15 +125,13 @@ class Joiner:
 
 async def publish_like_a_cluster(bootstrap: Kafka, joiner: Joiner, events: list[NodeInput]) -> None:
     """State-based events first (the core indexes them by event time, so knowing them early changes
-    nothing); then samples and XIDs in event-time order, each XID after the joiner has taken every
-    sample before it, and the samples after it only once it has taken the XID (an XID's record must
-    not arrive after later samples were processed, as it would in a live cluster)."""
+    nothing); then samples and XIDs in event-time order, each once the joiner has taken the one before,
+    as probes publish them: a tick a second, never several seconds of a node at once (a joiner that gets
+    a batch spanning several seconds of a node is catching up, and publishes only the newest output per
+    key of it), and an XID never after later samples were processed."""
     state = [e for e in events if not isinstance(e, NodeTelemetry | XidEvent)]
     stream = [e for e in events if isinstance(e, NodeTelemetry | XidEvent)]
-    chunks: list[list[NodeInput]] = [state]
-    for is_xid, run in itertools.groupby(stream, key=lambda e: isinstance(e, XidEvent)):
-        chunks.append(list(run))
-        assert is_xid or not any(isinstance(e, XidEvent) for e in chunks[-1])
+    chunks: list[list[NodeInput]] = [state, *([e] for e in stream)]
     sent = 0
     async with Publisher(bootstrap, "live-probe") as pub:
         for chunk in chunks:
