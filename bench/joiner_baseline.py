@@ -69,7 +69,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     from services.joiner.app import TAKE_MAX
     from services.joiner.delivery import RecordBatches, record_of, to_publish
     from services.joiner.slots import node_of
-    from services.joiner.worker import LAG_RECORDS, STREAM_OF_TOPIC
+    from services.joiner.worker import STREAM_OF_TOPIC
 
     config = JoinerSettings(kafka_bootstrap=bootstrap).engine_config()
     telemetry = topics.TELEMETRY.name
@@ -129,12 +129,13 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                         for node, state in states.items():
                             if partition_of[node] == p:
                                 outs.setdefault(node, []).extend(mark_inputs(state, config, at_end=at_end))
-            # As the worker judges it: the backlog of the partition's telemetry when the batch was taken.
-            lagging = {p for p in {tp.partition for tp in got}
-                       if ends[TopicPartition(telemetry, p)]
-                       - taken_at.get(p, processed.get((telemetry, p), -1) + 1) >= LAG_RECORDS}
+            # As the worker counts it: the partition's telemetry on the broker when the batch was taken.
+            backlog: dict[int, int] = {}
+            for p in {tp.partition for tp in got}:
+                position = taken_at.get(p, processed.get((telemetry, p), -1) + 1)
+                backlog[p] = ends[TopicPartition(telemetry, p)] - position
             records = [record_of(o) for node, node_outs in outs.items()
-                       for o in to_publish(node_outs, partition_of[node] in lagging)]
+                       for o in to_publish(node_outs, backlog.get(partition_of[node]))]
             if records:
                 pending.extend(await batches.send(records))
             if got:

@@ -71,18 +71,22 @@ def newest_per_key(outs: list[Output]) -> list[Output]:
     return keep
 
 
+# Telemetry records of a partition on the broker, when a batch was taken, from which the worker counts as
+# catching up. Far above what a live worker leaves behind (a node's tick or two), far below a restart's.
+LAG_RECORDS = 500
 # A node's outputs of one batch that span more event time than this come from records that waited on the
 # broker (live, a batch holds a tick or two of a node): the worker is catching up on that node.
 CATCH_UP_SPAN_MS = 5_000
 
 
-def to_publish(outs: list[Output], lagging: bool) -> list[Output]:
-    """What to publish of a node's outputs of one batch: all of them live; while catching up (`lagging`:
-    the partition's backlog on the broker when the batch was taken, or a batch whose outputs span more
-    than CATCH_UP_SPAN_MS) only the newest per key and what closes windows (`newest_per_key`)."""
+def to_publish(outs: list[Output], backlog: int | None) -> list[Output]:
+    """What to publish of a node's outputs of one batch. Live, all of them. While the worker catches up
+    on the node, only the newest per key and what closes windows (`newest_per_key`): it catches up when
+    `backlog` (telemetry records of the node's partition on the broker when the batch was taken; None:
+    not known) is at least LAG_RECORDS, or when the outputs span more than CATCH_UP_SPAN_MS."""
     if len(outs) < 2:
         return outs
-    if lagging:
+    if backlog is not None and backlog >= LAG_RECORDS:
         return newest_per_key(outs)
     times = [time_of(o) for o in outs if not is_one_shot(o)]
     if times and max(times) - min(times) > CATCH_UP_SPAN_MS:

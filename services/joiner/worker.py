@@ -24,8 +24,8 @@ marks of all nodes of the batch in one hand-over to the producer, and the output
 for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
 line or metric update is made per record: they are counted per batch. While the worker catches up on a
-node (at least LAG_RECORDS telemetry records of its partition waited on the broker when the batch was
-taken, or the node's outputs of the batch span more than a few seconds), only the newest attribution
+node (at least delivery.LAG_RECORDS telemetry records of its partition waited on the broker when the
+batch was taken, or the node's outputs of the batch span more than a few seconds), only the newest attribution
 and GPU state per key and those that close windows are published (delivery.to_publish): a subsequence
 of the outputs that leaves every subscriber where all of them would.
 """
@@ -68,9 +68,6 @@ STREAM_OF_TOPIC: dict[str, Stream] = {
     INVENTORY.name: Stream.INVENTORY, PODS.name: Stream.PODS, NODES.name: Stream.NODES,
 }
 Flags = tuple[tuple[Stream, bool], ...]
-# Telemetry records of a partition still on the broker from which the worker counts as catching up. Far
-# above what a live worker leaves behind (a node's tick or two), far below a restart's backlog.
-LAG_RECORDS = 500
 ADOPT_YIELD_EVERY = 50  # nodes rebuilt between two yields to the event loop after a rebalance
 
 
@@ -245,8 +242,8 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            if len(fresh) > 1:
-                fresh = to_publish(fresh, self.lagging(slot.partition, taken_at.get(slot.partition)))
+            if len(fresh) > 1:  # (the broker's end is asked only where there is something to drop)
+                fresh = to_publish(fresh, self.backlog(slot.partition, taken_at.get(slot.partition)))
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -339,15 +336,15 @@ class Joiner:
             raise Rejected(f"event time {obj.meta.time_ms} is {ahead / 1000:.0f}s ahead of the record's "
                            f"broker time (at most {self.future_skew_ms / 1000:.0f}s: PERISCOPE_FUTURE_SKEW)")
 
-    def lagging(self, partition: int, since: int | None = None) -> bool:
-        """At least LAG_RECORDS telemetry records of `partition` wait on the broker (counted from `since`,
-        the batch's first offset of it, where given: a batch can read a partition to its end): the worker
-        is catching up, and a batch holds many ticks of each of its nodes."""
+    def backlog(self, partition: int, since: int | None = None) -> int | None:
+        """Telemetry records of `partition` on the broker from `since` (the batch's first offset of it,
+        where given: a batch can read a partition to its end), else from the worker's position; None
+        where the end or the position is not known."""
         end = self.hooks.end_of(TELEMETRY.name, partition)
         if since is None:
             done = self.processed.get((TELEMETRY.name, partition))
             since = None if done is None else done + 1
-        return end is not None and since is not None and end - since >= LAG_RECORDS
+        return None if end is None or since is None else end - since
 
     def stalled(self) -> list[str]:
         """Nodes whose probe records keep arriving while their event time does not move."""
