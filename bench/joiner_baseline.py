@@ -4,10 +4,10 @@ The bare loop is what the joiner would be without Faust and without its durabili
 aiokafka consumer (no group) assigned every input partition from the start, `getmany` batches of at
 most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
 core (`step`, and `mark_inputs` with the same at-end flags the worker computes from the partitions'
-end offsets), the worker's `to_publish` (newest per key while catching up), `record_of` (the encoder) and
-`RecordBatches` (the worker's producer path, over an aiokafka producer with the joiner's producer
-settings). The engine configuration is the joiner's default. No tables, no marks, no
-acknowledgements, no commits.
+end offsets), the worker's catch-up rule (a node's outputs gathered while catching up, newest per
+key), `record_of` (the encoder) and `RecordBatches` (the worker's producer path, over an aiokafka
+producer with the joiner's producer settings). The engine configuration is the joiner's default. No
+tables, no marks, no persists, no acknowledgements, no commits.
 
 Runs alternate with one-worker joiner runs (bench.joiner.one_worker_run) on one preloaded backlog, so
 each pair sees the same load from the rest of the machine; both are timed between 10 % and 90 % of the
@@ -67,7 +67,8 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     from periscope.core.model import NodeTelemetry, Output
     from periscope.settings.joiner import JoinerSettings
     from services.joiner.app import TAKE_MAX
-    from services.joiner.delivery import RecordBatches, record_of, to_publish
+    from services.joiner.catchup import Gathered, catching_up
+    from services.joiner.delivery import RecordBatches, record_of
     from services.joiner.slots import node_of
     from services.joiner.worker import STREAM_OF_TOPIC
 
@@ -92,6 +93,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
         processed: dict[tuple[str, int], int] = {}
         told: dict[int, tuple[Any, ...]] = {}
         pending: list[Any] = []
+        gathered: dict[str, Gathered] = {}
         samples = 0
         marks = [(time.perf_counter(), time.process_time(), 0)]  # (wall, CPU, samples) per batch
         started = marks[0][0]
@@ -100,6 +102,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
             if not got and all([await consumer.position(tp) >= ends[tp] for tp in parts]):
                 break
             outs: dict[str, list[Output]] = {}
+            stamped: dict[str, int] = {}  # node -> its oldest record's broker timestamp (ms) in the batch
             taken_at = {tp.partition: records[0].offset for tp, records in got.items()
                         if tp.topic == telemetry and records}
             for tp, records in got.items():
@@ -114,6 +117,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                     if state is None:
                         state = states[node] = new_state(node)
                         partition_of[node] = tp.partition
+                    stamped[node] = min(stamped.get(node, r.timestamp), r.timestamp)
                     o = apply(state, obj, config)
                     if o:
                         outs.setdefault(node, []).extend(o)
@@ -134,12 +138,22 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
             for p in {tp.partition for tp in got}:
                 position = taken_at.get(p, processed.get((telemetry, p), -1) + 1)
                 backlog[p] = ends[TopicPartition(telemetry, p)] - position
-            records = [record_of(o) for node, node_outs in outs.items()
-                       for o in to_publish(node_outs, backlog.get(partition_of[node]))]
+            records = []
+            wall_ms = time.time() * 1000
+            for node, node_outs in outs.items():  # as the worker: gathered while catching up on the node
+                g = gathered.setdefault(node, Gathered())
+                g.add(node_outs)
+                waited_s = (wall_ms - stamped.get(node, wall_ms)) / 1000
+                if not catching_up(node_outs, backlog.get(partition_of[node]), waited_s):
+                    records.extend(record_of(o) for o in g.take())
             if records:
                 pending.extend(await batches.send(records))
             if got:
                 marks.append((time.perf_counter(), time.process_time(), samples))
+        # What is still gathered goes out at the end, as a worker's persist would publish it.
+        records = [record_of(o) for g in gathered.values() for o in g.take()]
+        if records:
+            pending.extend(await batches.send(records))
         await asyncio.gather(*pending)
         total_s = time.perf_counter() - started
     finally:

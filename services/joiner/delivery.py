@@ -21,7 +21,7 @@ from typing import Any
 
 from periscope.bus import codec
 from periscope.bus.topics import ATTRIBUTION, FINDINGS, GPUS
-from periscope.core.model import Finding, GpuState, Output, PodAttribution
+from periscope.core.model import GpuState, Output, PodAttribution
 
 log = logging.getLogger(__name__)
 
@@ -39,69 +39,6 @@ def record_of(o: Output) -> Record:
     if isinstance(o, GpuState):
         return GPUS.name, o.gpu_uuid.encode(), codec.encode(o)
     return FINDINGS.name, o.key.encode(), codec.encode(o)
-
-
-def newest_per_key(outs: list[Output]) -> list[Output]:
-    """`outs` without the attributions and GPU states that a newer one of the same key follows, unless
-    they carry closed windows (each is in one publication only); findings all. A subsequence of what the
-    core computed, so a subscriber that keeps the newest per key and merges windows ends where it would
-    with every output. It matters while catching up, when a batch holds many ticks of a node; live, a
-    batch holds one tick of a node and this drops nothing."""
-    if len(outs) < 2:
-        return outs
-    seen: set[bytes | str] = set()
-    keep: list[Output] = []
-    for o in reversed(outs):  # newest first: the first of a key is the one to keep
-        if isinstance(o, PodAttribution):
-            key: bytes | str = o.pod_uid
-            if key in seen and not any(r.windows for r in o.rows):
-                continue
-        elif isinstance(o, GpuState):
-            key = b"g" + o.gpu_uuid.encode()  # bytes: never equal to a pod UID
-            if key in seen:
-                continue
-        else:
-            keep.append(o)
-            continue
-        seen.add(key)
-        keep.append(o)
-    if len(keep) == len(outs):
-        return outs
-    keep.reverse()
-    return keep
-
-
-# Telemetry records of a partition on the broker, when a batch was taken, from which the worker counts as
-# catching up. Far above what a live worker leaves behind (a node's tick or two), far below a restart's.
-LAG_RECORDS = 500
-# A node's outputs of one batch that span more event time than this come from records that waited on the
-# broker (live, a batch holds a tick or two of a node): the worker is catching up on that node.
-CATCH_UP_SPAN_MS = 5_000
-
-
-def to_publish(outs: list[Output], backlog: int | None) -> list[Output]:
-    """What to publish of a node's outputs of one batch. Live, all of them. While the worker catches up
-    on the node, only the newest per key and what closes windows (`newest_per_key`): it catches up when
-    `backlog` (telemetry records of the node's partition on the broker when the batch was taken; None:
-    not known) is at least LAG_RECORDS, or when the outputs span more than CATCH_UP_SPAN_MS."""
-    if len(outs) < 2:
-        return outs
-    if backlog is not None and backlog >= LAG_RECORDS:
-        return newest_per_key(outs)
-    times = [time_of(o) for o in outs if not is_one_shot(o)]
-    if times and max(times) - min(times) > CATCH_UP_SPAN_MS:
-        return newest_per_key(outs)
-    return outs
-
-
-def time_of(o: Output) -> int:
-    """Event time an output describes: as_of for attribution and GPU state, at for findings."""
-    return o.at_ms if isinstance(o, Finding) else o.as_of_ms
-
-
-def is_one_shot(o: Output) -> bool:
-    """XID findings are unique events (the id names the error), safe to publish again at any time."""
-    return isinstance(o, Finding) and o.kind == "xid-owner"
 
 
 @dataclass(slots=True)

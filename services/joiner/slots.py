@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from periscope.core.engine import NodeState
 from periscope.core.model import NodeEvent, NodeInput, Output, PodEvent
+from services.joiner.catchup import Gathered
 from services.joiner.changelog import PodVersion
 
 
@@ -33,6 +34,8 @@ class Slot:
     replay_until_ms: int  # after recovery: outputs at or before this were published before
     recovered_ms: int  # processed_ms when rebuilt: older telemetry is a redelivery, not a late sample
     stash: dict[str, Output] = field(default_factory=dict)
+    # Outputs computed while catching up on the node, published when it caught up or before its next persist.
+    gathered: Gathered = field(default_factory=Gathered)
     held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
     dirty: bool = False
     last_probe: float = 0.0

@@ -24,10 +24,12 @@ marks of all nodes of the batch in one hand-over to the producer, and the output
 for their mark; every record of the batch waits, unacknowledged, for the next persist of its node, and
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
 line or metric update is made per record: they are counted per batch. While the worker catches up on a
-node (at least delivery.LAG_RECORDS telemetry records of its partition waited on the broker when the
-batch was taken, or the node's outputs of the batch span more than a few seconds), only the newest attribution
-and GPU state per key and those that close windows are published (delivery.to_publish): a subsequence
-of the outputs that leaves every subscriber where all of them would.
+node (catchup.catching_up: its records waited seconds on the broker, or a backlog stands behind them),
+its outputs are gathered instead, and published once it caught up (a batch that is not catching up, or
+no record of the node for GATHERED_QUIET_S) or before its next persist, whichever comes first: only the
+newest attribution and GPU state per key, those that close windows and every finding, a subsequence of
+the outputs that leaves every subscriber where all of them would. The persist rule holds: a persist
+publishes what was gathered before it writes the state that computed it.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ from periscope.core.model import (
 )
 from periscope.core.watermark import Stream
 from services.joiner.acks import OrderedAcks
+from services.joiner.catchup import catching_up, is_one_shot, time_of
 from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
-from services.joiner.delivery import OutputSender, is_one_shot, record_of, time_of, to_publish
+from services.joiner.delivery import OutputSender, record_of
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
 
@@ -69,6 +72,8 @@ STREAM_OF_TOPIC: dict[str, Stream] = {
 }
 Flags = tuple[tuple[Stream, bool], ...]
 ADOPT_YIELD_EVERY = 50  # nodes rebuilt between two yields to the event loop after a rebalance
+# Outputs gathered while catching up on a node go out once no record of it came for this long.
+GATHERED_QUIET_S = 1.0
 
 
 @dataclass(slots=True)
@@ -81,6 +86,7 @@ class _Touched:
     probe: bool = False  # a probe record arrived (the node is not quiet)
     persist: bool = False  # a state-based input changed the state: persist at once
     watermark_ms: int = 0  # the node's event time before the batch
+    stamped: float = float("inf")  # the oldest broker timestamp (Unix s) of the node's records in the batch
 
 
 async def _no_ack(event: Any) -> None:
@@ -109,6 +115,7 @@ class Hooks:
     # are then not quiet, however long since the worker last saw one of their samples.
     telemetry_waits: Callable[[int], bool] = lambda partition: False
     clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time  # against records' broker timestamps (Unix s)
     # A record's broker timestamp (ms) -> event time: the identity, or a simulated clock's.
     event_ms_of: Callable[[float], int] = int
 
@@ -220,6 +227,9 @@ class Joiner:
                 samples += len(telemetry.devices)
             if not isinstance(obj, (PodEvent, NodeEvent)):
                 t.probe = True
+                stamped = getattr(msg, "timestamp", None)
+                if stamped and stamped < t.stamped:
+                    t.stamped = stamped
             slot.held.append(event)
             t.outs.extend(outs)
             if state_input and state_mark(slot.state) != mark:
@@ -230,7 +240,7 @@ class Joiner:
             self.metrics.events_in.labels(topic_name).inc(n)
         if samples:
             self.metrics.device_samples.inc(samples)
-        now = self._clock()
+        now, wall = self._clock(), self.hooks.wall()
         live = list(touched.values())
         publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved
         marks: list[tuple[bytes, bytes, int]] = []
@@ -242,8 +252,8 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            if len(fresh) > 1:  # (the broker's end is asked only where there is something to drop)
-                fresh = to_publish(fresh, self.backlog(slot.partition, taken_at.get(slot.partition)))
+            fresh = self._outgoing(slot, fresh, not fresh or catching_up(
+                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped))
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -416,8 +426,20 @@ class Joiner:
             self._end_replay(slot)
         return fresh
 
+    def _outgoing(self, slot: Slot, fresh: list[Output], gather: bool) -> list[Output]:
+        """What to publish now of `fresh`: nothing while catching up on the node (`gather`: they are
+        gathered, see catchup.py), else what was gathered before them and them."""
+        if gather:
+            slot.gathered.add(fresh)
+            return []
+        if slot.gathered:
+            slot.gathered.add(fresh)
+            return slot.gathered.take()
+        return fresh
+
     def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
-        fresh = self._fresh(slot, outs)
+        """Publish `outs` of a node now, after whatever it gathered while catching up."""
+        fresh = self._outgoing(slot, self._fresh(slot, outs), gather=False)
         if not fresh:
             return
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -470,17 +492,21 @@ class Joiner:
                 self._emit(slot, outs)
             if slot.replay_until_ms and quiet:
                 self._end_replay(slot)
+            if slot.gathered and now - slot.last_probe >= GATHERED_QUIET_S:
+                self._emit(slot, ())  # its records stopped coming: caught up
             if (slot.dirty or slot.held) and now - slot.last_persist >= self.persist_interval_s:
                 self._persist(slot)
 
     # ------------------------------------------------------------------ persistence
 
     def _persist(self, slot: Slot) -> None:
-        if self.stopping and not slot.held and not slot.dirty:
+        if self.stopping and not slot.held and not slot.dirty and not slot.gathered:
             return
         if slot.persisting:
             slot.again = True
             return
+        if slot.gathered:  # the state persisted must not be ahead of what was published
+            self._emit(slot, ())
         slot.seq += 1
         plan = plan_persist(slot.state, slot.seq, slot.versions)
         events, slot.held = slot.held, []
@@ -539,11 +565,12 @@ class Joiner:
         self.revoked = True
         self.on_rebalance()
         try:
-            await asyncio.wait_for(self._settle(), timeout_s)
+            await asyncio.wait_for(self.settle(), timeout_s)
         except Exception as e:  # a timeout, or a failed send (which crashes the app anyway)
             log.warning("outputs or state writes still pending at revocation: %r", e)
 
-    async def _settle(self) -> None:
+    async def settle(self) -> None:
+        """Wait for the persists and outputs under way."""
         # Persists under way end at their epoch check (the rebalance), but the pod records they wrote
         # before it must reach the changelog before the next owner reads it: one landing after that
         # would be taken, at a later recovery, for the rows of that owner's persist of the same number.
@@ -562,4 +589,4 @@ class Joiner:
                     slot.again = True
                 else:
                     self._persist(slot)
-        await self._settle()
+        await self.settle()
