@@ -64,7 +64,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
 
     from periscope.bus.admin import partition_counts
     from periscope.core.engine import NodeState, apply, mark_inputs, new_state
-    from periscope.core.model import NodeTelemetry, Output
+    from periscope.core.model import Output
     from periscope.settings.joiner import JoinerSettings
     from services.joiner.app import TAKE_MAX
     from services.joiner.catchup import Gathered, catching_up
@@ -121,8 +121,6 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                     o = apply(state, obj, config)
                     if o:
                         outs.setdefault(node, []).extend(o)
-                    if isinstance(obj, NodeTelemetry):
-                        samples += len(obj.devices)
             if config.align:  # the worker's at-end flags, told to the nodes of a partition when they change
                 for p in {tp.partition for tp in got}:
                     flags = tuple((stream, processed.get((name, p), -1) + 1 >= ends[TopicPartition(name, p)])
@@ -148,7 +146,8 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                     records.extend(record_of(o) for o in g.take())
             if records:
                 pending.extend(await batches.send(records))
-            if got:
+            if got:  # device samples joined so far (alignment and lateness hold some back): as the worker
+                samples = sum(state.counters.device_samples for state in states.values())
                 marks.append((time.perf_counter(), time.process_time(), samples))
         # What is still gathered goes out at the end, as a worker's persist would publish it.
         records = [record_of(o) for g in gathered.values() for o in g.take()]

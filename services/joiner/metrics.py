@@ -38,7 +38,8 @@ class JoinerMetrics:
         )
         self.device_samples = Counter(
             "periscope_joiner_device_samples",
-            "Device samples processed (one per GPU or MIG device of every telemetry record applied)",
+            "Device samples joined (one per GPU or MIG device of every telemetry record the core joined; "
+            "a sample held for event-time alignment or lateness counts once it is released)",
             registry=r,
         )
         self.batches = Counter(
@@ -131,6 +132,7 @@ class JoinerMetrics:
             (self.ambiguous, after.ambiguous_joins - before.ambiguous_joins),
             (self.input_stalls, after.input_stalls - before.input_stalls),
             (self.unaligned, after.unaligned - before.unaligned),
+            (self.device_samples, after.device_samples - before.device_samples),
         ):
             if delta > 0:
                 counter.inc(delta)

@@ -164,7 +164,6 @@ class Joiner:
             return
         touched: dict[str, _Touched] = {}
         counts: dict[str, int] = {}
-        samples = 0
         # Dead letters and acks of records with nothing to join are sent after the batch: nothing is
         # awaited until its outputs are submitted, so no tick, persist or shutdown sees a node whose
         # records are stepped but whose outputs are not yet submitted.
@@ -223,8 +222,6 @@ class Joiner:
             if redelivered:
                 self.metrics.count_engine(t.before, slot.state.counters, redelivered=True)
                 t.before = replace(slot.state.counters)
-            if telemetry is not None:
-                samples += len(telemetry.devices)
             if not isinstance(obj, (PodEvent, NodeEvent)):
                 t.probe = True
                 stamped = getattr(msg, "timestamp", None)
@@ -238,8 +235,6 @@ class Joiner:
         self.metrics.batches.inc()
         for topic_name, n in counts.items():
             self.metrics.events_in.labels(topic_name).inc(n)
-        if samples:
-            self.metrics.device_samples.inc(samples)
         now, wall = self._clock(), self.hooks.wall()
         live = list(touched.values())
         publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved

@@ -61,7 +61,8 @@ async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> 
         # records read before it on its partition, which wait for their persists.
         assert len(dead) == 1 and acked == []
         assert nodes.writes == []  # nothing acknowledged before a persist
-        assert metrics.device_samples._value.get() == len(batch) * 2  # type: ignore[attr-defined]
+        # Device samples joined: each node's newest tick still waits for the lateness.
+        assert metrics.device_samples._value.get() == (len(batch) - 2) * 2  # type: ignore[attr-defined]
         assert joiner.processed == {(TELEMETRY.name, 0): len(batch) - 1}  # the stale record was skipped
         assert all(s.dirty and len(s.held) == 4 for s in joiner.slots.values())
 
