@@ -24,7 +24,7 @@ from services.api.auth import Gate, caller
 from services.api.errors import ApiError
 from services.api.findings_series import FindingsCollector
 from services.api.headers import SecurityHeaders
-from services.api.metrics import PodSeries, ViewCollector
+from services.api.metrics import GpuSeries, PodSeries, ViewCollector
 from services.api.status import ConsumerStatus
 from services.api.strict import StrictRouter
 from services.api.view import View
@@ -110,7 +110,7 @@ def create_app(
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ViewCollector(view, status))
     registry.register(FindingsCollector(view))
-    pod_series = PodSeries(view)
+    pod_series, gpu_series = PodSeries(view), GpuSeries(view)
     cluster = StrictRouter()
 
     @cluster.get(
@@ -138,7 +138,7 @@ def create_app(
     )
     async def metrics() -> Response:
         """Prometheus text, generated from the view at scrape time."""
-        body = pod_series.text().encode() + generate_latest(registry)
+        body = (pod_series.text() + gpu_series.text()).encode() + generate_latest(registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(cluster)

@@ -4,10 +4,11 @@ Nothing is kept in global gauges: each scrape walks the view, so a pod that left
 at once (no stale series to expire) and replicas need no state beyond the view. Attribution series are
 labelled with the pod UID, never the name alone (names are reused).
 
-GPU, XID and consumer series go through a prometheus-client collector. The per pod-device series are
-written by `PodSeries` in the same text format with label sets cached per row: at 100,000 rows the
-client library's per-sample label validation and escaping takes tens of seconds, longer than any
-scrape timeout, while the label values of a row almost never change between scrapes.
+XID, GPU-hour and consumer series go through a prometheus-client collector. The per pod-device and per
+GPU series are written by `PodSeries` and `GpuSeries` in the same text format with label sets cached
+per row or GPU, and the text kept while the view is unchanged: at 100,000 rows the client library's
+per-sample label validation and escaping takes tens of seconds (a second for 10,000 GPUs), longer than
+a scrape should hold the event loop, while the label values almost never change between scrapes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from periscope.contract.values import num
-from periscope.core.model import AttributionRow, PodAttribution
+from periscope.core.model import AttributionRow, GpuState, PodAttribution
 from services.api.evidence import REASONS
 from services.api.status import ConsumerStatus
 from services.api.view import XID_KIND, RowKey, View
@@ -100,17 +101,19 @@ _POD_FAMILIES: tuple[tuple[str, str, Callable[[AttributionRow], float | None]], 
 )
 
 
-class PodSeries:
-    """Per pod-device gauges of the active rows, as exposition text.
+def _headers(families: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """One list of exposition lines per gauge family, each starting with its HELP and TYPE."""
+    return [[f"# HELP {n} {h}\n# TYPE {n} gauge\n"] for n, h in families]
 
-    The text is kept with the view version it was written from and reused while the view is unchanged:
-    at 100,000 rows one rendering holds the event loop for a noticeable time, and clients scraping at
-    once would otherwise each wait behind a rendering of the same rows.
-    """
+
+class ViewSeries:
+    """Series of the view written as exposition text, kept with the view version it was written from
+    and reused while the view is unchanged: at 100,000 rows one rendering holds the event loop for a
+    noticeable time, and clients scraping at once would otherwise each wait behind a rendering of the
+    same rows."""
 
     def __init__(self, view: View) -> None:
         self.view = view
-        self._labels: dict[_LabelKey, str] = {}
         self._text = ""
         self._text_version = -1
 
@@ -120,6 +123,17 @@ class PodSeries:
             version = self.view.version
             self._text, self._text_version = self.render(), version
         return self._text
+
+    def render(self) -> str:
+        raise NotImplementedError
+
+
+class PodSeries(ViewSeries):
+    """Per pod-device gauges of the active rows."""
+
+    def __init__(self, view: View) -> None:
+        super().__init__(view)
+        self._labels: dict[_LabelKey, str] = {}
 
     def _label_set(self, key: RowKey, pod: PodAttribution, row: AttributionRow) -> tuple[_LabelKey, str]:
         profile = row.mig.profile if row.mig else ""
@@ -136,11 +150,11 @@ class PodSeries:
                 row.device_id,
                 profile,
             )
-            text = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(POD_LABELS, values, strict=True))
+            text = _label_text(POD_LABELS, values)
         return ck, text
 
     def render(self) -> str:
-        lines: list[list[str]] = [[f"# HELP {n} {h}\n# TYPE {n} gauge\n"] for n, h, _ in _POD_FAMILIES]
+        lines = _headers((n, h) for n, h, _ in _POD_FAMILIES)
         labels: dict[_LabelKey, str] = {}
         for key in self.view.row_keys():
             pod, row = self.view.row(key)
@@ -156,52 +170,63 @@ class PodSeries:
         return "".join(s for out in lines for s in out)
 
 
+# (name, help, GPU -> value or None), labelled GPU_LABELS; a None value exports no sample.
+_GPU_FAMILIES: tuple[tuple[str, str, Callable[[GpuState], float | None]], ...] = (
+    ("periscope_gpu_util_percent", "GPU utilization", lambda g: num(g.util_pct)),
+    ("periscope_gpu_fb_used_bytes", "Framebuffer memory in use",
+     lambda g: None if (m := num(g.fb_used_mib)) is None else m * _MIB),
+    ("periscope_gpu_fb_total_bytes", "Framebuffer memory size",
+     lambda g: None if (m := num(g.fb_total_mib)) is None else m * _MIB),
+    ("periscope_gpu_power_watts", "Board power", lambda g: num(g.power_w)),
+    ("periscope_gpu_temperature_celsius", "GPU temperature", lambda g: num(g.temp_c)),
+    ("periscope_gpu_owners", "Pod containers holding the GPU or one of its MIG slices",
+     lambda g: float(len(g.owners) + sum(len(m.owners) for m in g.mig_devices))),
+    ("periscope_gpu_lost", "1 when the GPU fell off the bus", lambda g: 1.0 if g.lost else 0.0),
+    ("periscope_gpu_last_xid_code", "Code of the GPU's latest XID error",
+     lambda g: None if g.last_xid is None else float(g.last_xid.code)),
+)
+_MIG_FAMILY = ("periscope_gpu_mig_owners", "Pod containers holding each MIG instance of the GPU (0: free)")
+
+
+class GpuSeries(ViewSeries):
+    """Per GPU gauges, and per MIG instance the containers holding it."""
+
+    def __init__(self, view: View) -> None:
+        super().__init__(view)
+        self._labels: dict[tuple[str, ...], str] = {}
+
+    def render(self) -> str:
+        lines = _headers([*((n, h) for n, h, _ in _GPU_FAMILIES), _MIG_FAMILY])
+        mig = lines[-1]
+        labels: dict[tuple[str, ...], str] = {}
+        for key in self.view.gpu_keys():
+            g = self.view.gpus[key[2]]
+            values = (g.node, g.gpu_uuid, g.model, str(g.index))
+            text = labels[values] = self._labels.get(values) or _label_text(GPU_LABELS, values)
+            for out, (name, _, value) in zip(lines[:-1], _GPU_FAMILIES, strict=True):
+                v = value(g)
+                if v is not None:
+                    out.append(f"{name}{{{text}}} {float(v)!r}\n")
+            for m in g.mig_devices:
+                extra = _label_text(["mig_profile", "gi", "ci"], (m.profile, str(m.gi), str(m.ci)))
+                mig.append(f"{_MIG_FAMILY[0]}{{{text},{extra}}} {float(len(m.owners))!r}\n")
+        self._labels = labels  # keeps only GPUs still exported
+        return "".join(s for out in lines for s in out)
+
+
+def _label_text(names: Iterable[str], values: Iterable[str]) -> str:
+    return ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+
+
 class ViewCollector(Collector):
     def __init__(self, view: View, status: ConsumerStatus | None) -> None:
         self.view = view
         self.status = status
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._gpus()
         yield from self._xids()
         yield from self._gpu_hours()
         yield from self._consumer()
-
-    def _gpus(self) -> Iterator[Metric]:
-        util = _g("periscope_gpu_util_percent", "GPU utilization", GPU_LABELS)
-        fb = _g("periscope_gpu_fb_used_bytes", "Framebuffer memory in use", GPU_LABELS)
-        fb_total = _g("periscope_gpu_fb_total_bytes", "Framebuffer memory size", GPU_LABELS)
-        power = _g("periscope_gpu_power_watts", "Board power", GPU_LABELS)
-        temp = _g("periscope_gpu_temperature_celsius", "GPU temperature", GPU_LABELS)
-        owners = _g(
-            "periscope_gpu_owners", "Pod containers holding the GPU or one of its MIG slices", GPU_LABELS
-        )
-        lost = _g("periscope_gpu_lost", "1 when the GPU fell off the bus", GPU_LABELS)
-        last_xid = _g("periscope_gpu_last_xid_code", "Code of the GPU's latest XID error", GPU_LABELS)
-        mig = _g(
-            "periscope_gpu_mig_owners",
-            "Pod containers holding each MIG instance of the GPU (0: free)",
-            [*GPU_LABELS, "mig_profile", "gi", "ci"],
-        )
-        for key in self.view.gpu_keys():
-            g = self.view.gpus[key[2]]
-            gl = labels((g.node, g.gpu_uuid, g.model, str(g.index)))
-            for fam, v, scale in (
-                (util, g.util_pct, 1.0),
-                (fb, g.fb_used_mib, _MIB),
-                (fb_total, g.fb_total_mib, _MIB),
-                (power, g.power_w, 1.0),
-                (temp, g.temp_c, 1.0),
-            ):
-                if (x := num(v)) is not None:
-                    fam.add_metric(gl, x * scale)
-            owners.add_metric(gl, len(g.owners) + sum(len(m.owners) for m in g.mig_devices))
-            lost.add_metric(gl, 1.0 if g.lost else 0.0)
-            if g.last_xid is not None:
-                last_xid.add_metric(gl, g.last_xid.code)
-            for m in g.mig_devices:
-                mig.add_metric([*gl, label(m.profile), str(m.gi), str(m.ci)], len(m.owners))
-        yield from (util, fb, fb_total, power, temp, owners, lost, last_xid, mig)
 
     def _xids(self) -> Iterator[Metric]:
         counts: Counter[tuple[str, ...]] = Counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
@@ -122,28 +123,36 @@ async def test_every_metric_family_is_exported_once() -> None:
     assert types and len(types) == len(set(types)), sorted(t for t in types if types.count(t) > 1)
 
 
-async def test_pod_series_are_rendered_once_per_view_version_and_follow_every_change(monkeypatch) -> None:
-    from services.api.metrics import PodSeries
+@pytest.mark.parametrize("series", ["PodSeries", "GpuSeries"])
+async def test_view_series_are_rendered_once_per_view_version_and_follow_every_change(
+    monkeypatch: pytest.MonkeyPatch, series: str
+) -> None:
+    from services.api import metrics
 
+    cls = getattr(metrics, series)
     renders = 0
-    original = PodSeries.render
+    original = cls.render
 
-    def counting(self: PodSeries) -> str:
+    def counting(self: metrics.ViewSeries) -> str:
         nonlocal renders
         renders += 1
-        return original(self)
+        return str(original(self))
 
-    monkeypatch.setattr(PodSeries, "render", counting)
+    monkeypatch.setattr(cls, "render", counting)
     view = sample_view()
     app = create_app(view, None)
 
-    async def util() -> float:
+    async def utils() -> tuple[float, float]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as c:
             text = (await c.get("/metrics")).text
         fams = {f.name: f for f in text_string_to_metric_families(text)}
-        return by_pod(fams["periscope_pod_gpu_util_percent"].samples)["uid-busy"].value
+        gpus = {s.labels["gpu_uuid"]: s.value for s in fams["periscope_gpu_util_percent"].samples}
+        return by_pod(fams["periscope_pod_gpu_util_percent"].samples)["uid-busy"].value, gpus[GPU_A0]
 
-    assert await util() == 80.0 and await util() == 80.0
+    assert await utils() == (80.0, 80.0) and await utils() == (80.0, 80.0)
     assert renders == 1  # the view did not change between the scrapes
     assert view.apply(pod("uid-busy", "ml", "train-0", "gpu-a", row(GPU_A0, util_pct=55.0), as_of=T0 + 1000))
-    assert await util() == 55.0 and renders == 2
+    assert await utils() == (55.0, 80.0) and renders == 2
+    newer = replace(view.gpus[GPU_A0], util_pct=33.0, sample_ms=T0 + 2000, as_of_ms=T0 + 2000)
+    assert view.apply(newer)
+    assert await utils() == (55.0, 33.0) and renders == 3
