@@ -226,11 +226,15 @@ def _live(events: list[Event]) -> list[list[Event]]:
     return batches
 
 
-async def test_a_live_worker_publishes_every_output_the_core_computes() -> None:
+def _read_to_the_end() -> tuple[list[NodeInput], dict[str, int], list[list[Event]]]:
+    """The feed, the partitions' end offsets once every record of it is written, and its live batches."""
     feed = _feed()
     events = _events(feed)
-    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}  # no backlog on the broker
-    batches = _live(events)
+    return feed, {ev.message.topic: ev.message.offset + 1 for ev in events}, _live(events)
+
+
+async def test_a_live_worker_publishes_every_output_the_core_computes() -> None:
+    feed, ends, batches = _read_to_the_end()  # no backlog on the broker
     assert len(batches) == 40
     published = await _published(batches, CONFIG, ends, lagging=False)
     assert published[-1] == []  # each batch's outputs went out with it: nothing left for the stop
@@ -302,10 +306,7 @@ async def test_a_persist_publishes_what_was_gathered_before_it() -> None:
 
 
 async def test_a_node_caught_up_publishes_what_it_gathered_then_the_batch() -> None:
-    feed = _feed()
-    events = _events(feed)
-    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}
-    batches = _live(events)
+    feed, ends, batches = _read_to_the_end()
     published = await _published(batches, CONFIG, ends, caught_up_after=20)
     assert all(batch == [] for batch in published[:20])
     per_batch = _core_per_batch(batches, CONFIG)
@@ -323,25 +324,20 @@ async def test_a_node_caught_up_publishes_what_it_gathered_then_the_batch() -> N
 async def test_records_that_waited_on_the_broker_are_caught_up_on_even_a_tick_at_a_time() -> None:
     # A batch of one tick of a node, with no backlog left behind it on the broker, but read 10 s after
     # it was written (a worker back from a pause, a probe's buffered records): catching up.
-    feed = _feed()
-    events = _events(feed)
-    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}
-    batches = _live(events)
+    feed, ends, batches = _read_to_the_end()
     published = await _published(batches, CONFIG, ends, lagging=False, waited_s=10.0)
     # (The first batch's allocation is persisted at once, and what was gathered goes out before.)
     assert all(batch == [] for batch in published[1:-1])
     assert len([o for o in published[-1] if isinstance(o, GpuState)]) == 2
     _same_as_the_core([o for b in published for o in b], _core(feed, CONFIG))
     # Read a moment after they were written, the same batches are live: each publishes its outputs.
-    live = await _published(_live(_events(feed)), CONFIG, ends, lagging=False, waited_s=0.2)
+    live = await _published(_read_to_the_end()[2], CONFIG, ends, lagging=False, waited_s=0.2)
     assert live[-1] == [] and [o for b in live for o in b] == _core(feed, CONFIG)
 
 
 async def test_what_was_gathered_goes_out_once_the_nodes_records_stop_coming() -> None:
-    feed = _feed()
-    events = _events(feed)
-    ends = {ev.message.topic: ev.message.offset + 1 for ev in events}
-    published = await _published(_live(events), CONFIG, ends, waited_s=10.0, quiet_s=1.5)
+    feed, ends, batches = _read_to_the_end()
+    published = await _published(batches, CONFIG, ends, waited_s=10.0, quiet_s=1.5)
     *during, at_tick, at_stop = published
     assert all(batch == [] for batch in during[1:])
     assert len([o for o in at_tick if isinstance(o, GpuState)]) == 2 and at_stop == []
