@@ -90,4 +90,3 @@ class Gathered:
         out = [o for _, o in sorted([*self._kept, *self._newest.values()], key=itemgetter(0))]
         self._kept, self._newest = [], {}
         return out
-
