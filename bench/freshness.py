@@ -38,6 +38,7 @@ from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 from periscope.contract.values import parse_time_ms
+from periscope.core.engine import DEFAULT_CONFIG
 
 GOAL = Goal("<", 1.5, "p99 < 1.5 s")
 MARKER_NS = "bench-fresh"
@@ -57,6 +58,7 @@ def incumbent_staleness(p: float) -> float:
     return a + b - (2 * a * b * (1 - q)) ** 0.5
 
 
+LATENESS_S = DEFAULT_CONFIG.lateness_ms / 1000  # the joiner's (PERISCOPE_LATENESS is not set here)
 SLOTS = 10  # nodes tick in 10 phases 100 ms apart, as independent probes would, not all at once
 
 
@@ -146,7 +148,8 @@ async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float
         await c.stop()
 
 
-def lateness_effect(ages: dict[tuple[str, int], float], nodes: set[str], lateness_ms: int = 1000
+def lateness_effect(ages: dict[tuple[str, int], float], nodes: set[str],
+                    lateness_ms: int = DEFAULT_CONFIG.lateness_ms
                     ) -> dict[str, Any]:
     """How often a node's next sample came less than `lateness_ms` after the previous one (so the
     previous one had to wait for a later event), and the ages of those samples against the others."""
@@ -273,15 +276,16 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                             "what": "sample event time -> the marker PodAttribution arriving on "
                                     "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)"},
         "warm_up_s": warm_s, "span_s": span_s,
-        "joiner_lateness": "1s (default): a sample is joined once a later event of its node shows the "
-                           "watermark at least 1 s past it",
+        "joiner_lateness": f"{LATENESS_S:g}s (default): a sample is joined once a later event of its node "
+                           f"shows the watermark at least {LATENESS_S:g} s past it",
         "worker_env": processes.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
     }
     late = lateness_effect(ages, real or synthetic)
     early = late["next_tick_early_share"] or 0.0
     topic_p50 = _quantiles(out_ages).get("p50_s")
-    limit = ("the joiner's lateness: a sample is joined once a later event of its node is at least 1 s "
-             f"newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next tick come sooner "
+    limit = (f"the joiner's lateness: a sample is joined once a later event of its node is at least "
+             f"{LATENESS_S:g} s newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next "
+             "tick come sooner "
              "and waited for the one after); then the mark write is acked before publishing. "
              f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP) adds the rest")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",

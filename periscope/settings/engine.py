@@ -11,7 +11,7 @@ from pydantic_settings import BaseSettings
 
 from periscope.config import MODEL_CONFIG, NonNegativeDuration, PositiveDuration
 from periscope.core.changes import ChangeConfig
-from periscope.core.engine import EngineConfig
+from periscope.core.engine import DEFAULT_CONFIG, EngineConfig
 from periscope.core.idle import DEFAULT_RULE, IdleRule
 from periscope.core.rows import RowConfig
 
@@ -38,7 +38,7 @@ class EngineSettings(IdleSettings):
         "tumbling window of the per-row aggregates (event time)"))
     window_keep: PositiveDuration = Field(default=3600.0, description=(
         "how much window history each row keeps"))
-    lateness: NonNegativeDuration = Field(default=1.0, description=(
+    lateness: NonNegativeDuration = Field(default=DEFAULT_CONFIG.lateness_ms / 1000, description=(
         "how far behind a node's newest probe event a sample may arrive and still count"))
     heartbeat: NonNegativeDuration = Field(default=5.0, description=(
         "an unchanged pod attribution or GPU state is published again after this much event time "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from periscope.core.engine import EngineConfig, apply, current_view
+from periscope.core.engine import EngineConfig, apply, current_view, new_state
 from periscope.core.model import Finding, GpuState, MigRef, NodeInput, Output, PodAttribution
 from periscope.core.rows import RowConfig
 from tests.unit.core_builders import (
@@ -291,3 +291,18 @@ def test_the_last_sample_is_persisted_without_its_processes_and_still_detects_du
     outs = apply(restored, last)
     assert outs == [] and restored.counters.duplicates == state.counters.duplicates + 1
     assert current_view(restored) == current_view(state)
+
+
+def test_a_sample_is_joined_when_the_next_tick_arrives_even_a_few_ms_early() -> None:
+    # Probes tick once a second, but each tick's clock reading jitters by a few ms: with the lateness at
+    # exactly 1 s, a sample whose next tick read 999 ms later waited for a second tick (a quarter of the
+    # samples in the freshness benchmark, 2 s old instead of 1 s when published).
+    g = gpu(0)
+    state = new_state(NODE)
+    outs = [o for ev in (
+        inventory(), pod(1, "train-0", 0), alloc(1 * S, pr("ml", "train-0", (g,)), ck(uid(1), (g,))),
+        tel(2 * S, dev(g, 40.0, procs=(proc(100, uid(1), 40.0, 500.0),))),
+        tel(3 * S - 3, dev(g, 60.0, procs=(proc(100, uid(1), 60.0, 500.0),))),
+    ) for o in apply(state, ev)]
+    assert last_gpu(outs, g).as_of_ms == 2 * S  # the first sample is out; the second waits for the next
+    assert [p.meta.time_ms for p in state.pending] == [3 * S - 3]

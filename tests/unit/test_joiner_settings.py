@@ -30,7 +30,7 @@ def test_defaults_are_the_documented_ones_and_make_the_default_engine() -> None:
     s = JoinerSettings()
     assert (s.app_id, s.web_host, s.web_port, s.data_dir) == ("periscope-joiner", "127.0.0.1", 9403, "")
     assert (s.window, s.window_keep, s.idle_window, s.idle_threshold) == (60.0, 3600.0, 600.0, 5.0)
-    assert (s.lateness, s.state_persist_interval, s.kafka_profile) == (1.0, 5.0, "kafka")
+    assert (s.lateness, s.state_persist_interval, s.kafka_profile) == (0.9, 5.0, "kafka")
     assert s.heartbeat == 5.0
     # Joined in event-time order across the node's topics (live outputs equal replay's), by default.
     assert s.engine_config() == EngineConfig(align=ALL_STREAMS)

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings
 
 from periscope.config import SettingsError, env_for
 from periscope.core.duration import format_duration_ms
+from periscope.core.engine import DEFAULT_CONFIG
 from periscope.devkit.launch import free_port
 from periscope.settings.api import ApiSettings
 from periscope.settings.joiner import JoinerSettings
@@ -104,7 +105,7 @@ def services(
         "web_port": str(free_port()),
         "data_dir": str(tune.run_dir / "joiner" / "data"),
         "window": seconds(tune.idle_bucket_ms),
-        "lateness": seconds(max(1000.0, 500 * opts.speed)),
+        "lateness": seconds(max(float(DEFAULT_CONFIG.lateness_ms), 500 * opts.speed)),
         "heartbeat": seconds(tune.heartbeat_ms),
         "session_timeout": "3",
         "stale_after": tune.stale_after,
