@@ -25,8 +25,9 @@ for their mark; every record of the batch waits, unacknowledged, for the next pe
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
 line or metric update is made per record: they are counted per batch. While the worker catches up on a
 node (catchup.catching_up: its records waited seconds on the broker, or a backlog stands behind them),
-its outputs are gathered instead, and published once it caught up (a batch that is not catching up, or
-no record of the node for GATHERED_QUIET_S) or before its next persist, whichever comes first: only the
+its outputs are gathered instead, and published once it caught up (a batch that reads the partition to
+its end or is not catching up, or no record of the node for GATHERED_QUIET_S) or before its next
+persist, whichever comes first: only the
 newest attribution and GPU state per key, those that close windows and every finding, a subsequence of
 the outputs that leaves every subscriber where all of them would. The persist rule holds: a persist
 publishes what was gathered before it writes the state that computed it.
@@ -248,7 +249,8 @@ class Joiner:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
             fresh = self._outgoing(slot, fresh, not fresh or catching_up(
-                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped))
+                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped),
+                caught_up=self.backlog(slot.partition) == 0)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -421,20 +423,22 @@ class Joiner:
             self._end_replay(slot)
         return fresh
 
-    def _outgoing(self, slot: Slot, fresh: list[Output], gather: bool) -> list[Output]:
-        """What to publish now of `fresh`: nothing while catching up on the node (`gather`: they are
-        gathered, see catchup.py), else what was gathered before them and them."""
-        if gather:
+    def _outgoing(self, slot: Slot, fresh: list[Output], catching_up: bool, caught_up: bool = True
+                  ) -> list[Output]:
+        """What to publish now of `fresh`: while catching up on the node, nothing (they are gathered, see
+        catchup.py) until the worker read the node's partition to its end (`caught_up`), then what was
+        gathered and them, newest per key; live, what was gathered before them and them."""
+        if catching_up and not caught_up:
             slot.gathered.add(fresh)
             return []
-        if slot.gathered:
+        if catching_up or slot.gathered:
             slot.gathered.add(fresh)
             return slot.gathered.take()
         return fresh
 
     def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
         """Publish `outs` of a node now, after whatever it gathered while catching up."""
-        fresh = self._outgoing(slot, self._fresh(slot, outs), gather=False)
+        fresh = self._outgoing(slot, self._fresh(slot, outs), catching_up=False)
         if not fresh:
             return
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -488,7 +492,7 @@ class Joiner:
             if slot.replay_until_ms and quiet:
                 self._end_replay(slot)
             if slot.gathered and now - slot.last_probe >= GATHERED_QUIET_S:
-                self._emit(slot, ())  # its records stopped coming: caught up
+                self._emit(slot, ())  # its records stopped coming (where the partition's end is not known)
             if (slot.dirty or slot.held) and now - slot.last_persist >= self.persist_interval_s:
                 self._persist(slot)
 

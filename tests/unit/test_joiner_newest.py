@@ -326,9 +326,11 @@ async def test_records_that_waited_on_the_broker_are_caught_up_on_even_a_tick_at
     # it was written (a worker back from a pause, a probe's buffered records): catching up.
     feed, ends, batches = _read_to_the_end()
     published = await _published(batches, CONFIG, ends, lagging=False, waited_s=10.0)
-    # (The first batch's allocation is persisted at once, and what was gathered goes out before.)
-    assert all(batch == [] for batch in published[1:-1])
-    assert len([o for o in published[-1] if isinstance(o, GpuState)]) == 2
+    # Gathered until the batch that reads the partition to its end: caught up. (The first batch's
+    # allocation is persisted at once, and what was gathered goes out before.)
+    *during, last, at_stop = published
+    assert all(batch == [] for batch in during[1:]) and at_stop == []
+    assert len([o for o in last if isinstance(o, GpuState)]) == 2
     _same_as_the_core([o for b in published for o in b], _core(feed, CONFIG))
     # Read a moment after they were written, the same batches are live: each publishes its outputs.
     live = await _published(_read_to_the_end()[2], CONFIG, ends, lagging=False, waited_s=0.2)
@@ -336,6 +338,7 @@ async def test_records_that_waited_on_the_broker_are_caught_up_on_even_a_tick_at
 
 
 async def test_what_was_gathered_goes_out_once_the_nodes_records_stop_coming() -> None:
+    # Where the partition's end is not known (here: far ahead), no batch says the worker caught up.
     feed, ends, batches = _read_to_the_end()
     published = await _published(batches, CONFIG, ends, waited_s=10.0, quiet_s=1.5)
     *during, at_tick, at_stop = published
