@@ -285,8 +285,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
     topic_p50 = _quantiles(out_ages).get("p50_s")
     limit = (f"the joiner's lateness: a sample is joined once a later event of its node is at least "
              f"{LATENESS_S:g} s newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next "
-             "tick come sooner "
-             "and waited for the one after); then the mark write is acked before publishing. "
+             "tick come sooner and waited for the one after); then the mark write is acked before "
+             "publishing. "
              f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP) adds the rest")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",
            "incumbent_p50_s": inc50, "incumbent_p99_s": inc99}

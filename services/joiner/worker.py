@@ -27,10 +27,10 @@ line or metric update is made per record: they are counted per batch. While the 
 node (catchup.catching_up: its records waited seconds on the broker, or a backlog stands behind them),
 its outputs are gathered instead, and published once it caught up (a batch that reads the partition to
 its end or is not catching up, or no record of the node for GATHERED_QUIET_S) or before its next
-persist, whichever comes first: only the
-newest attribution and GPU state per key, those that close windows and every finding, a subsequence of
-the outputs that leaves every subscriber where all of them would. The persist rule holds: a persist
-publishes what was gathered before it writes the state that computed it.
+persist, whichever comes first: only the newest attribution and GPU state per key, those that close
+windows and every finding, a subsequence of the outputs that leaves every subscriber where all of them
+would. The persist rule holds: a persist publishes what was gathered before it writes the state that
+computed it.
 """
 
 from __future__ import annotations
@@ -248,9 +248,11 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            fresh = self._outgoing(slot, fresh, not fresh or catching_up(
-                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped),
-                caught_up=self.backlog(slot.partition) == 0)
+            catching = not fresh or catching_up(
+                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped)
+            # (The partition's end is asked only where the node is catching up.)
+            caught_up = catching and self.backlog(slot.partition) == 0
+            fresh = self._outgoing(slot, fresh, catching, caught_up)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
                 moved = newest > slot.mark_ms
@@ -423,22 +425,22 @@ class Joiner:
             self._end_replay(slot)
         return fresh
 
-    def _outgoing(self, slot: Slot, fresh: list[Output], catching_up: bool, caught_up: bool = True
+    def _outgoing(self, slot: Slot, fresh: list[Output], catching: bool, caught_up: bool = True
                   ) -> list[Output]:
-        """What to publish now of `fresh`: while catching up on the node, nothing (they are gathered, see
-        catchup.py) until the worker read the node's partition to its end (`caught_up`), then what was
-        gathered and them, newest per key; live, what was gathered before them and them."""
-        if catching_up and not caught_up:
+        """What to publish now of `fresh`: while catching up on the node (`catching`), nothing (they are
+        gathered, see catchup.py) until the worker read the node's partition to its end (`caught_up`),
+        then what was gathered and them, newest per key; live, what was gathered before them and them."""
+        if catching and not caught_up:
             slot.gathered.add(fresh)
             return []
-        if catching_up or slot.gathered:
+        if catching or slot.gathered:
             slot.gathered.add(fresh)
             return slot.gathered.take()
         return fresh
 
     def _emit(self, slot: Slot, outs: Iterable[Output]) -> None:
         """Publish `outs` of a node now, after whatever it gathered while catching up."""
-        fresh = self._outgoing(slot, self._fresh(slot, outs), catching_up=False)
+        fresh = self._outgoing(slot, self._fresh(slot, outs), catching=False)
         if not fresh:
             return
         newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
