@@ -38,7 +38,9 @@ class JoinerSettings(ServiceSettings, EngineSettings):
         "how the broker's time is read: `wall`, or `sim:<origin_ms>:<speed>` under `periscope up` (a faster "
         "simulation)"))
     state_persist_interval: PositiveDuration = Field(default=5.0, description=(
-        "at most this often, telemetry-driven row state is persisted"))
+        "telemetry-driven row state is persisted once per interval, each node at its own point in it (so "
+        "that nodes started together do not all persist at once); pod, allocation and inventory changes "
+        "at once"))
     web_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
     web_port: int = Field(default=9403, ge=0, le=65535, description=(
         "their port; 0: any free port (printed at start)"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -40,9 +41,21 @@ class Slot:
     dirty: bool = False
     last_probe: float = 0.0
     advanced_at: float = 0.0  # when a probe record last moved the node's event time (monotonic)
-    last_persist: float = 0.0
+    persist_due: float = 0.0  # when the next periodic persist is due (monotonic; see next_persist)
     persisting: bool = False
     again: bool = False
+
+
+def next_persist(node: str, now: float, interval_s: float) -> float:
+    """When the node's next periodic persist is due after one at `now`: the last point up to `interval_s`
+    ahead on a grid of that step, offset by a phase taken from the node's name. Nodes that started
+    together then persist in different batches and ticks instead of all in one (each persist encodes
+    the node's state: a hundred at once hold up every output behind them)."""
+    if interval_s <= 0:
+        return now
+    phase = zlib.crc32(node.encode()) / 2**32 * interval_s
+    ahead = now + interval_s
+    return ahead - (ahead - phase) % interval_s
 
 
 def node_of(key: bytes | None, obj: NodeInput) -> str | None:

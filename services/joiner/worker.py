@@ -62,7 +62,7 @@ from services.joiner.catchup import catching_up, is_one_shot, time_of
 from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
 from services.joiner.delivery import OutputSender, record_of
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.slots import Message, Rejected, Slot, node_of, state_mark
+from services.joiner.slots import Message, Rejected, Slot, next_persist, node_of, state_mark
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class Joiner:
         # Only now: a persist waits for every output submitted before it (see _complete).
         for t in live:
             slot = t.slot
-            if t.persist or now - slot.last_persist >= self.persist_interval_s:
+            if t.persist or now >= slot.persist_due:
                 self._persist(slot)
             else:
                 slot.dirty = True
@@ -297,7 +297,7 @@ class Joiner:
         return Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
                     mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
                     recovered_ms=got.state.processed_ms, last_probe=self._clock(),
-                    last_persist=self._clock())
+                    persist_due=next_persist(node, self._clock(), self.persist_interval_s))
 
     def _take(self, slot: Slot) -> Slot:
         if slot.seq:
@@ -495,7 +495,7 @@ class Joiner:
                 self._end_replay(slot)
             if slot.gathered and now - slot.last_probe >= GATHERED_QUIET_S:
                 self._emit(slot, ())  # its records stopped coming (where the partition's end is not known)
-            if (slot.dirty or slot.held) and now - slot.last_persist >= self.persist_interval_s:
+            if (slot.dirty or slot.held) and now >= slot.persist_due:
                 self._persist(slot)
 
     # ------------------------------------------------------------------ persistence
@@ -511,7 +511,8 @@ class Joiner:
         slot.seq += 1
         plan = plan_persist(slot.state, slot.seq, slot.versions)
         events, slot.held = slot.held, []
-        slot.dirty, slot.persisting, slot.last_persist = False, True, self._clock()
+        slot.dirty, slot.persisting = False, True
+        slot.persist_due = next_persist(slot.node, self._clock(), self.persist_interval_s)
         writes = [self.pods.put(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
         task = asyncio.ensure_future(
             self._complete(slot, plan.node, plan.removed, writes, events, self.epoch))

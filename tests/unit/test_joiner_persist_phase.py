@@ -1,0 +1,87 @@
+"""Periodic persists are spread over the interval by node: nodes that started together do not all
+persist (and hold up every output behind them) in the same batch."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from periscope.bus import codec
+from periscope.bus.topics import TELEMETRY
+from periscope.core.engine import EngineConfig
+from services.joiner.delivery import OutputSender
+from services.joiner.metrics import JoinerMetrics
+from services.joiner.slots import next_persist
+from services.joiner.worker import Hooks, Joiner
+from tests.unit.core_builders import dev, gpu, meta, tel
+from tests.unit.joiner_io import Event, Msg, Table
+
+NODES = [f"gpu-node-{i:05d}" for i in range(100)]
+
+
+@pytest.mark.parametrize("now", [0.0, 3.25, 1_000_000.5])
+@pytest.mark.parametrize("interval", [1.0, 5.0, 60.0])
+def test_the_next_persist_is_within_the_interval_on_the_node_s_own_grid(now: float, interval: float) -> None:
+    for node in NODES:
+        due = next_persist(node, now, interval)
+        assert now < due <= now + interval
+        # On a grid: a persist at the due time or a little after it keeps the node's phase (no drift).
+        assert next_persist(node, due, interval) == pytest.approx(due + interval)
+        assert next_persist(node, due + interval / 10, interval) == pytest.approx(due + interval)
+
+
+def test_nodes_that_start_together_fall_due_in_every_second_of_the_interval() -> None:
+    seconds = Counter(int(next_persist(node, 100.0, 5.0) - 100.0) for node in NODES)
+    assert set(seconds) == {0, 1, 2, 3, 4}
+    assert min(seconds.values()) >= 10  # of 100: roughly a fifth each
+
+
+def test_no_interval_persists_at_once() -> None:
+    assert next_persist("gpu-a", 42.0, 0.0) == 42.0
+
+
+def _record(node: str, t_ms: int, offset: int) -> Event:
+    ev = replace(tel(t_ms, dev(gpu(0), 50.0)), meta=meta(t_ms, node=node, source=f"probe/{node}"))
+    return Event(Msg(TELEMETRY.name, 0, offset, node.encode(), codec.encode(ev)))
+
+
+async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> None:
+    nodes = Table()
+    clock = [100.0]
+
+    async def send(records: list[Any]) -> list[Any]:
+        return []
+
+    async def fail(e: BaseException) -> None:
+        raise AssertionError(f"unexpected error: {e!r}")
+
+    async def no_dead_letter(msg: Any, error: str) -> None:
+        raise AssertionError(error)
+
+    marks = Table()
+    sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
+    joiner = Joiner(config=EngineConfig(), persist_interval_s=5.0, metrics=JoinerMetrics(), nodes=nodes,
+                    pods=Table(), marks=marks, sender=sender,
+                    hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0]))
+    running = asyncio.ensure_future(sender.run())
+    try:
+        offset, per_batch = 0, []
+        for second in range(11):  # every node sends a sample a second, all in one batch
+            clock[0] = 100.0 + second
+            batch = []
+            for node in NODES:
+                batch.append(_record(node, 1_000_000 + second * 1000, offset))
+                offset += 1
+            before = len(nodes.writes)
+            await joiner.handle_batch(batch)
+            await joiner.settle()
+            per_batch.append(len(nodes.writes) - before)
+        # Every node persisted about every 5 s, but never all of them in the same batch.
+        assert sum(per_batch) >= 2 * len(NODES)
+        assert max(per_batch) <= len(NODES) // 3, per_batch
+    finally:
+        running.cancel()
