@@ -20,6 +20,7 @@ memory, and each persist goes through the changelog); uncompressed records are r
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import zlib
@@ -43,9 +44,37 @@ def _dumps(obj: Any) -> bytes:
 
 @dataclass(slots=True)
 class PodVersion:
+    """A pod's part as last written: the JSON of its rows and last publication (periscope.core.snapshot)
+    is not kept as such, but as a digest (is the next persist's JSON the same?) and a place in a
+    compressed pod record that holds it verbatim (the next record carries it as its previous version):
+    the record the table holds anyway, so a version costs the worker some 100 bytes, not the JSON."""
+
     seq: int  # persist that wrote these rows
-    rows: bytes  # JSON of the pod's part (periscope.core.snapshot: its rows, its last publication)
+    digest: bytes  # of the JSON
+    packed: bytes  # a compressed record holding the JSON at [at, at + size) once decompressed
+    at: int
+    size: int
     stale: bool = False  # the table holds a newer, unconfirmed record: rewrite it on the next persist
+
+    def rows(self) -> bytes:
+        return zlib.decompress(self.packed)[self.at:self.at + self.size]
+
+
+def _digest(blob: bytes) -> bytes:
+    return hashlib.blake2b(blob, digest_size=16).digest()
+
+
+def pod_version(seq: int, blob: bytes, record: bytes, *, stale: bool = False) -> PodVersion:
+    """The version whose JSON is `blob`, as it lies in the pod record `record` (its rows, or when
+    `stale` its previous version); packed on its own where the record does not hold it verbatim."""
+    try:
+        data = zlib.decompress(record)
+    except zlib.error:  # an uncompressed record
+        data = b""
+    at = data.rfind(blob) if stale else data.find(blob)
+    if at < 0:  # another writer's formatting, or an uncompressed record
+        record, at = _pack(blob), 0
+    return PodVersion(seq, _digest(blob), record, at, len(blob), stale)
 
 
 @dataclass(slots=True)
@@ -74,11 +103,13 @@ def _pack(record: bytes) -> bytes:
     return zlib.compress(record, 1)  # level 1: nearly the ratio of 6 at a third of the CPU
 
 
-def pod_record(node: str, uid: str, seq: int, rows: bytes, prev: PodVersion | None) -> bytes:
-    head = _dumps({"format": FORMAT, "node": node, "uid": uid, "seq": seq})
+def pod_record(node: str, uid: str, seq: int, rows: bytes, prev: PodVersion | None) -> PodVersion:
+    """The pod record of persist `seq` (`packed`): `rows`, and the previous version's rows."""
+    head = _dumps({"format": FORMAT, "node": node, "uid": uid, "seq": seq})[:-1] + b',"rows":'
     prev_seq = b"null" if prev is None else str(prev.seq).encode()
-    prev_rows = b"null" if prev is None else prev.rows
-    return _pack(head[:-1] + b',"rows":' + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}")
+    prev_rows = b"null" if prev is None else prev.rows()
+    record = _pack(head + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}")
+    return PodVersion(seq, _digest(rows), record, len(head), len(rows))
 
 
 def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) -> Persist:
@@ -88,11 +119,10 @@ def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) ->
     for uid, rows in pod_parts.items():
         blob = _dumps(rows)
         old = versions.get(uid)
-        if old is not None and old.rows == blob and not old.stale:
+        if old is not None and not old.stale and old.size == len(blob) and old.digest == _digest(blob):
             continue
-        prev = None if old is None else PodVersion(old.seq, old.rows)
-        pods[uid] = pod_record(state.node, uid, seq, blob, prev)
-        versions[uid] = PodVersion(seq, blob)
+        version = versions[uid] = pod_record(state.node, uid, seq, blob, old)
+        pods[uid] = version.packed
     removed = sorted(set(versions) - set(pod_parts))
     for uid in removed:
         del versions[uid]
@@ -127,17 +157,15 @@ def restore(node: str, node_record: bytes | None, get_pod: Callable[[str], bytes
             continue
         prec = load_record(raw, f"pod record {uid!r}")
         if int(prec["seq"]) <= seq:
-            rows, version = prec["rows"], PodVersion(int(prec["seq"]), b"")
+            rows = pod_parts[uid] = prec["rows"]
+            versions[uid] = pod_version(int(prec["seq"]), _dumps(rows), raw)
         elif prec["prev_seq"] is not None and int(prec["prev_seq"]) <= seq:
             # The last persist wrote this pod but died before its node record: use the version before.
-            rows, version = prec["prev"], PodVersion(int(prec["prev_seq"]), b"", stale=True)
+            rows = pod_parts[uid] = prec["prev"]
+            versions[uid] = pod_version(int(prec["prev_seq"]), _dumps(rows), raw, stale=True)
         else:
             log.warning("node %s: pod %s has no version as old as persist %d; its rows start over",
                         node, uid, seq)
-            continue
-        version.rows = _dumps(rows)
-        pod_parts[uid] = rows
-        versions[uid] = version
     try:
         state = from_parts(rec["state"], pod_parts)
     except (KeyError, TypeError, ValueError) as e:

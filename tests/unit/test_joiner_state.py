@@ -18,6 +18,7 @@ from services.joiner.changelog import (
     encode_mark,
     load_record,
     plan_persist,
+    pod_version,
     restore,
 )
 from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid
@@ -128,7 +129,7 @@ def test_a_new_pod_of_an_abandoned_persist_is_ignored() -> None:
 
 
 def test_rows_that_are_gone_are_removed_after_the_node_record() -> None:
-    versions = {uid(9): PodVersion(1, b"[]")}
+    versions = {uid(9): pod_version(1, b"[]", b"[]")}
     plan = plan_persist(feed(new_state(NODE), [*setup_events(), sample(2, 50.0)]), 2, versions)
     assert plan.removed == [uid(9)] and uid(9) not in versions
     assert load_record(plan.node)["pods"] == [uid(1), uid(2)]
@@ -175,3 +176,25 @@ def test_records_written_before_rows_were_packed_and_compressed_still_restore() 
     assert got.seq == 1 and got.state.alloc_repeats == state.alloc_repeats
     more = [sample(t, 3.0) for t in range(31, 50)]
     assert current_view(feed(got.state, more)) == current_view(feed(state, more))
+
+
+def test_a_version_keeps_no_copy_of_its_rows_but_finds_them_in_the_record_the_table_holds() -> None:
+    state = feed(new_state(NODE), [*setup_events(), sample(2, 50.0)])
+    versions: dict[str, PodVersion] = {}
+    first = plan_persist(state, 1, versions)
+    rows_1 = {u: load_record(rec)["rows"] for u, rec in first.pods.items()}
+    for u, v in versions.items():
+        assert v.packed is first.pods[u]  # the very bytes the table keeps: nothing more per pod
+        assert json.loads(v.rows()) == rows_1[u]
+    apply(state, sample(3, 90.0), CFG)
+    second = plan_persist(state, 2, versions)
+    for u, rec in second.pods.items():  # the next record carries the version before it
+        got = load_record(rec)
+        assert (got["prev_seq"], got["prev"]) == (1, rows_1[u]) and got["rows"] != rows_1[u]
+    tables = Tables()
+    tables.write(first)
+    tables.write(second, node_record=False)  # cut short: the previous version comes back
+    _, seq, back = tables.restore()
+    assert seq == 1
+    for u, v in back.items():
+        assert v.stale and v.packed is tables.pods[u] and json.loads(v.rows()) == rows_1[u]
