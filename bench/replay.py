@@ -105,7 +105,8 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
                  ) -> tuple[Figure, Figure]:
     """Core speed after `minutes` of history (rows keep the windows of one idle span, the node an
     hour of allocation history), and the memory a joiner worker holds per pod-device row at that point."""
-    events = [ev for _, ev in cluster_events(nodes, minutes * 60, shape)]
+    # Decoded from the bus's bytes, as a worker holds them (each record brings its own strings).
+    events = [codec.decode(t, codec.encode(ev)) for t, ev in cluster_events(nodes, minutes * 60, shape)]
     cut = (minutes - measure_min) * 60_000 + T0_MS
     warm = [ev for ev in events if ev.meta.time_ms < cut]
     last = [ev for ev in events if ev.meta.time_ms >= cut]
@@ -116,6 +117,7 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
             st = states[ev.meta.node] = engine.new_state(ev.meta.node)
         engine.apply(st, ev)
     snapshot = copy.deepcopy(states)  # to profile the same span afterwards
+    persisted = TablesHeld.first(states)  # a worker's persist before the measured span (not timed)
     before = _device_samples(states)
     t = time.perf_counter()
     for ev in last:
@@ -136,35 +138,59 @@ def steady_state(nodes: int, minutes: int, measure_min: int, shape: NodeShape = 
         limit, None, [rate],
         f"core only, {nodes} nodes, last {measure_min} min after {minutes - measure_min} min of history "
         "(an hour of history)")
-    return speed, joiner_state_bytes_per_row(states, minutes)
+    persisted.again(states)
+    return speed, joiner_state_bytes_per_row(states, minutes, persisted)
 
 
-def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int) -> Figure:
-    """What a worker keeps per pod-device row: the core's NodeState plus the latest record of each
-    changelogged table key (the Faust memory store keeps table values in the process)."""
-    from services.joiner.changelog import plan_persist
+class TablesHeld:
+    """What a worker holds of the changelogged tables for its nodes: the latest record of each key (the
+    Faust memory store keeps table values in the process) and the per-pod versions of its last persists
+    (services.joiner.changelog.PodVersion)."""
 
+    def __init__(self) -> None:
+        self.values: dict[bytes, bytes] = {}
+        self.versions: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def first(cls, states: dict[str, engine.NodeState]) -> TablesHeld:
+        held = cls()
+        held.again(states, seq=1)
+        return held
+
+    def again(self, states: dict[str, engine.NodeState], seq: int = 2) -> None:
+        from services.joiner.changelog import plan_persist
+
+        for node, st in states.items():
+            plan = plan_persist(st, seq, self.versions.setdefault(node, {}))
+            self.values[node.encode()] = plan.node
+            self.values.update((uid.encode(), rec) for uid, rec in plan.pods.items())
+
+
+def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int, held: TablesHeld
+                               ) -> Figure:
+    """What a worker keeps per pod-device row: the core's NodeState, the table values and versions."""
     gc.collect()
     rows = sum(len(s.rows) for s in states.values())
     core = deep_size(states)
-    tables = 0
-    for st in states.values():
-        plan = plan_persist(st, 1, {})
-        tables += deep_size(plan.node) + sum(deep_size(k) + deep_size(v) for k, v in plan.pods.items())
-    per_row = (core + tables) / rows
+    tables = deep_size(held.values)
+    total = deep_size((states, held.values, held.versions))  # each object once: versions share records
+    per_row = total / rows
     setup = {
         "rows": rows,
-        "history": f"{minutes} min of 1 s ticks (window 1m, windows kept 1h)",
+        "history": f"{minutes} min of 1 s ticks (window 1m, windows kept 1h), decoded from the bus's bytes",
         "core_state_bytes_per_row": round(core / rows),
         "table_values_bytes_per_row": round(tables / rows),
+        "pod_versions_bytes_per_row": round((total - core - tables) / rows),
         "what": "periscope.core NodeState per node (pods, allocation history, row windows, last published "
-                "outputs kept for the change rule) walked with sys.getsizeof, plus the node and pod records "
-                "services.joiner.changelog.plan_persist writes to the in-memory changelogged tables",
+                "outputs kept for the change rule) walked with sys.getsizeof, plus the latest node and pod "
+                "records of two persists by services.joiner.changelog.plan_persist (the second one's pod "
+                "records carry their previous version) as the in-memory tables hold them, and the worker's "
+                "per-pod versions of them",
     }
     limit = ("per node, shared by its rows: the buffered and last processed telemetry samples, the "
              "allocation snapshot, the pod registry and the holdings cache; per row: its state with the "
              "windows idle detection needs (10 packed + the open one), the last published PodAttribution "
-             "and GpuState, and the compressed JSON records in the tables")
+             "and GpuState, the compressed JSON records in the tables and the worker's version of each")
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, JOINER_ROW_GOAL, [per_row],
                   f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")
 
