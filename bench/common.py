@@ -149,7 +149,9 @@ _SKIP = (type, ModuleType, FrameType)
 def deep_size(root: object) -> int:
     """Bytes of every object reachable from `root` (sys.getsizeof, each object once).
 
-    Classes, modules and frames are not followed: they are shared with the rest of the program.
+    Classes, modules and frames are not followed: they are shared with the rest of the program. A
+    dict's keys are: the garbage collector's walk, which finds the rest, skips the keys of a dict whose
+    keys are all strings (they cannot form cycles).
     """
     seen: set[int] = set()
     stack = [root]
@@ -161,6 +163,8 @@ def deep_size(root: object) -> int:
         seen.add(id(obj))
         total += sys.getsizeof(obj)
         stack.extend(gc.get_referents(obj))
+        if type(obj) is dict:
+            stack.extend(obj)
     return total
 
 
