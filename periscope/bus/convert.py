@@ -30,6 +30,12 @@ _T = TypeVar("_T", bound="DataclassInstance")
 # decoded record costs about 300 bytes per pod-device row. Interned strings are freed with their
 # last reference, so names from hostile records do not accumulate.
 _intern = sys.intern
+# Likewise the numbers a GPU repeats in every sample: its total memory (fixed per GPU or MIG profile) and
+# its temperature (whole degrees). A few hundred values at most; the cache starts over past that (checked
+# per record).
+_SAME: dict[float, float] = {}
+_same = _SAME.setdefault
+_SAME_MAX = 4096
 
 _SOURCE_TO_PB = {
     m.AllocSource.PODRESOURCES: npb.ALLOCATION_SOURCE_PODRESOURCES,
@@ -191,13 +197,14 @@ def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
     util, mem, fb, total = p.util_pct, p.mem_util_pct, p.fb_used_mib, p.fb_total_mib
     power, temp = p.power_w, p.temp_c
     return _DeviceSample(
-        _intern(p.uuid), _intern(p.parent_uuid), p.index, mig_from_pb(p.mig) if has("mig") else None,
+        _intern(p.uuid), p.parent_uuid and _intern(p.parent_uuid), p.index,
+        mig_from_pb(p.mig) if has("mig") else None,
         util if util or has("util_pct") else None,
         mem if mem or has("mem_util_pct") else None,
         fb if fb or has("fb_used_mib") else None,
-        total if total or has("fb_total_mib") else None,
+        _same(total, total) if total or has("fb_total_mib") else None,
         power if power or has("power_w") else None,
-        temp if temp or has("temp_c") else None,
+        _same(temp, temp) if temp or has("temp_c") else None,
         p.lost, tuple(map(process_from_pb, p.processes)), p.error,
         dcgm_from_pb(p.dcgm) if has("dcgm") else None)
 
@@ -207,6 +214,8 @@ def node_telemetry_to_pb(x: m.NodeTelemetry) -> npb.NodeTelemetry:
 
 
 def node_telemetry_from_pb(p: npb.NodeTelemetry) -> m.NodeTelemetry:
+    if len(_SAME) > _SAME_MAX:
+        _SAME.clear()
     return m.NodeTelemetry(meta=meta_from_pb(p.meta), devices=tuple(map(device_from_pb, p.devices)))
 
 

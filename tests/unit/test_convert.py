@@ -169,12 +169,13 @@ def test_process_and_device_numbers_zero_negative_zero_and_unset_are_told_apart(
     assert str(d.power_w) == "-0.0"
 
 
-def test_names_repeated_by_every_sample_are_one_object_across_records() -> None:
-    """A worker holds several samples per node: their names must not be a fresh copy each."""
+def test_names_and_constants_repeated_by_every_sample_are_one_object_across_records() -> None:
+    """A worker holds several samples per node: their names and fixed numbers must not be copies."""
     def sample(seq: int) -> Any:
         proc = node_pb2.ProcessSample(pid=7, pod_uid="5e1c0002-4000-8000-0000-000000000000",
                                       container_id="c" * 64, qos="guaranteed")
-        dev = node_pb2.DeviceSample(uuid="GPU-5e1c0001-4000-8000-0000-000000000000", processes=[proc])
+        dev = node_pb2.DeviceSample(uuid="GPU-5e1c0001-4000-8000-0000-000000000000", processes=[proc],
+                                    fb_total_mib=81559.0, temp_c=50.0)
         meta = common_pb2.EventMeta(node="gpu-node-0001", source="probe/x", seq=seq)
         raw = node_pb2.NodeTelemetry(meta=meta, devices=[dev])
         return decode(topics.TELEMETRY, raw.SerializeToString())
@@ -182,6 +183,8 @@ def test_names_repeated_by_every_sample_are_one_object_across_records() -> None:
     a, b = sample(1), sample(2)
     assert a.meta.node is b.meta.node and a.meta.source is b.meta.source
     assert a.devices[0].uuid is b.devices[0].uuid
+    da, db = a.devices[0], b.devices[0]
+    assert da.fb_total_mib == 81559.0 and da.fb_total_mib is db.fb_total_mib and da.temp_c is db.temp_c
     pa, pb = a.devices[0].processes[0], b.devices[0].processes[0]
     assert pa.pod_uid is pb.pod_uid and pa.container_id is pb.container_id and pa.qos is pb.qos
 
