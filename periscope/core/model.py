@@ -122,6 +122,20 @@ class NodeTelemetry:
     meta: Meta
     devices: tuple[DeviceSample, ...]
 
+    def without_processes(self) -> NodeTelemetry:
+        """The sample without its per-process detail: what a node keeps of its last sample (duplicate
+        detection and the GPU view read none of it), some 240 bytes less per device."""
+        for d in self.devices:
+            if d.processes:
+                break
+        else:
+            return self
+        # Positional, in DeviceSample's field order (a test compares with dataclasses.replace).
+        return NodeTelemetry(self.meta, tuple(
+            DeviceSample(d.uuid, d.parent_uuid, d.index, d.mig, d.util_pct, d.mem_util_pct, d.fb_used_mib,
+                         d.fb_total_mib, d.power_w, d.temp_c, d.lost, (), d.error, d.dcgm)
+            if d.processes else d for d in self.devices))
+
 
 @dataclass(frozen=True, slots=True)
 class XidEvent:

@@ -8,7 +8,6 @@ what was last published per key (so it goes on publishing exactly what an uninte
 from __future__ import annotations
 
 from array import array
-from dataclasses import replace
 from typing import Any
 
 from periscope.core.devices import DeviceMap
@@ -36,13 +35,6 @@ from periscope.core.watermark import from_record, to_record
 from periscope.core.windows import START, W
 
 FORMAT = 1
-
-
-def _without_processes(tel: NodeTelemetry | None) -> NodeTelemetry | None:
-    """The last sample as persisted: duplicate detection and the GPU view read no per-process detail."""
-    if tel is None or not any(d.processes for d in tel.devices):
-        return tel
-    return replace(tel, devices=tuple(replace(d, processes=()) if d.processes else d for d in tel.devices))
 
 
 def _row_to(r: RowState) -> dict[str, Any]:
@@ -132,7 +124,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         "processed": state.processed_ms,
         "pruned": state.pruned_ms,
         "last_xid": {k: to_jsonable(v) for k, v in sorted(state.last_xid.items())},
-        "last_telemetry": to_jsonable(_without_processes(state.last_telemetry)),
+        "last_telemetry": to_jsonable(state.last_telemetry and state.last_telemetry.without_processes()),
         "findings": [to_jsonable(f) for f in state.findings.active()],
         "counters": to_jsonable(state.counters),
         "pub_gpus": {k[4:]: to_positional(v) for k, v in sorted(state.emitted.items())

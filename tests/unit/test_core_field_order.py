@@ -44,3 +44,16 @@ def test_to_row_puts_each_value_in_its_field() -> None:
         avg_util_pct=8.5, wasted_gpu_hours=0.0, gpu_fraction=0.25, windows=(), sample_ms=13,
         unresolved="why", sm_active_pct=4.5, sm_occupancy_pct=5.5, tensor_active_pct=6.5, dram_active_pct=7.5,
     ))
+
+
+def test_a_sample_without_processes_keeps_every_other_field() -> None:
+    from periscope.core.model import DcgmProfile, DeviceSample, Meta, MigRef, NodeTelemetry, ProcessSample
+
+    busy = DeviceSample("MIG-1", "GPU-1", 3, MigRef("MIG-1", "1g.10gb", 1, 2), 1.5, 2.5, 3.5, 4.5, 5.5, 6.5,
+                        True, (ProcessSample(7, "uid", "cid", "guaranteed", 1.0, 2.0, 3.0),), "err",
+                        DcgmProfile(sm_active_pct=7.5))
+    idle = DeviceSample("GPU-2", index=1, util_pct=0.0)
+    tel = NodeTelemetry(Meta("n", "probe/n", 1, 2, 3), (busy, idle))
+    got = tel.without_processes()
+    assert got == dataclasses.replace(tel, devices=(dataclasses.replace(busy, processes=()), idle))
+    assert got.devices[1] is idle and got.without_processes() is got
