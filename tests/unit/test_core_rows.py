@@ -58,3 +58,21 @@ def test_average_matches_adding_up_every_window_each_sample(
             closed = row.closed_unpublished()
             if closed and publish:
                 row.mark_published(closed[-1].start_ms, cfg)
+
+
+def test_a_row_s_windows_take_no_spare_room_once_one_is_published() -> None:
+    """A long-running joiner holds these arrays for every row: an append's spare room is given back
+    when a window is published (one copy a minute)."""
+    import sys
+    from array import array
+
+    cfg = RowConfig()
+    row = RowState(pod_uid="u", namespace="ns", pod="p", container="c", device_id="d", gpu_uuid="g",
+                   mig=None, first_seen_ms=0)
+    for t in range(0, 30 * 60_000, 1000):
+        row.observe(t, Usage(50.0, 1.0, 1.0, "exclusive", "exclusive", 1.0, True), ("podresources",), cfg)
+        if t % cfg.window_ms == 0 and t:
+            row.mark_published(t - cfg.window_ms, cfg)
+    assert len(row.idle_windows) and len(row.windows)
+    for a in (row.windows, row.idle_windows, row.ledger):
+        assert sys.getsizeof(a) == sys.getsizeof(array("d", a))
