@@ -142,6 +142,7 @@ def reconcile_all(
     monitors: dict[tuple[str, str, str], tuple[str, str, str]] = {}
     ambiguous: dict[tuple[str, str, str, str], tuple[str, ...]] = {}
     dra_unresolved: dict[str, str] = {}  # DRA device name -> why no NVML device stands for it
+    names: dict[tuple[str, str], list[str]] | None = None  # pods.by_name(), once an entry needs it
 
     def add(uid: str, ns: str, name: str, container: str, resource: str, dev: str, src: str) -> None:
         key = (uid, container, dev)
@@ -164,7 +165,9 @@ def reconcile_all(
                     f"DRA device {e.driver} {e.pool}/{e.device} not resolved to an NVML device by the "
                     "probe (its dra health says why)"
                 )
-        cands = pods.resolve(e.namespace, e.pod, t_ms)
+        if names is None:
+            names = pods.by_name()
+        cands = pods.resolve(e.namespace, e.pod, t_ms, names)
         for dev in dev_ids:
             ck_uids = ck_by_dev.get((e.container, dev), set())
             uid: str | None = None

@@ -241,7 +241,7 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
     for key in [k for k in state.rows if k[0] in gone]:
         del state.rows[key]
     for uid in gone:
-        state.emitted.pop("pod/" + uid, None)
+        state.emitted.pop(uid, None)
     state.prune_history(t_ms - config.history_ms)
 
 

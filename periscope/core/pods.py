@@ -31,8 +31,7 @@ class PodRecord:
 
 @dataclass(slots=True)
 class PodRegistry:
-    pods: dict[str, PodRecord] = field(default_factory=dict)
-    by_name: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    pods: dict[str, PodRecord] = field(default_factory=dict)  # in the order first heard of
     version: int = 0  # bumps on every effective change (cache key for allocation reconciliation)
     # (version, value) memos of what is derived from the pods alone, e.g. the MPS daemons' UIDs.
     memo: dict[str, tuple[int, Any]] = field(default_factory=dict, compare=False, repr=False)
@@ -45,7 +44,6 @@ class PodRegistry:
         if rec is None:
             rec = PodRecord(info=info, first_seen_ms=ev.meta.time_ms, version=ver)
             self.pods[info.uid] = rec
-            self.by_name.setdefault((info.namespace, info.name), []).append(info.uid)
             changed = True
         else:
             changed = False
@@ -62,9 +60,19 @@ class PodRegistry:
             self.version += 1
         return changed
 
-    def resolve(self, namespace: str, name: str, t_ms: int) -> list[str]:
-        """UIDs that namespace/name could mean at time t (0, 1, or several when ambiguous)."""
-        uids = self.by_name.get((namespace, name), ())
+    def by_name(self) -> dict[tuple[str, str], list[str]]:
+        """(namespace, name) -> UIDs of that name, oldest first. Built for each use (an allocation
+        change resolves all its entries with one): kept, it cost ~230 bytes a pod for a rare lookup."""
+        index: dict[tuple[str, str], list[str]] = {}
+        for uid, rec in self.pods.items():
+            index.setdefault((rec.info.namespace, rec.info.name), []).append(uid)
+        return index
+
+    def resolve(self, namespace: str, name: str, t_ms: int,
+                index: dict[tuple[str, str], list[str]] | None = None) -> list[str]:
+        """UIDs that namespace/name could mean at time t (0, 1, or several when ambiguous); `index`:
+        `by_name()`, where several names are resolved against the same pods."""
+        uids = (index if index is not None else self.by_name()).get((namespace, name), ())
         return [u for u in uids if self.pods[u].alive_at(t_ms)]
 
     def get(self, uid: str) -> PodRecord | None:
@@ -83,13 +91,7 @@ class PodRegistry:
         """Forget pods deleted before `before_ms`; return their UIDs."""
         gone = [u for u, r in self.pods.items() if r.deleted_ms and r.deleted_ms < before_ms]
         for u in gone:
-            rec = self.pods.pop(u)
-            key = (rec.info.namespace, rec.info.name)
-            rest = [x for x in self.by_name.get(key, []) if x != u]
-            if rest:
-                self.by_name[key] = rest
-            else:
-                self.by_name.pop(key, None)
+            del self.pods[u]
         if gone:
             self.version += 1
         return gone

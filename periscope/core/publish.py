@@ -20,7 +20,7 @@ def emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Out
     for o in outs:
         # worth_publishing, by kind (this runs for every pod and GPU of every sample).
         if isinstance(o, PodAttribution):
-            key = "pod/" + o.pod_uid
+            key = o.pod_uid
             last = emitted.get(key)
             if isinstance(last, PodAttribution) and not pod_due(last, o, cfg):
                 continue
@@ -34,14 +34,14 @@ def emit(state: NodeState, outs: list[Output], config: EngineConfig) -> list[Out
             if windows:
                 _published_windows(state, o, config)
         elif isinstance(o, GpuState):
-            key = "gpu/" + o.gpu_uuid
+            key = o.gpu_uuid
             last = emitted.get(key)
             if isinstance(last, GpuState) and not gpu_due(last, o, cfg):
                 continue
             emitted[key] = o
             fresh.append(o)
         else:
-            key = output_key(o)
+            key = "finding/" + o.id
             if worth_publishing(emitted.get(key), o, cfg):
                 emitted[key] = o
                 fresh.append(o)

@@ -3,12 +3,14 @@
 The pod registry, the device inventory and the allocation snapshots a node keeps name the same pods,
 containers and GPUs, each decoded from its own message into its own string objects. When one of them
 is stored (rarely: on change), its strings are swapped for the equal ones the node already holds, so a
-long-running joiner keeps one copy of each UID, name and device ID per node. Values stay equal, so
-nothing that compares or hashes them changes.
+long-running joiner keeps one copy of each UID, name and device ID per node; a string new to the node is
+interned, so the samples' copies of them (which the bus decoder interns) are the same objects too.
+Values stay equal, so nothing that compares or hashes them changes.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, TypeVar
 
@@ -51,7 +53,10 @@ def share(obj: T, pool: Pool) -> T:
 
 def _share(o: Any, pool: Pool) -> Any:
     if type(o) is str:
-        return pool.setdefault(o, o)
+        got = pool.get(o)
+        if got is None:  # interned: the same object as the names the bus decoder interns in samples
+            got = pool[o] = sys.intern(o)
+        return got
     if type(o) is tuple:
         items = [_share(x, pool) for x in o]
         t = o if all(a is b for a, b in zip(items, o, strict=True)) else tuple(items)

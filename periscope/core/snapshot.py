@@ -127,12 +127,14 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         "last_telemetry": to_jsonable(state.last_telemetry and state.last_telemetry.without_processes()),
         "findings": [to_jsonable(f) for f in state.findings.active()],
         "counters": to_jsonable(state.counters),
-        "pub_gpus": {k[4:]: to_positional(v) for k, v in sorted(state.emitted.items())
-                     if k.startswith("gpu/")},
+        "pub_gpus": {k: to_positional(v) for k, v in sorted(state.emitted.items())
+                     if isinstance(v, GpuState)},
     }
     pods: dict[str, dict[str, Any]] = {}
     for key in sorted(state.rows):
-        part = pods.setdefault(key[0], {"rows": [], "pub": to_positional(state.emitted.get("pod/" + key[0]))})
+        pub = state.emitted.get(key[0])
+        part = pods.setdefault(key[0], {
+            "rows": [], "pub": to_positional(pub if isinstance(pub, PodAttribution) else None)})
         part["rows"].append(_row_to(state.rows[key]))
     return node, pods
 
@@ -146,7 +148,6 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
     for p in node["pods"]:
         info: PodInfo = from_jsonable(PodInfo, p["info"])
         reg.pods[info.uid] = PodRecord(info, p["first"], p["deleted"], (p["ver"][0], p["ver"][1]))
-        reg.by_name.setdefault((info.namespace, info.name), []).append(info.uid)
     inventory = from_jsonable(DeviceInventory | None, node["inventory"])
     state = NodeState(
         node=node["node"],
@@ -169,14 +170,14 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
         inputs=from_record(node.get("inputs"), node["watermark"]),
     )
     for uuid, g in node.get("pub_gpus", {}).items():
-        state.emitted["gpu/" + uuid] = from_positional(GpuState, g)
+        state.emitted[uuid] = from_positional(GpuState, g)
     for uid, part in pods.items():
         rows = part if isinstance(part, list) else part["rows"]
         for d in rows:
             r = _row_from(d)
             state.rows[(r.pod_uid, r.container, r.device_id)] = r
         if isinstance(part, dict) and part.get("pub") is not None:
-            state.emitted["pod/" + uid] = from_positional(PodAttribution, part["pub"])
+            state.emitted[uid] = from_positional(PodAttribution, part["pub"])
     return state
 
 

@@ -98,7 +98,10 @@ class NodeState:
     last_xid: dict[str, XidRef] = field(default_factory=dict)
     last_telemetry: NodeTelemetry | None = None  # the last processed sample
     findings: FindingBook = field(default_factory=FindingBook)
-    emitted: dict[str, Output] = field(default_factory=dict)  # last published per key (no windows)
+    # The last output published per key (without windows): a pod's attribution under its UID, a GPU's
+    # state under its UUID ("GPU-" or "MIG-", never a pod UID), a finding under "finding/" + its ID.
+    # (The UIDs and UUIDs are the strings the node holds anyway; a key of their own was 90 bytes each.)
+    emitted: dict[str, Output] = field(default_factory=dict)
     counters: Counters = field(default_factory=Counters)
     devmap: DeviceMap = field(default_factory=DeviceMap)
     inputs: Inputs = field(default_factory=Inputs)  # how far each input stream was read (alignment)
