@@ -20,7 +20,7 @@ import gc
 import os
 import resource
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.common import JOINER_ROW_GOAL, Figure, Goal, deep_size, median, repeat, rounded
 from bench.hotspots import top_self
@@ -32,6 +32,9 @@ from periscope.core import engine
 from periscope.replay.parallel import cores
 from periscope.replay.runner import PendingTelemetry, ReplayConfig, ReplayInput, ReplayResult, replay_events
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
+
+if TYPE_CHECKING:
+    from services.joiner.changelog import PodVersion
 
 GOAL = Goal(">=", 100_000, ">= 100,000 device-samples/s")
 
@@ -149,7 +152,7 @@ class TablesHeld:
 
     def __init__(self) -> None:
         self.values: dict[bytes, bytes] = {}
-        self.versions: dict[str, dict[str, Any]] = {}
+        self.versions: dict[str, dict[str, PodVersion]] = {}  # node -> pod UID -> its last version
 
     @classmethod
     def first(cls, states: dict[str, engine.NodeState]) -> TablesHeld:
@@ -192,7 +195,8 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
              "windows idle detection needs (10 packed + the open one), the last published PodAttribution "
              "and GpuState, the compressed JSON records in the tables and the worker's version of each")
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup, limit, JOINER_ROW_GOAL, [per_row],
-                  f"core NodeState + changelog table records per row after {minutes} min of 1 s ticks")
+                  f"core NodeState + changelog table records + per-pod versions per row after {minutes} min "
+                  "of 1 s ticks")
 
 
 def as_read(records: list[tuple[Topic, bytes]]) -> list[ReplayInput]:
