@@ -250,8 +250,10 @@ class Joiner:
             fresh = self._fresh(slot, t.outs)
             catching = not fresh or catching_up(
                 fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped)
-            # (The partition's end is asked only where the node is catching up.)
-            caught_up = catching and self.backlog(slot.partition) == 0
+            # (The partition's end is asked only where the node is catching up. Ends are refreshed
+            # every few seconds, so a worker can be past the last one it was told: below zero.)
+            left = self.backlog(slot.partition) if catching else None
+            caught_up = left is not None and left <= 0
             fresh = self._outgoing(slot, fresh, catching, caught_up)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)

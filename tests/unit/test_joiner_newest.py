@@ -345,3 +345,20 @@ async def test_what_was_gathered_goes_out_once_the_nodes_records_stop_coming() -
     assert all(batch == [] for batch in during[1:])
     assert len([o for o in at_tick if isinstance(o, GpuState)]) == 2 and at_stop == []
     _same_as_the_core([o for b in published for o in b], _core(feed, CONFIG))
+
+
+async def test_an_end_offset_behind_the_worker_counts_as_caught_up() -> None:
+    # The partitions' end offsets are refreshed every few seconds, so a worker reads past the last one
+    # it was told: a backlog below zero, which is caught up, not catching up (the outputs waited for
+    # the next refresh).
+    feed, ends, batches = _read_to_the_end()
+    stale = {**ends, T.TELEMETRY.name: ends[T.TELEMETRY.name] - 10}
+    published = await _published(batches, CONFIG, stale, lagging=False, waited_s=10.0)
+    *during, at_stop = published
+    # Gathered until the batch that reads through the stale end; each batch after it is published.
+    reached = next(i for i, b in enumerate(batches)
+                   if any(e.message.topic == T.TELEMETRY.name
+                          and e.message.offset + 1 == stale[T.TELEMETRY.name] for e in b))
+    assert all(batch == [] for batch in during[1:reached])
+    assert all(batch for batch in during[reached:]) and at_stop == []
+    _same_as_the_core([o for b in published for o in b], _core(feed, CONFIG))
