@@ -7,23 +7,52 @@ and the state snapshots replay can start from.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
+from collections.abc import Callable
 from enum import Enum
 from functools import cache
 from typing import Any
 
 
 def to_jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in _fields(type(obj))}
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, tuple | list):
-        return [to_jsonable(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    return obj
+    tp = type(obj)
+    if tp in _SCALARS:
+        return obj
+    enc = _TO_JSONABLE.get(tp)
+    if enc is None:
+        enc = _TO_JSONABLE[tp] = _encoder(tp, to_jsonable, positional=False)
+    return enc(obj)
+
+
+# Per-type encoders, built once per class: the state is written every few seconds per node, and
+# asking dataclasses.is_dataclass of every value took most of a persist's time.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_TO_JSONABLE: dict[type, Callable[[Any], Any]] = {}
+_TO_POSITIONAL: dict[type, Callable[[Any], Any]] = {}
+
+
+def _encoder(tp: type, each: Callable[[Any], Any], positional: bool) -> Callable[[Any], Any]:
+    if dataclasses.is_dataclass(tp):
+        names = tuple(f.name for f in _fields(tp))
+        if not names:
+            return lambda obj: [] if positional else {}
+        get = operator.attrgetter(*names)
+        if len(names) == 1:  # (attrgetter of one name gives the value, not a tuple)
+            if positional:
+                return lambda obj: [each(get(obj))]
+            return lambda obj: {names[0]: each(get(obj))}
+        if positional:
+            return lambda obj: list(map(each, get(obj)))
+        return lambda obj: dict(zip(names, map(each, get(obj)), strict=True))
+    if issubclass(tp, Enum):
+        return lambda obj: obj.value
+    if issubclass(tp, tuple | list):
+        return lambda obj: list(map(each, obj))
+    if issubclass(tp, dict) and not positional:
+        return lambda obj: {str(k): each(v) for k, v in obj.items()}
+    return lambda obj: obj
 
 
 @cache
@@ -71,13 +100,13 @@ def from_jsonable(tp: Any, data: Any) -> Any:
 def to_positional(obj: Any) -> Any:
     """Like to_jsonable, but a dataclass becomes the list of its field values in declaration order:
     about a third of the size, for records written often (the last published outputs)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [to_positional(getattr(obj, f.name)) for f in _fields(type(obj))]
-    if isinstance(obj, Enum):
-        return obj.value
-    if isinstance(obj, tuple | list):
-        return [to_positional(x) for x in obj]
-    return obj
+    tp = type(obj)
+    if tp in _SCALARS:
+        return obj
+    enc = _TO_POSITIONAL.get(tp)
+    if enc is None:
+        enc = _TO_POSITIONAL[tp] = _encoder(tp, to_positional, positional=True)
+    return enc(obj)
 
 
 def from_positional(tp: Any, data: Any) -> Any:
