@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -227,18 +227,22 @@ class ChangelogTable:
         return value if isinstance(value, bytes) else None
 
     def put(self, key: bytes, value: bytes, partition: int) -> Any:
-        fut = self.table.send_changelog(partition, key, value)
-        self.table.data[key] = value
-        if self._written is not None:
-            self._written[key] = partition
-        return fut
+        # As a batch of one, not through Faust's per-message buffer: when that holds more than 100
+        # messages (a persist's pod records), Faust stops handing input records over until it drained.
+        return self.put_many([(key, value, partition)])[partition]
 
-    def put_many(self, items: list[tuple[bytes, bytes, int]]) -> dict[int, Awaitable[Any]]:
-        """Write (key, value, partition) records as one record batch per partition (a send each through
-        Faust costs a buffered message, a future and a callback); partition -> delivery of its records.
-        The values are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
+    def put_many(self, items: Sequence[tuple[bytes, bytes | None, int]]) -> dict[int, Awaitable[Any]]:
+        """Write (key, value, partition) records (value None: a tombstone) as one record batch per
+        partition (a send each through Faust costs a buffered message, a future and a callback);
+        partition -> delivery of its records. The values are raw bytes, as the table's changelog holds
+        them (key_type/value_type bytes)."""
         data, written = self.table.data, self._written
         for key, value, partition in items:
+            if value is None:  # a tombstone (delete)
+                data.pop(key, None)
+                if written is not None:
+                    written.pop(key, None)
+                continue
             data[key] = value
             if written is not None:
                 written[key] = partition
@@ -249,7 +253,7 @@ class ChangelogTable:
         task.add_done_callback(self._sending.discard)
         return dict(done)
 
-    async def _send(self, items: list[tuple[bytes, bytes, int]],
+    async def _send(self, items: Sequence[tuple[bytes, bytes | None, int]],
                     done: dict[int, asyncio.Future[None]]) -> None:
         try:
             # In the order the writes were made (the lock is FIFO), so a key's last record is its newest.
@@ -273,11 +277,8 @@ class ChangelogTable:
             raise
 
     def delete(self, key: bytes, partition: int) -> Any:
-        fut = self.table.send_changelog(partition, key, None, value_serializer="raw")
-        self.table.data.pop(key, None)
-        if self._written is not None:
-            self._written.pop(key, None)
-        return fut
+        # (The same path as the writes, so a key's tombstone and records keep their order.)
+        return self.put_many([(key, None, partition)])[partition]
 
     def fence(self, partition: int) -> Any:
         """Append a record that only marks a point in the changelog partition, for brokers whose end

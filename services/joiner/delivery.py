@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,9 +161,9 @@ class RecordBatches:
                   for topic, key, value in records]
         return [fut for _, fut in await self.send_to(placed)]
 
-    async def send_to(self, records: list[tuple[str, int, bytes, bytes]]) -> list[tuple[int, Any]]:
-        """Send (topic, partition, key, value) records, in order per partition; returns each record
-        batch's partition and delivery future."""
+    async def send_to(self, records: Sequence[tuple[str, int, bytes, bytes | None]]) -> list[tuple[int, Any]]:
+        """Send (topic, partition, key, value) records (value None: a tombstone), in order per
+        partition; returns each record batch's partition and delivery future."""
         aio = self._producer._ensure_producer()
         futures: list[tuple[int, Any]] = []
         open_: dict[tuple[str, int], Any] = {}

@@ -515,7 +515,8 @@ class Joiner:
         events, slot.held = slot.held, []
         slot.dirty, slot.persisting = False, True
         slot.persist_due = next_persist(slot.node, self._clock(), self.persist_interval_s)
-        writes = [self.pods.put(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
+        pods = [(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
+        writes = list(self.pods.put_many(pods).values()) if pods else []  # one hand-over
         task = asyncio.ensure_future(
             self._complete(slot, plan.node, plan.removed, writes, events, self.epoch))
         self._tasks.add(task)
