@@ -18,6 +18,7 @@ independent phases, so the age of what a query sees is U(0,30) + U(0,15) s: medi
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import subprocess
@@ -60,12 +61,13 @@ def incumbent_staleness(p: float) -> float:
 
 LATENESS_S = DEFAULT_CONFIG.lateness_ms / 1000  # the joiner's (PERISCOPE_LATENESS is not set here)
 SLOTS = 10  # nodes tick in 10 phases 100 ms apart, as independent probes would, not all at once
+ON_SCHEDULE_SLACK_MS = 200  # a synthetic node's next tick this much later than 1 s is late
 
 
 async def _load(sims: list[SyntheticNode], pub: Publisher, stop: asyncio.Event,
-                stats: dict[str, Any]) -> None:
+                stats: dict[str, Any], published: dict[str, list[int]]) -> None:
     """Every wall-clock second, each node's tick stamped with the wall clock (like a probe); node i
-    ticks at phase (i mod SLOTS) / SLOTS of the second."""
+    ticks at phase (i mod SLOTS) / SLOTS of the second. `published`: each node's event times sent."""
     slots = [sims[k::SLOTS] for k in range(SLOTS)]
     n = 0
     next_at = float(int(time.time()) + 1)
@@ -84,6 +86,8 @@ async def _load(sims: list[SyntheticNode], pub: Publisher, stop: asyncio.Event,
                 stats["ticks_failed"] = stats.get("ticks_failed", 0) + 1  # oldest samples would be
                 continue
             stats["max_send_s"] = max(stats.get("max_send_s", 0.0), time.time() - t_ms / 1000)
+            for s in group:
+                published.setdefault(s.name, []).append(t_ms)
         stats["ticks"] = n = n + 1
         next_at += 1.0
         while next_at < time.time():  # fell behind by a whole tick: skip it, and say so
@@ -115,9 +119,10 @@ async def _poll(url: str, record_after: float, poll_s: float, stop: asyncio.Even
 
 
 async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float, stop: threading.Event,
-                         ages: list[float]) -> None:
-    """Age of each marker PodAttribution when it reaches periscope.attribution.v1 (joiner side of the
-    pipeline), read with a 20 ms fetch wait on a thread of its own so this watcher adds little."""
+                         ages: list[tuple[str, int, float]]) -> None:
+    """(node, sample time, age) of each marker PodAttribution when it reaches periscope.attribution.v1
+    (joiner side of the pipeline), read with a 20 ms fetch wait on a thread of its own so this watcher
+    adds little."""
     from aiokafka import TopicPartition
 
     from periscope.bus.admin import partition_counts
@@ -142,7 +147,7 @@ async def _watch_outputs(bootstrap: str, pod_uids: set[str], record_after: float
                     newest = max((row.last_seen_ms for row in pa.rows), default=0)
                     if newest > seen.get(uid, 0):
                         if seen.get(uid) and now >= record_after:
-                            ages.append(now - newest / 1000)
+                            ages.append((pa.node, newest, now - newest / 1000))
                         seen[uid] = newest
     finally:
         await c.stop()
@@ -169,6 +174,28 @@ def lateness_effect(ages: dict[tuple[str, int], float], nodes: set[str],
             "age_p50_s_otherwise": rounded(percentile(other, 50)) if other else None}
 
 
+def on_schedule(sampled: list[tuple[str, int, float]], published: dict[str, list[int]],
+                slack_ms: int = ON_SCHEDULE_SLACK_MS) -> dict[str, Any]:
+    """The synthetic markers' ages at the output topic split by whether their node's next tick was
+    published on schedule (at most a tick and `slack_ms` later). A sample is joined once a later event
+    of its node arrives, so one whose next tick this process sent late (it shares the machine with
+    the pipeline and falls behind now and then) waits for that tick: the load's delay, not the joiner's."""
+    on: list[float] = []
+    late: list[float] = []
+    for node, t, age in sampled:
+        times = published.get(node)
+        if not times:
+            continue  # a real probe's node: its ticks are not known here
+        i = bisect.bisect_right(times, t)
+        if i == len(times):
+            continue  # no later tick sent before the measurement ended
+        (on if times[i] - t <= 1000 + slack_ms else late).append(age)
+    return {"synthetic_next_tick_on_schedule": _quantiles(on),
+            "synthetic_next_tick_late": _quantiles(late),
+            "next_tick_late_means": f"the node's next tick was sent more than {1000 + slack_ms} ms after "
+                                    "the sample (this process fell behind)"}
+
+
 def _quantiles(xs: list[float]) -> dict[str, Any]:
     if not xs:
         return {"samples": 0}
@@ -185,7 +212,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
     worker = processes.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
     api = processes.api(bootstrap, tmp)
     ages: dict[tuple[str, int], float] = {}
-    out_ages: list[float] = []
+    out_ages: list[tuple[str, int, float]] = []
+    published: dict[str, list[int]] = {}
     stats: dict[str, Any] = {}
     running: list[subprocess.Popen[bytes]] = []
     with probes.Kubelets() as kubelets:
@@ -225,7 +253,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                 watch = threading.Thread(target=asyncio.run, daemon=True, args=(_watch_outputs(
                     bootstrap, marker_uids, started + warm_s, stop_watch, out_ages),))
                 watch.start()
-                tasks = [asyncio.ensure_future(_load(sims, pub, stop, stats)),
+                tasks = [asyncio.ensure_future(_load(sims, pub, stop, stats, published)),
                          asyncio.ensure_future(_poll(url, started + warm_s, poll_s, stop, ages, stats))]
                 await asyncio.sleep(warm_s)
                 c_worker, c_api, t0 = worker.cpu_s(), api.cpu_s(), time.monotonic()
@@ -246,14 +274,15 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                 probes.stop_probe(p)
             worker.stop()
             api.stop()
-    ages, out_ages = measured, measured_out
+    ages, out_sampled = measured, measured_out
+    topic_ages = [age for _, _, age in out_sampled]
     by_kind = {"real": [a for (n, _), a in ages.items() if n in real],
                "synthetic": [a for (n, _), a in ages.items() if n in synthetic]}
     headline = by_kind["real"] if real else by_kind["synthetic"]
     if len(headline) < 5:
         raise RuntimeError(f"only {len(headline)} freshness samples ({len(by_kind['real'])} of real probes, "
-                           f"{len(by_kind['synthetic'])} of synthetic markers, {len(out_ages)} at the output "
-                           f"topic); worker log:\n{worker.log()[-1500:]}\n"
+                           f"{len(by_kind['synthetic'])} of synthetic markers, {len(topic_ages)} at the "
+                           f"output topic); worker log:\n{worker.log()[-1500:]}\n"
                            f"api log:\n{api.log()[-1500:]}")
     p50, p99 = percentile(headline, 50), percentile(headline, 99)
     inc50, inc99 = incumbent_staleness(50), incumbent_staleness(99)
@@ -272,9 +301,10 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                    if real else "one per published node sample; synthetic markers (no real probe)",
         "real_probes": {**_quantiles(by_kind["real"]), **lateness_effect(ages, real)},
         "synthetic_markers": {**_quantiles(by_kind["synthetic"]), **lateness_effect(ages, synthetic)},
-        "at_output_topic": {**_quantiles(out_ages),
+        "at_output_topic": {**_quantiles(topic_ages),
                             "what": "sample event time -> the marker PodAttribution arriving on "
-                                    "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)"},
+                                    "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)",
+                            **on_schedule(out_sampled, published)},
         "warm_up_s": warm_s, "span_s": span_s,
         "joiner_lateness": f"{LATENESS_S:g}s (default): a sample is joined once a later event of its node "
                            f"shows the watermark at least {LATENESS_S:g} s past it",
@@ -282,7 +312,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
     }
     late = lateness_effect(ages, real or synthetic)
     early = late["next_tick_early_share"] or 0.0
-    topic_p50 = _quantiles(out_ages).get("p50_s")
+    topic_p50 = _quantiles(topic_ages).get("p50_s")
     limit = (f"the joiner's lateness: a sample is joined once a later event of its node is at least "
              f"{LATENESS_S:g} s newer (with 1 s ticks, the next tick; {early:.0%} of samples had their next "
              "tick come sooner and waited for the one after); then the mark write is acked before "

@@ -133,6 +133,17 @@ def test_incumbent_staleness_quantiles() -> None:
     assert freshness.incumbent_staleness(1) < freshness.incumbent_staleness(10) < 15
 
 
+def test_output_ages_split_by_whether_the_next_tick_came_on_schedule() -> None:
+    published = {"a": [1_000, 2_001, 4_000, 5_000], "b": [1_000, 2_150]}
+    sampled = [("a", 1_000, 1.1), ("a", 2_001, 2.1), ("a", 4_000, 1.2), ("a", 5_000, 1.0),
+               ("b", 1_000, 1.3), ("real", 1_000, 1.4)]
+    split = freshness.on_schedule(sampled, published)
+    # a's 2,001 waited for a tick sent 1,999 ms later; a's last and the real probe's have no known next.
+    assert split["synthetic_next_tick_late"] == {"p50_s": 2.1, "p99_s": 2.1, "max_s": 2.1, "samples": 1}
+    assert split["synthetic_next_tick_on_schedule"]["samples"] == 3
+    assert split["synthetic_next_tick_on_schedule"]["max_s"] == 1.3
+
+
 def test_percentile_sizes_and_profile_parsing() -> None:
     assert common.percentile([5, 1, 4, 2, 3], 50) == 3
     assert common.percentile(range(1, 101), 99) == 99
