@@ -43,6 +43,10 @@ def _encoder(tp: type, each: Callable[[Any], Any], positional: bool) -> Callable
             if positional:
                 return lambda obj: [each(get(obj))]
             return lambda obj: {names[0]: each(get(obj))}
+        if _scalar_fields(tp):  # (most of a process sample's encoding went to calls on its scalars)
+            if positional:
+                return lambda obj: list(get(obj))
+            return lambda obj: dict(zip(names, get(obj), strict=True))
         if positional:
             return lambda obj: list(map(each, get(obj)))
         return lambda obj: dict(zip(names, map(each, get(obj)), strict=True))
@@ -53,6 +57,22 @@ def _encoder(tp: type, each: Callable[[Any], Any], positional: bool) -> Callable
     if issubclass(tp, dict) and not positional:
         return lambda obj: {str(k): each(v) for k, v in obj.items()}
     return lambda obj: obj
+
+
+def _scalar_fields(cls: type) -> bool:
+    """Whether every field of dataclass `cls` is declared a JSON scalar (str, int, float, bool, or one
+    of them or None): its values are then written as they are."""
+    try:
+        hints = _hints(cls)
+    except Exception:  # a hint that does not resolve: not known to be scalar
+        return False
+    for f in _fields(cls):
+        hint = hints.get(f.name)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        args = typing.get_args(hint) if union else (hint,)
+        if not all(a in _SCALARS for a in args):
+            return False
+    return True
 
 
 @cache
