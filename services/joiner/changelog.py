@@ -64,13 +64,18 @@ def _digest(blob: bytes) -> bytes:
     return hashlib.blake2b(blob, digest_size=16).digest()
 
 
-def pod_version(seq: int, blob: bytes, record: bytes, *, stale: bool = False) -> PodVersion:
+def pod_version(seq: int, blob: bytes, record: bytes, *, stale: bool = False,
+                inflated: bytes | None = None) -> PodVersion:
     """The version whose JSON is `blob`, as it lies in the pod record `record` (its rows, or when
-    `stale` its previous version); packed on its own where the record does not hold it verbatim."""
-    try:
-        data = zlib.decompress(record)
-    except zlib.error:  # an uncompressed record
-        data = b""
+    `stale` its previous version); packed on its own where the record does not hold it verbatim.
+    `inflated`: the record decompressed, where the caller has it."""
+    if inflated is not None:
+        data = inflated if record[:1] != b"{" else b""
+    else:
+        try:
+            data = zlib.decompress(record)
+        except zlib.error:  # an uncompressed record
+            data = b""
     at = data.rfind(blob) if stale else data.find(blob)
     if at < 0:  # another writer's formatting, or an uncompressed record
         record, at = _pack(blob), 0
@@ -133,13 +138,19 @@ def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) ->
 
 def load_record(data: bytes, what: str = "record") -> dict[str, Any]:
     """A node or pod record as written by plan_persist (compressed or not)."""
+    return _load(data, what)[0]
+
+
+def _load(data: bytes, what: str) -> tuple[dict[str, Any], bytes]:
+    """The record and its JSON text."""
     try:
-        obj = json.loads(data if data[:1] == b"{" else zlib.decompress(data))
+        text = data if data[:1] == b"{" else zlib.decompress(data)
+        obj = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, zlib.error) as e:
         raise StateError(f"{what}: not JSON ({e})") from None
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise StateError(f"{what}: unsupported record format")
-    return obj
+    return obj, text
 
 
 def restore(node: str, node_record: bytes | None, get_pod: Callable[[str], bytes | None]) -> Restored:
@@ -155,14 +166,14 @@ def restore(node: str, node_record: bytes | None, get_pod: Callable[[str], bytes
         if raw is None:
             log.warning("node %s: record of pod %s is missing; its rows start over", node, uid)
             continue
-        prec = load_record(raw, f"pod record {uid!r}")
+        prec, text = _load(raw, f"pod record {uid!r}")
         if int(prec["seq"]) <= seq:
             rows = pod_parts[uid] = prec["rows"]
-            versions[uid] = pod_version(int(prec["seq"]), _dumps(rows), raw)
+            versions[uid] = pod_version(int(prec["seq"]), _dumps(rows), raw, inflated=text)
         elif prec["prev_seq"] is not None and int(prec["prev_seq"]) <= seq:
             # The last persist wrote this pod but died before its node record: use the version before.
             rows = pod_parts[uid] = prec["prev"]
-            versions[uid] = pod_version(int(prec["prev_seq"]), _dumps(rows), raw, stale=True)
+            versions[uid] = pod_version(int(prec["prev_seq"]), _dumps(rows), raw, stale=True, inflated=text)
         else:
             log.warning("node %s: pod %s has no version as old as persist %d; its rows start over",
                         node, uid, seq)
