@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import zlib
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -197,6 +197,9 @@ def decode_mark(data: bytes | None) -> int:
         return 0
 
 
+Write = tuple[bytes, bytes | None, int]  # key, value (None: a tombstone), partition
+
+
 class TableIO(Protocol):
     """A changelogged table written with an explicit partition (outside any stream event)."""
 
@@ -218,7 +221,10 @@ class ChangelogTable:
         self.table = table
         self.batches = batches
         self.fences = fences
-        self._lock = asyncio.Lock()
+        # Writes not yet handed to the producer, in the order they were made, and the task handing them
+        # over: all that waited is handed over at once (a record batch per partition for many writes).
+        self._queued: list[tuple[Sequence[Write], dict[int, asyncio.Future[None]]]] = []
+        self._writer: asyncio.Future[None] | None = None
         self._sending: set[asyncio.Future[None]] = set()
         # key -> partition of the records written here; kept only for a table asked `keys_on` (`listed`).
         self._written: dict[bytes, int] | None = {} if listed else None
@@ -242,7 +248,7 @@ class ChangelogTable:
         # messages (a persist's pod records), Faust stops handing input records over until it drained.
         return self.put_many([(key, value, partition)])[partition]
 
-    def put_many(self, items: Sequence[tuple[bytes, bytes | None, int]]) -> dict[int, Awaitable[Any]]:
+    def put_many(self, items: Sequence[Write]) -> dict[int, Awaitable[Any]]:
         """Write (key, value, partition) records (value None: a tombstone) as one record batch per
         partition (a send each through Faust costs a buffered message, a future and a callback);
         partition -> delivery of its records. The values are raw bytes, as the table's changelog holds
@@ -259,33 +265,57 @@ class ChangelogTable:
                 written[key] = partition
         loop = asyncio.get_running_loop()
         done: dict[int, asyncio.Future[None]] = {p: loop.create_future() for _, _, p in items}
-        task = asyncio.ensure_future(self._send(items, done))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        self._queued.append((items, done))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
         return dict(done)
 
-    async def _send(self, items: Sequence[tuple[bytes, bytes | None, int]],
-                    done: dict[int, asyncio.Future[None]]) -> None:
-        try:
-            # In the order the writes were made (the lock is FIFO), so a key's last record is its newest.
-            async with self._lock:
+    async def _write(self) -> None:
+        """Hand what was queued to the producer, in order (so a key's last record is its newest), all of
+        it at once; its deliveries are awaited aside, so the next writes are handed over meanwhile. (A
+        record batch each made every write wait for its partition's previous batch to leave: a worker
+        catching up on hundreds of nodes persisted slower than it read, and held their input records.)"""
+        while self._queued:
+            taken, self._queued = self._queued, []
+            try:
                 topic = self.table.changelog_topic.get_topic_name()
-                sent = await self.batches.send_to([(topic, p, key, value) for key, value, p in items])
+                sent = await self.batches.send_to(
+                    [(topic, p, key, value) for items, _ in taken for key, value, p in items])
+            except BaseException as e:
+                error = e if isinstance(e, Exception) else RuntimeError("write abandoned")
+                for _, done in [*taken, *self._queued]:
+                    for fut in done.values():
+                        if not fut.done():
+                            fut.set_exception(error)
+                self._queued = []
+                raise
             by_partition: dict[int, list[Any]] = {}
             for partition, fut in sent:
                 by_partition.setdefault(partition, []).append(fut)
-            for partition, futs in by_partition.items():
-                try:
-                    await asyncio.gather(*futs)
-                except Exception as e:
-                    done[partition].set_exception(e)
-                else:
-                    done[partition].set_result(None)
-        except BaseException as e:
-            for fut in done.values():
-                if not fut.done():
-                    fut.set_exception(e if isinstance(e, Exception) else RuntimeError("write abandoned"))
-            raise
+            self._aside(self._delivered(by_partition, [done for _, done in taken]))
+
+    def _aside(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    @staticmethod
+    async def _delivered(by_partition: dict[int, list[Any]], waiting: list[dict[int, asyncio.Future[None]]]
+                         ) -> None:
+        """Settle each write's per-partition delivery once its partition's record batches are delivered."""
+        for partition, futs in by_partition.items():
+            try:
+                await asyncio.gather(*futs)
+                error: BaseException | None = None
+            except Exception as e:
+                error = e
+            for done in waiting:
+                fut = done.get(partition)
+                if fut is not None and not fut.done():
+                    if error is None:
+                        fut.set_result(None)
+                    else:
+                        fut.set_exception(error)
 
     def delete(self, key: bytes, partition: int) -> Any:
         # (The same path as the writes, so a key's tombstone and records keep their order.)
