@@ -15,22 +15,31 @@ from enum import Enum
 from functools import cache
 from typing import Any
 
-
-def to_jsonable(obj: Any) -> Any:
-    tp = type(obj)
-    if tp in _SCALARS:
-        return obj
-    enc = _TO_JSONABLE.get(tp)
-    if enc is None:
-        enc = _TO_JSONABLE[tp] = _encoder(tp, to_jsonable, positional=False)
-    return enc(obj)
-
-
 # Per-type encoders, built once per class: the state is written every few seconds per node, and
 # asking dataclasses.is_dataclass of every value took most of a persist's time.
 _SCALARS = frozenset({str, int, float, bool, type(None)})
-_TO_JSONABLE: dict[type, Callable[[Any], Any]] = {}
-_TO_POSITIONAL: dict[type, Callable[[Any], Any]] = {}
+
+
+def _dispatch(positional: bool) -> Callable[[Any], Any]:
+    """The encoding function: scalars as they are, anything else by its type's encoder."""
+    encoders: dict[type, Callable[[Any], Any]] = {}
+
+    def encode(obj: Any) -> Any:
+        tp = type(obj)
+        if tp in _SCALARS:
+            return obj
+        enc = encoders.get(tp)
+        if enc is None:
+            enc = encoders[tp] = _encoder(tp, encode, positional)
+        return enc(obj)
+
+    return encode
+
+
+to_jsonable = _dispatch(positional=False)
+# Like to_jsonable, but a dataclass becomes the list of its field values in declaration order: about a
+# third of the size, for records written often (the last published outputs).
+to_positional = _dispatch(positional=True)
 
 
 def _encoder(tp: type, each: Callable[[Any], Any], positional: bool) -> Callable[[Any], Any]:
@@ -115,18 +124,6 @@ def from_jsonable(tp: Any, data: Any) -> Any:
     if tp is float and isinstance(data, int):
         return float(data)
     return data
-
-
-def to_positional(obj: Any) -> Any:
-    """Like to_jsonable, but a dataclass becomes the list of its field values in declaration order:
-    about a third of the size, for records written often (the last published outputs)."""
-    tp = type(obj)
-    if tp in _SCALARS:
-        return obj
-    enc = _TO_POSITIONAL.get(tp)
-    if enc is None:
-        enc = _TO_POSITIONAL[tp] = _encoder(tp, to_positional, positional=True)
-    return enc(obj)
 
 
 def from_positional(tp: Any, data: Any) -> Any:
