@@ -244,15 +244,15 @@ class ChangelogTable:
         return value if isinstance(value, bytes) else None
 
     def put(self, key: bytes, value: bytes, partition: int) -> Any:
-        # As a batch of one, not through Faust's per-message buffer: when that holds more than 100
-        # messages (a persist's pod records), Faust stops handing input records over until it drained.
+        # Not through Faust's per-message buffer: when that holds more than 100 messages (a persist's
+        # pod records), Faust stops handing input records over until it drained.
         return self.put_many([(key, value, partition)])[partition]
 
     def put_many(self, items: Sequence[Write]) -> dict[int, Awaitable[Any]]:
-        """Write (key, value, partition) records (value None: a tombstone) as one record batch per
-        partition (a send each through Faust costs a buffered message, a future and a callback);
-        partition -> delivery of its records. The values are raw bytes, as the table's changelog holds
-        them (key_type/value_type bytes)."""
+        """Write (key, value, partition) records (value None: a tombstone), handed to the producer with
+        the other writes waiting then, as record batches per partition (a send each through Faust costs
+        a buffered message, a future and a callback); partition -> delivery of its records. The values
+        are raw bytes, as the table's changelog holds them (key_type/value_type bytes)."""
         data, written = self.table.data, self._written
         for key, value, partition in items:
             if value is None:  # a tombstone (delete)
