@@ -36,8 +36,10 @@ def _scenario() -> dict[str, Any]:
     events: list[dict[str, Any]] = [{"at": "30s", "fault": "joiner-stop", "duration": "3m"}]
     events += [{"at": f"{t}s", "xid": {"node": "gpu-a", "gpu": i % 2, "code": 13 + i}}
                for i, t in enumerate(XID_AT)]
-    # A minute and a half after the joiner is back: it catches up while the sampler watches.
-    return {"name": "catch-up", "seed": 5, "duration": "5m", "tick": "1s",
+    # Two and a half minutes after the joiner is back: it catches up while the sampler watches, then runs
+    # live (a caught-up worker publishes each key's newest state, so the API's distinct states come mostly
+    # from the live minutes: GPU states on change or every 5 s heartbeat).
+    return {"name": "catch-up", "seed": 5, "duration": "6m", "tick": "1s",
             "nodes": [{"name": "gpu-a", "gpus": [{"model": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}] * 2}],  # noqa: E501
             "pods": pods, "events": events}
 
