@@ -777,7 +777,11 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
         if isinstance(o, GpuState):
             by_gpu.setdefault(o.gpu_uuid, []).append(o)
     live_gpus = [o for o in log.outputs() if isinstance(o, GpuState)]
-    assert len(live_gpus) > 100
+    # Checked below: the states published during the catch-up, not only the last ones. A worker
+    # catching up publishes only the newest state per GPU at each of its persists (every 2 s here), so
+    # how many there are depends on its speed (72-140 seen); at least a few points in the backlog.
+    during = {o.as_of_ms for o in live_gpus if o.as_of_ms < last - 60 * S}
+    assert len(during) >= 3 and {o.gpu_uuid for o in live_gpus} == set(_gpus(spec)), sorted(during)
     wrong = []
     for o in live_gpus:
         refs = [r for r in by_gpu[o.gpu_uuid] if r.as_of_ms <= o.as_of_ms]
