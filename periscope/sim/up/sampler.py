@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from periscope.clock import ScaledClock, real_seconds
-from periscope.contract.values import rfc3339
+from periscope.contract.values import parse_time_ms, rfc3339
 
 
 def snapshots_path(truth: Path) -> Path:
@@ -65,9 +67,13 @@ class Sampler(threading.Thread):
         self.headers = headers or {}  # with --api-auth: a cluster-wide user's token
         self.out = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by finish()
         self.stopping = threading.Event()
+        self.lags_ms: list[int] = []  # how far each sampled view's as_of was behind the clock
+
+    def _client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.api, timeout=5.0, headers=self.headers)
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.api, timeout=5.0, headers=self.headers) as client:
+        with self._client() as client:
             k = 0
             while not self.stopping.is_set():
                 wait_s = real_seconds(self.clock, self.start_ms + k * self.tick_ms - self.clock.now_ms())
@@ -81,15 +87,44 @@ class Sampler(threading.Thread):
                     gpus = api_get(client, "/v1/gpus")[0]
                     self._write({"kind": "snapshot", "at_ms": at, "at": rfc3339(at), "as_of": as_of,
                                  "pods": pods, "gpus": gpus})
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                at = self.clock.now_ms()
-                self._write(final_row(client, at, at=rfc3339(at)))
+                    if as_of is not None:
+                        self.lags_ms.append(at - parse_time_ms(as_of))
+
+    def settle(self, end_ms: int, limit_s: float) -> tuple[float, int | None]:
+        """After the scenario's end, before the final row: wait (at most `limit_s` real seconds) until
+        the API's view has reached `end_ms` as closely as it usually follows the clock, so the final
+        listings hold what the whole run published (a joiner still catching up has not published it
+        yet). Returns (seconds waited, how far behind the view still was; None: not known)."""
+        self._stop_sampling()  # no snapshots of ticks past the end
+        usual = statistics.median(self.lags_ms) if self.lags_ms else 0
+        allowance = max(2 * usual, 2 * self.tick_ms)
+        began = time.monotonic()
+        behind: int | None = None
+        with self._client() as client:
+            while True:
+                with contextlib.suppress(httpx.HTTPError, ValueError):
+                    as_of = api_get(client, "/v1/pods?active=true")[1]
+                    behind = None if as_of is None else max(0, end_ms - parse_time_ms(as_of))
+                waited = time.monotonic() - began
+                if (behind is not None and behind <= allowance) or waited >= limit_s:
+                    return waited, behind
+                time.sleep(0.25)
+
+    def _stop_sampling(self) -> None:
+        self.stopping.set()
+        if self.ident is not None:  # started
+            self.join(15)
 
     def _write(self, row: dict[str, Any]) -> None:
         self.out.write(json.dumps(row, separators=(",", ":")) + "\n")
         self.out.flush()
 
     def finish(self) -> None:
-        self.stopping.set()
-        self.join(15)
+        """Stop sampling and write the final row (once; later calls do nothing)."""
+        if self.out.closed:
+            return
+        self._stop_sampling()
+        with contextlib.suppress(httpx.HTTPError, ValueError), self._client() as client:
+            at = self.clock.now_ms()
+            self._write(final_row(client, at, at=rfc3339(at)))
         self.out.close()

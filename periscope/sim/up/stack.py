@@ -55,6 +55,8 @@ from periscope.sim.up.services import JOINER_APP_ID, Tuning, py, services
 SERVICES_GRACE_S = 6.0
 SIM_GRACE_S = 2.0
 BROKER_GRACE_S = 1.0
+# How long a --truth run's final listings wait for the API's view to reach the scenario's end.
+SETTLE_S = 30.0
 KAFKA_GRACE_S = 5.0  # a clean shutdown of Apache Kafka writes its checkpoints; a kill only costs recovery
 
 
@@ -264,8 +266,22 @@ class Stack:
                 self.renew_broker()
             if self.opts.exit_at_end and now >= end:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
+                self._final_snapshot(end)
                 return
             time.sleep(0.05)
+
+    def _final_snapshot(self, end_ms: int) -> None:
+        """With --truth: the final listings once the API's view reached the scenario's end (a joiner
+        still catching up has not yet published the end of the run), or after SETTLE_S."""
+        if self.sampler is None:
+            return
+        waited, behind = self.sampler.settle(end_ms, SETTLE_S)
+        if behind is None or waited >= SETTLE_S:
+            how = "with no view" if behind is None else f"{behind / 1000:g}s of scenario time behind"
+            self._say(f"the API was still {how} after {SETTLE_S:g}s: the final listings are what it served")
+        elif waited >= 1:
+            self._say(f"the API caught up with the scenario's end {waited:.1f}s after it")
+        self.sampler.finish()
 
     def record_usage(self) -> None:
         """With --truth, once the scenario ended: `periscope usage` by namespace over the run's whole
