@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from periscope.sim.report.accounting import compare
-from periscope.sim.report.score import ReportOptions, Truth, build_report
+from periscope.sim.report.score import ReportOptions, Truth, build_report, parse_time
 from periscope.sim.report.text import read_jsonl
 
+STALE_VIEW_S = 10.0  # scenario seconds between a snapshot and its view's as_of that count as behind
 MARKER = "PERISCOPE_E2E_TEST_RUN"  # not PERISCOPE_-settings: up passes other variables through
 
 
@@ -65,6 +66,23 @@ class Run:
 
     def snaps(self) -> list[dict[str, Any]]:
         return [s for s in self.snapshots if s["kind"] == "snapshot"]
+
+    def story(self, limit: int = 60) -> str:
+        """For a failure message: what `up` said (faults, restarts), the services' warnings and errors,
+        and when the API's view fell behind the scenario clock and caught up again."""
+        said = [line for line in self.output.splitlines()
+                if line.startswith("[up]") or any(w in line for w in ("WARNING", "ERROR", "Traceback"))]
+        start, behind, lags = None, False, []
+        for s in self.snaps():
+            start = s["at_ms"] if start is None else start
+            as_of = parse_time(s.get("as_of"))
+            lag_s = (s["at_ms"] - as_of) / 1000 if as_of is not None else None
+            late = lag_s is None or lag_s > STALE_VIEW_S
+            if late != behind:
+                at, how = (s["at_ms"] - start) // 1000, "no data" if lag_s is None else f"{lag_s:.1f}s"
+                lags.append(f"{at}s: {'behind' if late else 'current'} ({how})")
+                behind = late
+        return "\n".join([*said[:limit], "API view against the scenario clock: " + ", ".join(lags)])
 
 
 def run_scenario(tmp: Path, scenario: str, speed: float, *extra: str, timeout_s: float = 110) -> Run:
