@@ -30,6 +30,7 @@ from services.joiner.acks import AckGate
 from services.joiner.changelog import ChangelogTable
 from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
+from services.joiner.positions import Positions
 from services.joiner.progress import ProgressWatch, assigned_inputs, ready
 from services.joiner.slots import Message
 from services.joiner.web import JoinerWeb
@@ -166,8 +167,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     def crash() -> None:
         app.add_future(app.crash(RuntimeError("rebalance made no progress")))
 
-    processed: dict[tuple[str, int], int] = {}  # the worker writes it, the watch reads it
-    watch = ProgressWatch(app, processed, max(STALL_MIN_S, 4 * session), on_stall or crash,
+    positions = Positions()  # the worker writes it, the watch reads it
+    watch = ProgressWatch(app, positions, max(STALL_MIN_S, 4 * session), on_stall or crash,
                           ask_ends=kafka.profile.end_offsets_exact)
     acks = StreamAcks()
     joiner = Joiner(
@@ -178,12 +179,11 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             rebalancing=lambda: bool(app.rebalancing),
             # As Faust's own per-record check: a record fetched before the latest rebalance is skipped.
             current=lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id,
-            first_offset=watch.first_offset, end_of=watch.end_of, start_of=watch.start_of,
-            telemetry_waits=watch.telemetry_waits,
+            first_offset=watch.first_offset, end_of=watch.end_of,
             event_ms_of=clock_from_setting(settings.clock).event_ms,
         ),
         future_skew_ms=round(settings.future_skew * 1000), stalled_after_s=settings.stale_after,
-        processed=processed,
+        positions=positions,
     )
     app.joiner = joiner
     freshness = Freshness(settings.stale_after)  # from the last input record handled or assignment

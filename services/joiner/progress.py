@@ -22,13 +22,14 @@ few seconds (`refresh_ends`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import faust
 from faust.types import TP
 
-from periscope.bus.topics import NODE_INPUTS, TELEMETRY
+from periscope.bus.topics import NODE_INPUTS
+from services.joiner.positions import Positions
 
 log = logging.getLogger(__name__)
 INPUT_NAMES = frozenset(t.name for t in NODE_INPUTS)
@@ -50,15 +51,14 @@ def ready(app: faust.App) -> bool:
 
 
 class ProgressWatch:
-    def __init__(self, app: faust.App, processed: Mapping[tuple[str, int], int], stall_s: float,
+    def __init__(self, app: faust.App, positions: Positions, stall_s: float,
                  on_stall: Callable[[], Any], ask_ends: bool = False) -> None:
         self.app = app
-        self.processed = processed  # (topic, partition) -> last offset the worker handled
+        self.offsets = positions  # the worker's; this watch sets where each partition starts
         self.stall_s = stall_s
         self.on_stall = on_stall
         self.ask_ends = ask_ends  # the broker's end offsets are exact: ask for them, not only fetch's
         self.ends: dict[TP, int] = {}  # from the last ListOffsets
-        self.start: dict[TP, int] = {}  # where each input partition was positioned at the last rebalance
         self._rebalance: tuple[float, object] | None = None  # (since, recovery progress)
         self._partitions: dict[TP, tuple[float, int]] = {}  # since, position
 
@@ -71,7 +71,8 @@ class ProgressWatch:
         earliest = await consumer.earliest_offsets(*missing) if missing else {}
         for tp in missing:
             await consumer.seek(tp, max(0, earliest.get(tp) or 0))
-        self.start = {tp: committed.get(tp) or max(0, earliest.get(tp) or 0) for tp in inputs}
+        self.offsets.start = {(tp.topic, tp.partition): committed.get(tp) or max(0, earliest.get(tp) or 0)
+                                for tp in inputs}
 
     async def refresh_ends(self) -> None:
         """Ask the broker for the assigned input partitions' end offsets (when it answers them exactly)."""
@@ -93,8 +94,7 @@ class ProgressWatch:
 
     def position(self, tp: TP) -> int | None:
         """The next offset of `tp` this worker will process, if known."""
-        done = self.processed.get((tp.topic, tp.partition))
-        return done + 1 if done is not None else self.start.get(tp)
+        return self.offsets.next(tp.topic, tp.partition)
 
     def end_of(self, topic: str, partition: int) -> int | None:
         """The partition's end offset as last known (fetch responses, or asked), None when unknown."""
@@ -105,18 +105,6 @@ class ProgressWatch:
             fetched = None
         end = max(fetched if fetched is not None else -1, self.ends.get(tp, -1))
         return end if end >= 0 else None
-
-    def start_of(self, topic: str, partition: int) -> int | None:
-        return self.start.get(TP(topic, partition))
-
-    def telemetry_waits(self, partition: int) -> bool:
-        """Telemetry records of `partition` may be on the broker and not handled yet: its end is not known
-        since the assignment, or this worker's position is before it."""
-        end = self.end_of(TELEMETRY.name, partition)
-        if end is None:
-            return True
-        position = self.position(TP(TELEMETRY.name, partition))
-        return position is None or position < end
 
     def lag(self) -> Iterator[tuple[str, int, int]]:
         for tp, end, position in self.positions():
@@ -164,6 +152,6 @@ class ProgressWatch:
 
     def first_offset(self, topic: str, partition: int, offset: int) -> None:
         """The first record of a partition since the last rebalance must be the one it was positioned at."""
-        start = self.start.get(TP(topic, partition))
+        start = self.offsets.start.get((topic, partition))
         if start is not None and offset > start:
             self._stalled(f"{topic}[{partition}] resumed at {offset}, not at {start}")

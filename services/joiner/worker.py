@@ -62,6 +62,7 @@ from services.joiner.catchup import catching_up, is_one_shot, time_of
 from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
 from services.joiner.delivery import OutputSender, record_of
 from services.joiner.metrics import JoinerMetrics
+from services.joiner.positions import Positions
 from services.joiner.slots import Message, Rejected, Slot, next_persist, node_of, state_mark
 
 log = logging.getLogger(__name__)
@@ -107,14 +108,10 @@ class Hooks:
     current: Callable[[Message], bool] = lambda msg: True
     # Told the first offset read from each input partition after a start or a rebalance.
     first_offset: Callable[[str, int, int], None] = lambda topic, partition, offset: None
-    # Where an input partition ends on the broker, and where it was positioned when no record of it was
-    # handled yet; with them, whether each of a partition's streams is at its end, which the core's
-    # event-time alignment needs (core/watermark.py). None: not known.
+    # Where an input partition ends on the broker (None: not known); with the worker's positions, whether
+    # each of a partition's streams is at its end, which the core's event-time alignment needs
+    # (core/watermark.py).
     end_of: Callable[[str, int], int | None] = lambda topic, partition: None
-    start_of: Callable[[str, int], int | None] = lambda topic, partition: None
-    # True while telemetry records of a partition may be on the broker and not handled yet: its nodes
-    # are then not quiet, however long since the worker last saw one of their samples.
-    telemetry_waits: Callable[[int], bool] = lambda partition: False
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time  # against records' broker timestamps (Unix s)
     # A record's broker timestamp (ms) -> event time: the identity, or a simulated clock's.
@@ -125,7 +122,7 @@ class Joiner:
     def __init__(self, *, config: EngineConfig, persist_interval_s: float, metrics: JoinerMetrics,
                  nodes: TableIO, pods: TableIO, marks: TableIO, sender: OutputSender, hooks: Hooks,
                  future_skew_ms: int = 600_000, stalled_after_s: float = 30.0,
-                 processed: dict[tuple[str, int], int] | None = None) -> None:
+                 positions: Positions | None = None) -> None:
         self.config = config
         # A record's event time may be at most this far ahead of the broker's time of it.
         self.future_skew_ms = future_skew_ms
@@ -141,7 +138,8 @@ class Joiner:
         self.stopping = False
         self.revoked = False  # from a revocation to the next assignment
         # (topic, partition) -> last offset handled; shared with whoever watches the worker's progress.
-        self.processed: dict[tuple[str, int], int] = {} if processed is None else processed
+        self.positions = Positions() if positions is None else positions
+        self.processed = self.positions.processed  # (topic, partition) -> last offset handled
         self._flags: dict[int, Flags] = {}  # partition -> the at-end flags last told its nodes
         self._tasks: set[asyncio.Future[None]] = set()
         self._acks = OrderedAcks(hooks.ack)
@@ -353,8 +351,7 @@ class Joiner:
         where the end or the position is not known."""
         end = self.hooks.end_of(TELEMETRY.name, partition)
         if since is None:
-            done = self.processed.get((TELEMETRY.name, partition))
-            since = None if done is None else done + 1
+            since = self.positions.next(TELEMETRY.name, partition)
         return None if end is None or since is None else end - since
 
     def stalled(self) -> list[str]:
@@ -372,8 +369,7 @@ class Joiner:
         out = []
         for topic, stream in STREAM_OF_TOPIC.items():
             end = self.hooks.end_of(topic, partition)
-            done = self.processed.get((topic, partition))
-            position = done + 1 if done is not None else self.hooks.start_of(topic, partition)
+            position = self.positions.next(topic, partition)
             out.append((stream, end is not None and position is not None and position >= end))
         return tuple(out)
 
@@ -480,7 +476,10 @@ class Joiner:
             quiet = now - slot.last_probe > quiet_after
             if quiet:
                 if slot.partition not in waits:
-                    waits[slot.partition] = self.hooks.telemetry_waits(slot.partition)
+                    # Telemetry of the partition may be on the broker, not handled yet: its end is not
+                    # known since the assignment, or the worker is before it.
+                    left = self.backlog(slot.partition)
+                    waits[slot.partition] = left is None or left > 0
                 quiet = not waits[slot.partition]
             if quiet and state.pending:
                 upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms

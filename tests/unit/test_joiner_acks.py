@@ -180,7 +180,7 @@ async def test_a_persist_that_lands_after_a_rebalance_acknowledges_nothing() -> 
 async def test_a_node_is_not_quiet_while_its_telemetry_waits_on_the_broker() -> None:
     """A worker that lags (just took the node over, or stalled) has not seen the node's samples for a
     while, but they are on the broker: releasing the held ones would make those late, and drop them."""
-    now, waits = [100.0], [True]
+    now, end = [100.0], [10]  # telemetry's end on the broker: records wait beyond what was read
 
     async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
         return []
@@ -194,7 +194,7 @@ async def test_a_node_is_not_quiet_while_its_telemetry_waits_on_the_broker() -> 
     marks = Table()
     sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
     hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: now[0],
-                  telemetry_waits=lambda partition: waits[0])
+                  end_of=lambda topic, partition: end[0] if topic == TELEMETRY.name else None)
     joiner = Joiner(config=EngineConfig(), persist_interval_s=3600.0, metrics=JoinerMetrics(), nodes=Table(),
                     pods=Table(), marks=marks, sender=sender, hooks=hooks)
     running = asyncio.ensure_future(sender.run())
@@ -207,7 +207,7 @@ async def test_a_node_is_not_quiet_while_its_telemetry_waits_on_the_broker() -> 
         assert state.pending, "released while gpu-a's next samples wait on the broker"
         await joiner.handle_batch([telemetry("gpu-a", 1500, offset=1)])
         assert state.counters.late_dropped == 0
-        waits[0] = False  # read through: now gpu-a is quiet, and its samples are released
+        end[0] = 2  # read through (offsets 0 and 1): now gpu-a is quiet, and its samples are released
         now[0] += 60.0
         joiner.tick()
         assert not state.pending and state.counters.device_samples == 2

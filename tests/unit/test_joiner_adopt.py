@@ -26,11 +26,14 @@ def telemetry(node: str, partition: int, t: int, offset: int, util: float = 50.0
 
 
 class Worker:
-    """A joiner on shared tables, with what it published and acknowledged."""
+    """A joiner on shared tables, with what it published and acknowledged. The records a test feeds are
+    all the broker holds: a partition's telemetry ends after the last one fed (`ends`, shared)."""
 
-    def __init__(self, nodes: Table, pods: Table, marks: Table, now: list[float]) -> None:
+    def __init__(self, nodes: Table, pods: Table, marks: Table, now: list[float], ends: dict[int, int]
+                 ) -> None:
         self.published: list[tuple[str, bytes]] = []
         self.acked: list[int] = []
+        self.ends = ends  # partition -> telemetry end on the broker the workers share
 
         async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
             self.published += [(topic, key) for topic, key, _ in records]
@@ -46,10 +49,24 @@ class Worker:
             self.acked.append(event.message.offset)
 
         self.sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
-        hooks = Hooks(dead_letter=dead_letter, on_error=fail, ack=ack, clock=lambda: now[0])
+        def end_of(topic: str, partition: int) -> int | None:
+            return self.ends.get(partition) if topic == TELEMETRY.name else None
+
+        hooks = Hooks(dead_letter=dead_letter, on_error=fail, ack=ack, clock=lambda: now[0], end_of=end_of)
         self.joiner = Joiner(config=EngineConfig(), persist_interval_s=1.0, metrics=JoinerMetrics(),
                              nodes=nodes, pods=pods, marks=marks, sender=self.sender, hooks=hooks)
         self.running = asyncio.ensure_future(self.sender.run())
+
+    async def feed(self, batch: list[Event]) -> None:
+        for ev in batch:
+            p = ev.message.partition
+            self.ends[p] = max(self.ends.get(p, 0), ev.message.offset + 1)
+        await self.joiner.handle_batch(batch)
+
+    async def adopt(self, partitions: set[int]) -> int:
+        # As at an assignment: positioned at the committed offsets (here, everything was committed).
+        self.joiner.positions.start |= {(TELEMETRY.name, p): self.ends.get(p, 0) for p in partitions}
+        return await self.joiner.adopt(partitions)
 
     async def settle(self) -> None:
         for _ in range(20):
@@ -58,11 +75,11 @@ class Worker:
 
 
 async def test_a_node_whose_held_samples_are_all_committed_is_taken_up_and_released() -> None:
-    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
-    first = Worker(nodes, pods, marks, now)
+    nodes, pods, marks, now, ends = Table(), Table(), Table(), [100.0], {}
+    first = Worker(nodes, pods, marks, now, ends)
     try:
         # gpu-a on partition 1: two samples, the second held for the lateness; gpu-b on partition 2.
-        await first.joiner.handle_batch([telemetry("gpu-a", 1, 1000, 0),
+        await first.feed([telemetry("gpu-a", 1, 1000, 0),
                                          telemetry("gpu-a", 1, 2000, 1, util=90.0),
                                          telemetry("gpu-b", 2, 1000, 0)])
         now[0] += 1.5
@@ -74,9 +91,9 @@ async def test_a_node_whose_held_samples_are_all_committed_is_taken_up_and_relea
         first.running.cancel()
 
     # The partitions move (or the worker restarts): no record of gpu-a is left to read.
-    heir = Worker(nodes, pods, marks, now)
+    heir = Worker(nodes, pods, marks, now, ends)
     try:
-        assert await heir.joiner.adopt({1}) == 1
+        assert await heir.adopt({1}) == 1
         assert set(heir.joiner.slots) == {"gpu-a"}  # gpu-b is not on partition 1
         slot = heir.joiner.slots["gpu-a"]
         assert slot.partition == 1 and [p.meta.time_ms for p in slot.state.pending] == [2000]
@@ -93,10 +110,10 @@ async def test_a_node_whose_held_samples_are_all_committed_is_taken_up_and_relea
 async def test_every_stored_node_of_the_partitions_is_taken_up() -> None:
     """A node with nothing held is taken up too: the worker holds the nodes of its partitions (its
     nodes gauge says so), whether or not a record of theirs is left to read."""
-    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
-    first = Worker(nodes, pods, marks, now)
+    nodes, pods, marks, now, ends = Table(), Table(), Table(), [100.0], {}
+    first = Worker(nodes, pods, marks, now, ends)
     try:
-        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-b", 1, 1000, 0)])
+        await first.feed([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-b", 1, 1000, 0)])
         now[0] += 2 * LATENESS_MS / 1000 + 1
         first.joiner.tick()  # quiet: released, then persisted with nothing held
         await first.settle()
@@ -104,11 +121,11 @@ async def test_every_stored_node_of_the_partitions_is_taken_up() -> None:
     finally:
         first.running.cancel()
 
-    heir = Worker(nodes, pods, marks, now)
+    heir = Worker(nodes, pods, marks, now, ends)
     try:
-        assert await heir.joiner.adopt({0, 1}) == 2
+        assert await heir.adopt({0, 1}) == 2
         assert heir.joiner.metrics.nodes._value.get() == 2
-        await heir.joiner.handle_batch([telemetry("gpu-a", 0, 2000, 1)])
+        await heir.feed([telemetry("gpu-a", 0, 2000, 1)])
         assert heir.joiner.slots["gpu-a"].state.watermark_ms == 2000
         assert heir.joiner.slots["gpu-a"].state.counters.samples == 1  # the first, restored
     finally:
@@ -116,20 +133,20 @@ async def test_every_stored_node_of_the_partitions_is_taken_up() -> None:
 
 
 async def test_a_node_that_arrived_first_is_not_rebuilt_over() -> None:
-    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
-    first = Worker(nodes, pods, marks, now)
+    nodes, pods, marks, now, ends = Table(), Table(), Table(), [100.0], {}
+    first = Worker(nodes, pods, marks, now, ends)
     try:
-        await first.joiner.handle_batch([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-a", 0, 2000, 1)])
+        await first.feed([telemetry("gpu-a", 0, 1000, 0), telemetry("gpu-a", 0, 2000, 1)])
         now[0] += 1.5
         first.joiner.tick()
         await first.settle()
     finally:
         first.running.cancel()
-    heir = Worker(nodes, pods, marks, now)
+    heir = Worker(nodes, pods, marks, now, ends)
     try:
-        await heir.joiner.handle_batch([telemetry("gpu-a", 0, 3000, 2)])
+        await heir.feed([telemetry("gpu-a", 0, 3000, 2)])
         slot = heir.joiner.slots["gpu-a"]
-        assert await heir.joiner.adopt({0}) == 0
+        assert await heir.adopt({0}) == 0
         assert heir.joiner.slots["gpu-a"] is slot
     finally:
         heir.running.cancel()
@@ -139,8 +156,8 @@ async def test_a_mark_the_table_recovery_missed_still_holds_back_what_was_publis
     """A table recovery reads a changelog only up to where it ended then: a mark still on its way is
     missed, while the outputs waiting for it are published. The worker remembers the marks it wrote,
     so after the rebalance it holds back what it published, and no key goes back in time."""
-    nodes, pods, marks, now = Table(), Table(), Table(), [100.0]
-    w = Worker(nodes, pods, marks, now)
+    nodes, pods, marks, now, ends = Table(), Table(), Table(), [100.0], {}
+    w = Worker(nodes, pods, marks, now, ends)
     gpu_times: list[int] = []
 
     async def send(records: list[tuple[str, bytes, bytes]]) -> list[Any]:
@@ -150,17 +167,17 @@ async def test_a_mark_the_table_recovery_missed_still_holds_back_what_was_publis
     w.sender._send = send
     try:
         samples = [telemetry("gpu-a", 0, 1000 * k, k - 1, util=10.0 * k) for k in range(1, 9)]
-        await w.joiner.handle_batch(samples[:2])
+        await w.feed(samples[:2])
         now[0] += 1.5
         w.joiner.tick()  # persisted and acknowledged through offset 1 (the time-2000 sample, held)
         await w.settle()
         committed, recovered_mark = 2, marks.data[b"gpu-a"]
-        await w.joiner.handle_batch(samples[2:])  # published through time 7000, its mark with it
+        await w.feed(samples[2:])  # published through time 7000, its mark with it
         await w.settle()
         assert max(gpu_times) == 7000
         marks.data[b"gpu-a"] = recovered_mark  # the recovery read the marks changelog up to before it
         w.joiner.on_rebalance()  # the same worker keeps the partition, re-read from the committed offset
-        await w.joiner.handle_batch(samples[committed:])
+        await w.feed(samples[committed:])
         now[0] += 10.0
         w.joiner.tick()
         await w.settle()

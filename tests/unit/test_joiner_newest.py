@@ -34,6 +34,7 @@ from periscope.core.rows import RowConfig
 from periscope.core.watermark import ALL_STREAMS
 from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
+from services.joiner.positions import Positions
 from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid, xid
 from tests.unit.joiner_io import Event, Msg, Table, done
@@ -117,9 +118,13 @@ async def _published(batches: list[list[Event]], config: EngineConfig,
             ev.message.timestamp = wall - waited_s
     moved = 0.0
     hooks = Hooks(dead_letter=dead_letter, on_error=fail, clock=lambda: clock() + moved, end_of=end_of,
-                  start_of=lambda topic, partition: 0, wall=lambda: wall)
+                  wall=lambda: wall)
+    positions = Positions()  # every input partition positioned at its start
+    partitions = {0} | {ev.message.partition for batch in batches for ev in batch}
+    positions.start = {(t.name, p): 0 for t in T.NODE_INPUTS for p in partitions}
     joiner = Joiner(config=config, persist_interval_s=persist_interval_s, metrics=JoinerMetrics(),
-                    nodes=Table(), pods=Table(), marks=Table(), sender=sender, hooks=hooks)
+                    nodes=Table(), pods=Table(), marks=Table(), sender=sender, hooks=hooks,
+                    positions=positions)
     running = asyncio.ensure_future(sender.run())
     per_batch: list[list[Output]] = []
     try:

@@ -9,6 +9,7 @@ from typing import Any
 
 from faust.types import TP
 
+from services.joiner.positions import Positions
 from services.joiner.progress import ProgressWatch
 
 TELEMETRY = TP("periscope.node.telemetry.v1", 0)
@@ -42,8 +43,8 @@ class App:
 def _watch(fetched: int | None, end: int, ask_ends: bool) -> tuple[ProgressWatch, list[str]]:
     stalls: list[str] = []
     app: Any = App(Consumer(fetched, end))
-    watch = ProgressWatch(app, {}, 20.0, lambda: stalls.append("stall"), ask_ends=ask_ends)
-    watch.start = {TELEMETRY: 5}
+    watch = ProgressWatch(app, Positions(), 20.0, lambda: stalls.append("stall"), ask_ends=ask_ends)
+    watch.offsets.start = {TELEMETRY: 5}
     return watch, stalls
 
 
@@ -77,8 +78,8 @@ def _two(other_end: int) -> tuple[ProgressWatch, dict[tuple[str, int], int], lis
     stalls: list[str] = []
     processed: dict[tuple[str, int], int] = {}
     app: Any = App(Consumer(40, 40, {OTHER: other_end}))
-    watch = ProgressWatch(app, processed, 20.0, lambda: stalls.append("stall"))
-    watch.start = {TELEMETRY: 5, OTHER: 0}
+    watch = ProgressWatch(app, Positions(processed), 20.0, lambda: stalls.append("stall"))
+    watch.offsets.start = {TELEMETRY: 5, OTHER: 0}
     return watch, processed, stalls
 
 
@@ -104,3 +105,14 @@ def test_a_live_worker_still_sees_a_stalled_partition() -> None:
         watch.app.consumer.others[OTHER] = 9_002 + i
         watch.check(100.0 + i)
     assert stalls == ["stall"]
+
+
+def test_the_next_offset_is_after_the_last_handled_else_where_the_partition_was_positioned() -> None:
+    # One place for the fact: the lag metric, the stall watch, catch-up and input alignment all read it.
+    positions = Positions()
+    assert positions.next(TELEMETRY.topic, 0) is None  # neither handled nor positioned yet
+    positions.start = {TELEMETRY: 5}  # as align() sets it at an assignment (a TP is a (topic, partition))
+    assert positions.next(TELEMETRY.topic, 0) == 5
+    positions.processed[(TELEMETRY.topic, 0)] = 11
+    assert positions.next(TELEMETRY.topic, 0) == 12
+    assert positions.next(OTHER.topic, OTHER.partition) is None
