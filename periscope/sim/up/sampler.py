@@ -94,9 +94,10 @@ class Sampler(threading.Thread):
         """After the scenario's end, before the final row: wait (at most `limit_s` real seconds) until
         the API's view has reached `end_ms` as closely as it usually follows the clock, so the final
         listings hold what the whole run published (a joiner still catching up has not published it
-        yet). Returns (seconds waited, how far behind the view still was; None: not known)."""
-        self._stop_sampling()  # no snapshots of ticks past the end
-        usual = statistics.median(self.lags_ms) if self.lags_ms else 0
+        yet). Ticks are still sampled meanwhile, as until `finish`. Returns (seconds waited, how far
+        behind the view still was; None: not known)."""
+        lags = list(self.lags_ms)  # a copy: the sampling thread appends
+        usual = statistics.median(lags) if lags else 0
         allowance = max(2 * usual, 2 * self.tick_ms)
         began = time.monotonic()
         behind: int | None = None

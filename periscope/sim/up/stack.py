@@ -266,13 +266,14 @@ class Stack:
                 self.renew_broker()
             if self.opts.exit_at_end and now >= end:
                 self.emit(f"[up] scenario {self.scenario.name} ended")
-                self._final_snapshot(end)
+                self._settle(end)
                 return
             time.sleep(0.05)
 
-    def _final_snapshot(self, end_ms: int) -> None:
-        """With --truth: the final listings once the API's view reached the scenario's end (a joiner
-        still catching up has not yet published the end of the run), or after SETTLE_S."""
+    def _settle(self, end_ms: int) -> None:
+        """With --truth, once the scenario ended: wait (at most SETTLE_S) until the API's view reached
+        the end, so that the final listings (taken at stop) and the accounting hold the whole run; a
+        joiner still catching up has not published the end of it yet."""
         if self.sampler is None:
             return
         waited, behind = self.sampler.settle(end_ms, SETTLE_S)
@@ -281,7 +282,6 @@ class Stack:
             self._say(f"the API was still {how} after {SETTLE_S:g}s: the final listings are what it served")
         elif waited >= 1:
             self._say(f"the API caught up with the scenario's end {waited:.1f}s after it")
-        self.sampler.finish()
 
     def record_usage(self) -> None:
         """With --truth, once the scenario ended: `periscope usage` by namespace over the run's whole
