@@ -81,6 +81,7 @@ def run(settings: JoinerSettings) -> None:
 
     import faust
 
+    from periscope import heap
     from services.joiner.app import create_app
 
     partitions = asyncio.run(_input_partitions(settings))
@@ -116,6 +117,7 @@ def run(settings: JoinerSettings) -> None:
         app = create_app(settings, announce=lambda line: print(line, flush=True), data_dir=data_dir,
                          on_stall=lambda: _restart(own_dir), partitions=partitions)
         worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True, redirect_stdouts=False)
+        heap.settle()
         worker.execute_from_commandline()
     except SystemExit as e:
         if e.code not in (0, None):
