@@ -166,7 +166,7 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     rate = (n1 - n0) / (t1 - t0)
     # The whole backlog, from before the first fetch (the consumer assigned and positioned) to the last
     # sample. Alignment holds samples until the allocation streams are read, so the bare loop joins most
-    # of them in a few large batches: the 10-90 % window starts after much of its decoding.
+    # of them in a few large batches: its 10-90 % window can start after much of its decoding.
     whole = 1e6 * (marks[-1][1] - marks[0][1]) / max(1, marks[-1][2])
     return {"device_samples_per_s": rate, "cpu_us_per_device_sample": 1e6 * (c1 - c0) / (n1 - n0),
             "cpu_us_per_device_sample_whole": whole, "batches_with_samples": len(marks) - 1,
