@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from periscope.bus.clients import Kafka
 from periscope.core.gpuhours import Account, RowTally, Subject
 from periscope.core.model import DeviceInventory, Output, PodAttribution, PodEvent
+from periscope.heap import paused_gc
 from periscope.replay.parallel import workers_for
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import ReadStats, Warn, read_inputs
@@ -28,7 +29,6 @@ from periscope.replay.runner import (
     ReplayInput,
     ReplayResult,
     by_node,
-    paused_gc,
     replay_nodes,
 )
 from periscope.settings.replay import ReplaySettings

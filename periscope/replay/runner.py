@@ -11,11 +11,8 @@ being stepped: replay declares each stream at its end, so with the core's input 
 
 from __future__ import annotations
 
-import gc
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from periscope.bus import codec
@@ -44,6 +41,7 @@ from periscope.core.model import (
     PodEvent,
     XidEvent,
 )
+from periscope.heap import paused_gc
 from periscope.replay.parallel import can_fork, map_nodes, portable
 
 # Order of event kinds that share an instant: what the world looked like, then what happened in it.
@@ -136,31 +134,6 @@ def by_node(events: Iterable[ReplayInput], to_ms: int | None = None) -> dict[str
 
 
 OnError = Callable[[ReplayInput, Exception], None]
-
-_gc_lock = threading.Lock()
-_gc_depth = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector (nests, and is thread-safe). A replay builds millions of
-    long-lived, acyclic objects, and each full collection walks all of them: a third of a replay's
-    time, for nothing to collect. Reference counting still frees everything as usual."""
-    global _gc_depth, _gc_was_enabled
-    with _gc_lock:
-        if _gc_depth == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_depth += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_depth -= 1
-            if _gc_depth == 0 and _gc_was_enabled:
-                gc.enable()
-
 
 @dataclass(slots=True)
 class NodeReplay:

@@ -27,6 +27,7 @@ from typing import IO, Any
 import orjson
 
 from periscope.core.model import Output
+from periscope.heap import paused_gc
 from periscope.replay.document import output_json
 from periscope.replay.runner import (
     NodeReplay,
@@ -36,7 +37,6 @@ from periscope.replay.runner import (
     ReplayResult,
     by_node,
     output_time,
-    paused_gc,
     replay_nodes,
 )
 

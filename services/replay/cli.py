@@ -28,6 +28,7 @@ from periscope.cli.errors import InputError, one_line
 from periscope.config import load_settings
 from periscope.contract.values import parse_time_ms, rfc3339
 from periscope.core.duration import parse_duration_ms
+from periscope.heap import paused_gc
 from periscope.replay.document import json_chunks, output_json
 from periscope.replay.owners import owners_with_stats
 from periscope.replay.parallel import workers_for
@@ -40,7 +41,6 @@ from periscope.replay.runner import (
     ReplayResult,
     output_filter,
     output_time,
-    paused_gc,
     replay_events,
 )
 from periscope.replay.timeline import Spool, replay_to_spool, write_document

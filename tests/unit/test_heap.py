@@ -1,14 +1,17 @@
-"""periscope.heap.settle: what a service's process asks of the garbage collector once started."""
+"""periscope.heap: what a service's process asks of the garbage collector once started, and the pause
+a replay takes."""
 
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from collections.abc import Iterator
 
 import pytest
 
 from periscope import heap
+from periscope.heap import paused_gc
 
 
 @pytest.fixture
@@ -37,3 +40,24 @@ def test_settle_collects_startup_garbage_before_freezing(collector: None) -> Non
     del a  # garbage that only the collector frees; frozen, it would live on
     heap.settle()
     assert ref() is None
+
+
+def test_paused_gc_nests_across_threads_and_restores_the_collector() -> None:
+    assert gc.isenabled()
+    inner = threading.Event()
+    release = threading.Event()
+
+    def other() -> None:
+        with paused_gc():
+            inner.set()
+            release.wait(5)
+
+    with paused_gc():
+        assert not gc.isenabled()
+        t = threading.Thread(target=other)
+        t.start()
+        inner.wait(5)
+    assert not gc.isenabled()  # the other thread's replay is still running
+    release.set()
+    t.join()
+    assert gc.isenabled()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import io
 import json
-import threading
 from typing import Any
 
 from periscope.bus import codec
@@ -13,7 +11,7 @@ from periscope.bus.topics import TELEMETRY
 from periscope.core.model import NodeInput, NodeTelemetry
 from periscope.devkit.workload import ClusterSpec, generate
 from periscope.replay.document import json_chunks, output_json
-from periscope.replay.runner import PendingTelemetry, ReplayConfig, output_time, paused_gc, replay_events
+from periscope.replay.runner import PendingTelemetry, ReplayConfig, output_time, replay_events
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from tests.unit.test_replay_owners import reuse_scenario
 
@@ -65,27 +63,6 @@ def test_an_empty_timeline() -> None:
         out = io.BytesIO()
         write_document(out, {"from": "a", "items": [], "stats": {}}, spool.merged())
     assert json.loads(out.getvalue()) == {"from": "a", "items": [], "stats": {}}
-
-
-def test_paused_gc_nests_across_threads_and_restores_the_collector() -> None:
-    assert gc.isenabled()
-    inner = threading.Event()
-    release = threading.Event()
-
-    def other() -> None:
-        with paused_gc():
-            inner.set()
-            release.wait(5)
-
-    with paused_gc():
-        assert not gc.isenabled()
-        t = threading.Thread(target=other)
-        t.start()
-        inner.wait(5)
-    assert not gc.isenabled()  # the other thread's replay is still running
-    release.set()
-    t.join()
-    assert gc.isenabled()
 
 
 def test_pending_telemetry_replays_like_decoded_telemetry() -> None:
