@@ -111,11 +111,6 @@ class Sampler(threading.Thread):
                     return waited, behind
                 time.sleep(0.25)
 
-    def _stop_sampling(self) -> None:
-        self.stopping.set()
-        if self.ident is not None:  # started
-            self.join(15)
-
     def _write(self, row: dict[str, Any]) -> None:
         self.out.write(json.dumps(row, separators=(",", ":")) + "\n")
         self.out.flush()
@@ -124,7 +119,9 @@ class Sampler(threading.Thread):
         """Stop sampling and write the final row (once; later calls do nothing)."""
         if self.out.closed:
             return
-        self._stop_sampling()
+        self.stopping.set()
+        if self.ident is not None:  # started
+            self.join(15)
         with contextlib.suppress(httpx.HTTPError, ValueError), self._client() as client:
             at = self.clock.now_ms()
             self._write(final_row(client, at, at=rfc3339(at)))
