@@ -193,10 +193,10 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     try:
         urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
         listening_s = time.monotonic() - spawned
-        cpu["listening"] = (cpu_s(), 0.0)  # started: what follows is the backlog's work
+        cpu_listening = cpu_s()  # started: what follows is the backlog's work
         rss_start = sum(w.rss() for w in procs) if wrap is None else 0
         await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
-        cpu["done"] = (cpu_s(), 0.0)
+        cpu_done = cpu_s()
         rss_done = sum(w.rss() for w in procs) if wrap is None else 0
         await asyncio.sleep(1.0)  # the workers' loops are free again once the backlog is done
         nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
@@ -222,8 +222,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][0] - cpu["0.1"][0]) / (span * rate)
     if wrap is None and progress.count:
         # The whole backlog, from the moment the workers listen (their startup done) to the last sample.
-        used = cpu["done"][0] - cpu["listening"][0]
-        out["worker_cpu_us_per_device_sample_whole"] = 1e6 * used / progress.count
+        out["worker_cpu_us_per_device_sample_whole"] = 1e6 * (cpu_done - cpu_listening) / progress.count
     return out
 
 
