@@ -5,14 +5,20 @@ Faust builds its clients itself and offers no settings for two things the profil
   instead (a broker that does not answer a waiting fetch early makes a long wait cost latency);
 - its producer is idempotent only inside transactions; with a profile whose broker has idempotence,
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
-  acknowledgement is not written twice.
+  acknowledgement is not written twice;
+- after a rebalance it seeks each partition to its committed offset, through aiokafka, which leaves a
+  partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
+  that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
+  would never be read. Stream partitions without a committed offset are sought to their first offset.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.types import TP
 
 from periscope.bus.profile import BrokerProfile
 
@@ -29,8 +35,26 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             return consumer
 
     class ProfileConsumer(faust_aiokafka.Consumer):
+        # Where the last seek_to_committed positioned each stream partition: its committed offset, or
+        # its first offset where it has none or where retention removed the committed one.
+        positioned: dict[TP, int] = {}
+
         def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
             return ProfileThread(self, loop=self.loop, beacon=self.beacon)
+
+        async def seek_to_committed(self) -> Mapping[TP, int]:
+            committed = await super().seek_to_committed()
+            changelogs = self.app.tables.changelog_topics  # their readers position them themselves
+            streams = [tp for tp in committed if tp.topic not in changelogs]
+            first = await self.earliest_offsets(*streams) if streams else {}
+            positioned = {}
+            for tp in streams:
+                start = max(0, first.get(tp) or 0)
+                if not committed[tp]:
+                    await self.seek(tp, start)
+                positioned[tp] = max(committed[tp] or 0, start)
+            self.positioned = positioned
+            return committed
 
     class ProfileProducer(faust_aiokafka.Producer):
         def _settings_extra(self) -> Any:

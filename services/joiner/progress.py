@@ -4,8 +4,11 @@ Seen when rebalances follow each other (a worker killed and restarted while anot
 
 * aiokafka's `seek_to_committed` (which Faust calls after every rebalance) leaves a partition whose
   committed offset is missing or 0 wherever its fetcher last was. If records of that partition were
-  prefetched and then dropped by Faust during an interrupted rebalance, they are never delivered.
-  `align()` therefore seeks such partitions to their first offset itself.
+  prefetched and then dropped by Faust during a rebalance, they are never delivered. The joiner's
+  transport therefore seeks such partitions to their first offset (periscope.bus.faust_transport).
+* Faust's last step of a rebalance resumes its flow control, which empties every stream's queue, after
+  it resumed and sought the stream partitions: records fetched in between would be lost (their read
+  offset passed, no seek follows). The app holds the flow from the rebalance's completion (app.py).
 * The table recovery of a rebalance that interrupted another one can wait forever for changelog
   records ("No event received for active tp since recovery start").
 
@@ -63,16 +66,13 @@ class ProgressWatch:
         self._partitions: dict[TP, tuple[float, int]] = {}  # since, position
 
     async def align(self) -> None:
-        """Position every input partition at its committed offset, or at its start when it has none."""
+        """Position every input partition at its committed offset, or at its start when it has none, and
+        note where each starts (the joiner's transport does both, see periscope.bus.faust_transport)."""
         consumer: Any = self.app.consumer  # the transport's consumer; ConsumerT does not declare these
-        committed = await consumer.seek_to_committed()
-        inputs = assigned_inputs(self.app)
-        missing = [tp for tp in inputs if not committed.get(tp)]
-        earliest = await consumer.earliest_offsets(*missing) if missing else {}
-        for tp in missing:
-            await consumer.seek(tp, max(0, earliest.get(tp) or 0))
-        self.offsets.start = {(tp.topic, tp.partition): committed.get(tp) or max(0, earliest.get(tp) or 0)
-                                for tp in inputs}
+        await consumer.seek_to_committed()
+        positioned = consumer.positioned
+        self.offsets.start = {(tp.topic, tp.partition): positioned[tp]
+                              for tp in assigned_inputs(self.app) if tp in positioned}
 
     async def refresh_ends(self) -> None:
         """Ask the broker for the assigned input partitions' end offsets (when it answers them exactly)."""

@@ -1,0 +1,80 @@
+"""Where the joiner's consumer (periscope.bus.faust_transport) positions its partitions after a
+rebalance: each stream partition at its committed offset, or at its first offset where it has none,
+whatever its fetcher read and Faust dropped meanwhile; changelog partitions are left to their readers.
+
+Run on a real Faust consumer of the transport; its consumer thread is replaced by one that keeps
+aiokafka's rule (`seek_to_committed` seeks only partitions whose committed offset is above 0, and
+returns every committed offset, None where there is none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import faust
+from faust.types import TP
+
+from periscope.bus.faust_transport import transport_class
+from periscope.bus.profile import profile
+
+A, B, C, D = (TP("in", p) for p in range(4))
+LOG = TP("seek-test-t-changelog", 0)
+
+
+class Thread:
+    """The consumer thread's positioning calls over aiokafka; `position` is each fetcher's next offset."""
+
+    def __init__(self, committed: dict[TP, int | None], first: dict[TP, int],
+                 position: dict[TP, int]) -> None:
+        self.committed, self.first, self.position = committed, first, position
+        self.asked: list[tuple[TP, ...]] = []
+
+    async def seek_to_committed(self) -> dict[TP, int | None]:
+        for tp, offset in self.committed.items():
+            if offset and offset > 0:
+                self.position[tp] = offset
+        return dict(self.committed)
+
+    async def earliest_offsets(self, *tps: TP) -> dict[TP, int]:
+        self.asked.append(tps)
+        return {tp: self.first[tp] for tp in tps}
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.position[tp] = offset
+
+
+async def nothing(_message: Any) -> None:
+    pass
+
+
+def consumer(thread: Thread) -> Any:
+    app = faust.App("seek-test", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+    app.Table("t", partitions=1)  # a changelog topic the consumer is assigned too
+    c = transport_class(profile("kafka"))(app.conf.broker_consumer, app).create_consumer(
+        callback=nothing, on_partitions_revoked=None, on_partitions_assigned=None)
+    c._thread = thread
+    return c
+
+
+async def test_a_stream_partition_without_a_committed_offset_goes_back_to_its_first_offset() -> None:
+    # The fetcher read all four to 60, and Faust dropped what it fetched (a paused partition).
+    thread = Thread(committed={A: None, B: 0, C: 22, D: 3, LOG: None},
+                    first={A: 0, B: 0, C: 0, D: 5, LOG: 0},
+                    position={A: 60, B: 60, C: 60, D: 60, LOG: 9})
+    c = consumer(thread)
+    committed = await c.seek_to_committed()
+    assert committed == thread.committed  # what Faust records as committed is aiokafka's answer
+    # No commit: the first offset (not where the fetcher was); a commit: there (aiokafka's seek);
+    # a commit below the first offset (retention): aiokafka resets it to the first on its next fetch.
+    assert thread.position == {A: 0, B: 0, C: 22, D: 3, LOG: 9}
+    assert c.positioned == {A: 0, B: 0, C: 22, D: 5}
+    assert thread.asked == [(A, B, C, D)]  # one request; the changelog's reader positions it itself
+    # Faust reads a partition sought to its first offset from there again.
+    assert c._read_offset[A] is None and c._read_offset[B] is None
+
+
+async def test_every_partition_committed_is_left_where_aiokafka_put_it() -> None:
+    thread = Thread(committed={A: 4, B: 7}, first={A: 0, B: 2}, position={A: 60, B: 60})
+    c = consumer(thread)
+    await c.seek_to_committed()
+    assert thread.position == {A: 4, B: 7}
+    assert c.positioned == {A: 4, B: 7}
