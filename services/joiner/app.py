@@ -236,8 +236,12 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     app.on_before_shutdown.connect(cast(Any, on_shutdown))
 
     async def on_rebalance_complete(_sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # Faust resumes the stream partitions and seeks them next, and only then resumes its flow
+        # control, which empties every stream's queue: records fetched in between would be dropped with
+        # their read offset passed, never read again. Held here, they wait for that resume instead.
+        app.flow_control.suspend()
         try:
-            await watch.align()  # before Faust's own seek, which leaves uncommitted partitions alone
+            await watch.align()  # before the first record: it must be where its partition was put
         except Exception as e:  # a rebalance under way again; the next one aligns
             log.warning("could not position the input partitions: %r", e)
         # The tables are recovered: take up the nodes of the partitions now held.
