@@ -297,6 +297,13 @@ def test_gpu_hours_counters_and_usage_agree_on_who_held_and_who_wasted(prometheu
 @NEEDS_CHROMIUM
 @pytest.mark.timeout(300)
 def test_the_web_view_shows_the_scenarios_pods_and_gpus(stack: Stack, module_tmp: Path) -> None:
+    def slice_util() -> bool:
+        """The API has the MIG slice holder's utilization: the probe drops DCGM values after two failed
+        scrapes in a row, which a loaded machine can cause, and then a slice has none (NVML has none)."""
+        items = httpx.get(f"{stack.api}/v1/pods", params={"namespace": "infer"}, timeout=5).json()["items"]
+        return any(r["pod"] == "mig-server" and r["util_pct"] == 50 for r in items)
+
+    wait_until("the MIG slice holder's utilization in the API", slice_util, 60)
     dom = chromium.dom(f"{stack.api}/", module_tmp / "chromium")
     gpus = httpx.get(f"{stack.api}/v1/gpus", timeout=5).json()["items"]
     pods = httpx.get(f"{stack.api}/v1/pods?active=true", timeout=5).json()["items"]
