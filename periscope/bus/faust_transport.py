@@ -5,12 +5,14 @@ Faust builds its clients itself and offers no settings for two things the profil
   instead (a broker that does not answer a waiting fetch early makes a long wait cost latency);
 - its producer is idempotent only inside transactions; with a profile whose broker has idempotence,
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
-  acknowledgement is not written twice;
-- after a rebalance it seeks each partition to its committed offset, through aiokafka, which leaves a
-  partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
+  acknowledgement is not written twice.
+
+Its worker consumer also differs from Faust's in two ways, whatever the profile:
+- after a rebalance Faust seeks each partition to its committed offset, through aiokafka, which leaves
+  a partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
-  would never be read. Stream partitions without a committed offset are sought to their first offset.
-It also hands fetched records to the streams without a race per record (see `drain`).
+  would never be read. Stream partitions without a committed offset are sought to their first offset;
+- it hands fetched records to the streams with one race per fetch, not per record (see `drain`).
 """
 
 from __future__ import annotations
