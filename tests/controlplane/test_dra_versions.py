@@ -72,8 +72,10 @@ async def test_claims_are_attributed_in_the_served_version(
         assert event.pod.claim_devices == (
             ClaimDevice("train-gpu", "gpu", "gpu.nvidia.com", "gpu-node-0", "gpu-1"),
         )
-        ok, body = watcher.ready()
-        assert ok and body["dra_available"] is True and body["dra_version"] == f"resource.k8s.io/{version}"
+        # Pods wait for nodes and claims only; readiness also waits for the policy sources' lists.
+        await until(lambda: watcher.ready()[0] and bool(sink.policies()))
+        body = watcher.ready()[1]
+        assert body["dra_available"] is True and body["dra_version"] == f"resource.k8s.io/{version}"
         assert f'periscope_watcher_dra_api_info{{version="{version}"}} 1' in watcher.metrics()
         policy = sink.policies()[-1]
         assert policy.dra_available is True

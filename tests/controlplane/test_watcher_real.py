@@ -189,8 +189,9 @@ async def test_the_watcher_reads_a_real_cluster_as_its_service_account(
     }
     async with running(kube, identities.watcher.token, tmp_path, list_page_size=2) as (watcher, sink):
         await until(lambda: {e.pod.uid for e in sink.pods(ns)} >= set(uids.values()))
-        ok, body = watcher.ready()
-        assert ok, body
+        # Pods wait for nodes and claims only; readiness also waits for the policy sources' lists.
+        await until(lambda: watcher.ready()[0])
+        body = watcher.ready()[1]
         assert body["dra_version"] == "resource.k8s.io/v1" and body["crd"] in ("installed", "not-installed")
         qos = {e.pod.uid: e.pod.qos for e in sink.pods(ns)}
         assert {q: qos[u] for q, u in uids.items()} == {q: q for q in uids}  # the apiserver's own QoS class
