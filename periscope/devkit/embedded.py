@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from periscope.devkit.launch import free_port, spawn, stop_group
+from periscope.devkit.launch import free_port, listening, spawn, stop_group
 
 _START_ATTEMPTS = 5  # fresh ports to try when a picked free port was taken before the broker bound it
 _SETTLE_S = 1.0
@@ -168,9 +168,9 @@ class EmbeddedBroker:
         launched = time.monotonic()
         while self._proc.poll() is None:
             # Another process could hold the port while ours fails to bind, so an answer counts once our
-            # broker logged that it is ready, or has stayed alive well past its bind (a few ms).
-            if metadata_ready(self.host, self.port, 0.5, self.advertised_port) and (
-                    "ready in" in self.log_tail() or time.monotonic() - launched > _SETTLE_S):
+            # broker logged that it is ready or holds the listening socket; where /proc cannot tell, once
+            # it has stayed alive well past its bind (a few ms).
+            if metadata_ready(self.host, self.port, 0.5, self.advertised_port) and self._ours(launched):
                 return self._proc.poll() is None
             if time.monotonic() > deadline:
                 tail = self.log_tail()
@@ -179,6 +179,13 @@ class EmbeddedBroker:
                                   f"metadata in time; log tail:\n{tail}")
             time.sleep(0.02)
         return False
+
+    def _ours(self, launched: float) -> bool:
+        assert self._proc is not None
+        if "ready in" in self.log_tail():
+            return True
+        owns = listening(self._proc.pid, self.port)
+        return owns if owns is not None else time.monotonic() - launched > _SETTLE_S
 
     def restart(self, grace_s: float = 5.0, timeout_s: float = 30) -> str:
         """Stop the broker and start a fresh, empty one (memory storage) on the same port, so clients

@@ -78,3 +78,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def listening(pid: int, port: int) -> bool | None:
+    """Whether process `pid` holds a listening TCP socket on `port`; None where /proc cannot say.
+
+    A Kafka answer on the port proves only that someone serves it: a second broker started on a taken
+    port answers through the first one until its own bind fails, which can take a while under load."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with contextlib.suppress(FileNotFoundError), open(table) as f:
+                for line in f.readlines()[1:]:
+                    fields = line.split()  # sl local_address rem_address st ... uid timeout inode
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(f"socket:[{fields[9]}]")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, IndexError, ValueError):
+        return None
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+    return False

@@ -330,6 +330,19 @@ def test_taken_port_is_reported_with_the_broker_log(broker: Kafka) -> None:
         EmbeddedBroker(port=port).start(timeout_s=10)
 
 
+def test_a_broker_slow_to_fail_its_bind_is_not_taken_for_the_serving_one(
+    broker: Kafka, tmp_path: Any
+) -> None:
+    """Under load a second broker can take seconds to find its port taken, while the first answers
+    on it: its answers are not ours."""
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
+    script = tmp_path / "slow-broker"
+    script.write_text("#!/bin/sh\nsleep 2\necho 'Error: Os { kind: AddrInUse }' >&2\nexit 1\n")
+    script.chmod(0o755)
+    with pytest.raises(BrokerError, match=r"(?s)exited during start.*AddrInUse"):
+        EmbeddedBroker(port=port, binary=str(script)).start(timeout_s=10)
+
+
 def test_broker_started_from_a_worker_thread_outlives_that_thread() -> None:
     # PR_SET_PDEATHSIG follows the forking thread, so the launcher forks from a long-lived one.
     b = EmbeddedBroker()
