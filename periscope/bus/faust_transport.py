@@ -7,12 +7,13 @@ Faust builds its clients itself and offers no settings for two things the profil
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
   acknowledgement is not written twice.
 
-Its worker consumer also differs from Faust's in two ways, whatever the profile:
+Its worker consumer also differs from Faust's in three ways, whatever the profile:
 - after a rebalance Faust seeks each partition to its committed offset, through aiokafka, which leaves
   a partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
   would never be read. Stream partitions without a committed offset are sought to their first offset;
-- it hands fetched records to the streams with one race per fetch, not per record (see `drain`).
+- it hands fetched records to the streams with one race per fetch, not per record (see `drain`);
+- its last commit at stop waits for one in flight and then commits, where Faust's would return at once.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
                 positioned[tp] = max(committed[tp] or 0, start)
             self.positioned = positioned
             return committed
+
+        async def commit_and_end_transactions(self) -> None:
+            # The last commit at stop. Faust's commit() returns at once when another is in flight
+            # (the periodic one, busy flushing the producer), without committing what was acknowledged
+            # since that one took its offsets: a clean stop would leave the final acknowledgements
+            # uncommitted, and a restart would read them again (dead letters written twice).
+            while await self.maybe_wait_for_commit_to_finish():
+                pass
+            await super().commit_and_end_transactions()
 
         async def _drain_messages(self, fetcher: Any) -> None:
             await drain(self, fetcher)
