@@ -133,25 +133,41 @@ class Trouble:
 
 
 _installed: RepeatFilter | None = None
+_sweeping: threading.Event | None = None  # set to stop the installed filter's sweeper
 _install_lock = threading.Lock()
 
 
 def install(window_s: float = WINDOW_S) -> RepeatFilter:
     """Put one RepeatFilter on every handler of the root logger and start its sweeper (idempotent:
     a second call covers handlers added since, such as Faust's, with the same filter)."""
-    global _installed
+    global _installed, _sweeping
     with _install_lock:
         if _installed is None:
-            _installed = RepeatFilter(window_s)
-            threading.Thread(target=_sweeper, args=(_installed,), name="log-sweeper", daemon=True).start()
+            _installed, _sweeping = RepeatFilter(window_s), threading.Event()
+            threading.Thread(target=_sweeper, args=(_installed, _sweeping), name="log-sweeper",
+                             daemon=True).start()
         for handler in logging.getLogger().handlers:
             if _installed not in handler.filters:
                 handler.addFilter(_installed)
         return _installed
 
 
-def _sweeper(repeat: RepeatFilter) -> None:
-    while True:
-        time.sleep(max(1.0, repeat.window_s / 3))
+def uninstall() -> None:
+    """Take the filter off the root logger's handlers and stop its sweeper, dropping what it held back:
+    for a process that ran a service's main in-process (the tests), so that no closing line of that
+    service turns up later in someone else's output."""
+    global _installed, _sweeping
+    with _install_lock:
+        if _installed is None:
+            return
+        for handler in logging.getLogger().handlers:
+            handler.removeFilter(_installed)
+        if _sweeping is not None:
+            _sweeping.set()
+        _installed = _sweeping = None
+
+
+def _sweeper(repeat: RepeatFilter, stop: threading.Event) -> None:
+    while not stop.wait(max(1.0, repeat.window_s / 3)):
         for logger, level, line in repeat.sweep():
             logging.getLogger(logger).log(level, "%s", line, extra={_PASS: True})

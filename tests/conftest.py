@@ -96,3 +96,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             counts[outcome] = counts.get(outcome, 0) + 1
     if counts:
         terminalreporter.write_line("Apache Kafka tier: " + ", ".join(f"{n} {o}" for o, n in counts.items()))
+
+
+@pytest.fixture(autouse=True)
+def _service_logging_left_behind() -> Any:
+    """A test that runs a service's main in-process installs its repeat filter on this process's
+    logging; taken off after the test, its sweeper does not write the test's held-back failures into
+    a later test's output (a unit test's deliberate stall read like a real one in CI logs)."""
+    yield
+    from periscope import logs
+
+    logs.uninstall()

@@ -112,3 +112,26 @@ def test_trouble_starts_repeats_with_a_count_and_clears(setup: Setup) -> None:
                             "attempts")
     trouble.failed("again")
     assert out.lines[3] == "periscope.test WARNING broker unreachable: again"
+
+
+def test_uninstall_takes_the_filter_off_and_stops_its_sweeper() -> None:
+    import threading
+
+    from periscope import logs
+
+    root, handler = logging.getLogger(), Lines()
+    root.addHandler(handler)
+    try:
+        installed = logs.install(window_s=3.0)
+        assert installed in handler.filters
+        sweepers = [t for t in threading.enumerate() if t.name == "log-sweeper" and t.is_alive()]
+        logs.uninstall()
+        assert installed not in handler.filters
+        for t in sweepers:
+            t.join(5)
+            assert not t.is_alive()
+        assert logs.install(window_s=3.0) is not installed  # a later install starts afresh
+        logs.uninstall()
+        logs.uninstall()  # once more: nothing installed, nothing to do
+    finally:
+        root.removeHandler(handler)
