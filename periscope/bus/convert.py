@@ -156,13 +156,15 @@ def process_from_pb(p: npb.ProcessSample) -> m.ProcessSample:
     # The hot path of decoding telemetry: positional arguments (in the order _check_order verifies),
     # and presence asked only of optional numbers that read as zero (an unset one reads as 0.0, so a
     # non-zero one is set): about three times as fast as keywords and HasField on every field.
+    # `x - x == 0.0` is false for NaN and the infinities only: a non-finite reading is no reading (as
+    # in the outputs), never a number that poisons every sum it enters and fails the state's persist.
     has = p.HasField
     sm, mem, used = p.sm_util_pct, p.mem_util_pct, p.used_mib
     return _ProcessSample(
         p.pid, _intern(p.pod_uid), _intern(p.container_id), _intern(p.qos),
-        sm if sm or has("sm_util_pct") else None,
-        mem if mem or has("mem_util_pct") else None,
-        used if used or has("used_mib") else None)
+        sm if (sm or has("sm_util_pct")) and sm - sm == 0.0 else None,
+        mem if (mem or has("mem_util_pct")) and mem - mem == 0.0 else None,
+        used if (used or has("used_mib")) and used - used == 0.0 else None)
 
 
 def device_to_pb(x: m.DeviceSample) -> npb.DeviceSample:
@@ -185,26 +187,30 @@ def dcgm_to_pb(x: m.DcgmProfile | None) -> npb.DcgmProfile | None:
 def dcgm_from_pb(p: npb.DcgmProfile) -> m.DcgmProfile:
     has = p.HasField
     return _DcgmProfile(
-        p.gr_engine_active_pct if has("gr_engine_active_pct") else None,
-        p.sm_active_pct if has("sm_active_pct") else None,
-        p.sm_occupancy_pct if has("sm_occupancy_pct") else None,
-        p.tensor_active_pct if has("tensor_active_pct") else None,
-        p.dram_active_pct if has("dram_active_pct") else None)
+        _finite(p.gr_engine_active_pct) if has("gr_engine_active_pct") else None,
+        _finite(p.sm_active_pct) if has("sm_active_pct") else None,
+        _finite(p.sm_occupancy_pct) if has("sm_occupancy_pct") else None,
+        _finite(p.tensor_active_pct) if has("tensor_active_pct") else None,
+        _finite(p.dram_active_pct) if has("dram_active_pct") else None)
+
+
+def _finite(x: float) -> float | None:
+    return x if x - x == 0.0 else None
 
 
 def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
-    has = p.HasField  # asked only of numbers that read as zero, as in process_from_pb
+    has = p.HasField  # asked only of numbers that read as zero; non-finite ones dropped, as there
     util, mem, fb, total = p.util_pct, p.mem_util_pct, p.fb_used_mib, p.fb_total_mib
     power, temp = p.power_w, p.temp_c
     return _DeviceSample(
         _intern(p.uuid), p.parent_uuid and _intern(p.parent_uuid), p.index,
         mig_from_pb(p.mig) if has("mig") else None,
-        util if util or has("util_pct") else None,
-        mem if mem or has("mem_util_pct") else None,
-        fb if fb or has("fb_used_mib") else None,
-        _same(total, total) if total or has("fb_total_mib") else None,
-        power if power or has("power_w") else None,
-        _same(temp, temp) if temp or has("temp_c") else None,
+        util if (util or has("util_pct")) and util - util == 0.0 else None,
+        mem if (mem or has("mem_util_pct")) and mem - mem == 0.0 else None,
+        fb if (fb or has("fb_used_mib")) and fb - fb == 0.0 else None,
+        _same(total, total) if (total or has("fb_total_mib")) and total - total == 0.0 else None,
+        power if (power or has("power_w")) and power - power == 0.0 else None,
+        _same(temp, temp) if (temp or has("temp_c")) and temp - temp == 0.0 else None,
         p.lost, tuple(map(process_from_pb, p.processes)), p.error,
         dcgm_from_pb(p.dcgm) if has("dcgm") else None)
 
@@ -237,11 +243,11 @@ def gpu_info_to_pb(x: m.GpuInfo) -> npb.GpuInfo:
 
 def gpu_info_from_pb(p: npb.GpuInfo) -> m.GpuInfo:
     return m.GpuInfo(
-        uuid=p.uuid, index=p.index, model=p.model, memory_mib=p.memory_mib,
+        uuid=p.uuid, index=p.index, model=p.model, memory_mib=_finite(p.memory_mib) or 0.0,
         minor=None if p.minor_unknown else p.minor, mig_enabled=p.mig_enabled, lost=p.lost,
         pci_bus_id=p.pci_bus_id,
         mig_devices=tuple(m.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
-                                          memory_mib=d.memory_mib) for d in p.mig_devices))
+                                          memory_mib=_finite(d.memory_mib) or 0.0) for d in p.mig_devices))
 
 
 def device_inventory_to_pb(x: m.DeviceInventory) -> npb.DeviceInventory:

@@ -3,6 +3,7 @@ of bytes that are not a valid event."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -22,6 +23,9 @@ TEXT = st.text(max_size=12)
 NAME = st.text(min_size=1, max_size=12)
 FLOAT = st.floats(allow_nan=False)
 OPT_FLOAT = st.none() | FLOAT
+# The node's readings: finite (a non-finite one is no reading, see test_a_non_finite_reading_is_none).
+READING = st.floats(allow_nan=False, allow_infinity=False)
+OPT_READING = st.none() | READING
 
 
 def tup(s: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
@@ -48,16 +52,17 @@ ALLOCATIONS = st.builds(m.AllocationSnapshot, meta=meta(), entries=tup(ENTRY),
                         allocatable=tup(st.tuples(TEXT, TEXT)), health=tup(HEALTH))
 
 PROCESS = st.builds(m.ProcessSample, pid=U32, pod_uid=TEXT, container_id=TEXT, qos=TEXT,
-                    sm_util_pct=OPT_FLOAT, mem_util_pct=OPT_FLOAT, used_mib=OPT_FLOAT)
+                    sm_util_pct=OPT_READING, mem_util_pct=OPT_READING, used_mib=OPT_READING)
+DCGM = st.none() | st.builds(m.DcgmProfile, OPT_READING, OPT_READING, OPT_READING, OPT_READING, OPT_READING)
 DEVICE = st.builds(
-    m.DeviceSample, uuid=TEXT, parent_uuid=TEXT, index=U32, mig=MIG, util_pct=OPT_FLOAT,
-    mem_util_pct=OPT_FLOAT, fb_used_mib=OPT_FLOAT, fb_total_mib=OPT_FLOAT, power_w=OPT_FLOAT,
-    temp_c=OPT_FLOAT, lost=st.booleans(), processes=tup(PROCESS), error=TEXT)
+    m.DeviceSample, uuid=TEXT, parent_uuid=TEXT, index=U32, mig=MIG, util_pct=OPT_READING,
+    mem_util_pct=OPT_READING, fb_used_mib=OPT_READING, fb_total_mib=OPT_READING, power_w=OPT_READING,
+    temp_c=OPT_READING, lost=st.booleans(), processes=tup(PROCESS), error=TEXT, dcgm=DCGM)
 TELEMETRY = st.builds(m.NodeTelemetry, meta=meta(), devices=tup(DEVICE))
 XID = st.builds(m.XidEvent, meta=meta(), gpu_uuid=NAME, code=U64, mig=MIG)
 
-MIG_INFO = st.builds(m.MigDeviceInfo, uuid=TEXT, profile=TEXT, gi=U32, ci=U32, memory_mib=FLOAT)
-GPU_INFO = st.builds(m.GpuInfo, uuid=TEXT, index=U32, model=TEXT, memory_mib=FLOAT, minor=U32,
+MIG_INFO = st.builds(m.MigDeviceInfo, uuid=TEXT, profile=TEXT, gi=U32, ci=U32, memory_mib=READING)
+GPU_INFO = st.builds(m.GpuInfo, uuid=TEXT, index=U32, model=TEXT, memory_mib=READING, minor=U32,
                      mig_enabled=st.booleans(), mig_devices=tup(MIG_INFO), lost=st.booleans(),
                      pci_bus_id=TEXT)
 INVENTORY = st.builds(m.DeviceInventory, meta=meta(), gpus=tup(GPU_INFO), health=tup(HEALTH),
@@ -262,3 +267,27 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(topic: topics.Topic, data:
     except DecodeError:
         return
     assert decode(topic, encode(obj)) == obj  # whatever passes validation is a well-formed object
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_reading_is_none(bad: float) -> None:
+    """A non-finite number from the wire (a hostile or broken producer) is no reading: one would poison
+    every sum it enters and make the joiner's state impossible to persist (JSON has no NaN)."""
+    meta_ = m.Meta(node="n", source="probe", epoch=1, seq=1, time_ms=1000)
+    dcgm = m.DcgmProfile(bad, 50.0, bad, bad, bad)
+    process = m.ProcessSample(1, "uid", "cid", "Guaranteed", bad, 3.0, bad)
+    device = m.DeviceSample(uuid="GPU-1", parent_uuid="", index=0, mig=None, util_pct=bad, mem_util_pct=bad,
+                            fb_used_mib=bad, fb_total_mib=bad, power_w=bad, temp_c=bad, lost=False,
+                            processes=(process,), error="", dcgm=dcgm)
+    got = decode(topics.TELEMETRY, encode(m.NodeTelemetry(meta=meta_, devices=(device,))))
+    assert got.devices[0] == m.DeviceSample(
+        uuid="GPU-1", parent_uuid="", index=0, mig=None, util_pct=None, mem_util_pct=None, fb_used_mib=None,
+        fb_total_mib=None, power_w=None, temp_c=None, lost=False,
+        processes=(m.ProcessSample(1, "uid", "cid", "Guaranteed", None, 3.0, None),), error="",
+        dcgm=m.DcgmProfile(None, 50.0, None, None, None))
+    mig = m.MigDeviceInfo(uuid="MIG-1", profile="1g.10gb", gi=1, ci=0, memory_mib=bad)
+    gpu = m.GpuInfo(uuid="GPU-1", index=0, model="A100", memory_mib=bad, minor=0, mig_enabled=True,
+                    mig_devices=(mig,), lost=False, pci_bus_id="")
+    inv = decode(topics.INVENTORY, encode(m.DeviceInventory(meta=meta_, gpus=(gpu,), health=(),
+                                                            driver_version="", cuda_driver_version="")))
+    assert inv.gpus[0].memory_mib == 0.0 and inv.gpus[0].mig_devices[0].memory_mib == 0.0  # unknown

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from periscope.bus.topics import TELEMETRY
 from periscope.core.engine import EngineConfig, NodeState, apply, current_view, new_state
 from periscope.core.model import NodeInput
 from periscope.core.rows import RowConfig
@@ -198,3 +199,16 @@ def test_a_version_keeps_no_copy_of_its_rows_but_finds_them_in_the_record_the_ta
     assert seq == 1
     for u, v in back.items():
         assert v.stale and v.packed is tables.pods[u] and json.loads(v.rows()) == rows_1[u]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_node_fed_a_non_finite_reading_off_the_wire_still_persists(bad: float) -> None:
+    """JSON has no NaN: a state holding one could never be persisted, and the worker crashed on every
+    persist of that node's partition. The decoder turns such a reading into none."""
+    from periscope.bus import codec
+
+    hostile = codec.decode(TELEMETRY, codec.encode(sample(3, bad)))
+    state = feed(new_state(NODE), [*setup_events(), sample(2, 50.0), hostile, sample(4, 40.0)])
+    tables = Tables()
+    tables.write(plan_persist(state, 1, {}))
+    assert current_view(tables.restore()[0]) == current_view(state)
