@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
 from periscope.core.engine import NodeState, new_state
 from periscope.core.snapshot import from_parts, to_parts
 from services.joiner.delivery import RecordBatches
@@ -39,7 +41,10 @@ FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 
 
 def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    # orjson: a sixth of the standard encoder's time, on every persist of a node. Same JSON but for
+    # how exponents are spelled (1e-05 / 1e-5), read back as the same numbers. It would write a
+    # non-finite number as null where json refused it: the decoder lets none into the state.
+    return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
 
 @dataclass(slots=True)
