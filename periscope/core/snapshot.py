@@ -8,6 +8,7 @@ what was last published per key (so it goes on publishing exactly what an uninte
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 from periscope.core.devices import DeviceMap
@@ -37,11 +38,11 @@ from periscope.core.windows import START, W
 FORMAT = 1
 
 
-def _row_to(r: RowState) -> dict[str, Any]:
+def _row_to(r: RowState, jsonable: Callable[[Any], Any] = to_jsonable) -> dict[str, Any]:
     return {
         "uid": r.pod_uid, "ns": r.namespace, "pod": r.pod, "c": r.container, "dev": r.device_id,
-        "gpu": r.gpu_uuid, "mig": to_jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,
-        "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": to_jsonable(r.usage),
+        "gpu": r.gpu_uuid, "mig": jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,
+        "sample": r.sample_ms, "active": r.active, "src": list(r.sources), "usage": jsonable(r.usage),
         "win": [_num(x) for x in r.windows], "pub": r.published_ms, "iwin": [_num(x) for x in r.idle_windows],
         "low": r.low_since_ms, "idle": r.idle, "idle_since": r.idle_since_ms, "avg": r.avg_util_pct,
         **({"unres": r.unresolved} if r.unresolved else {}),
@@ -83,8 +84,8 @@ def _row_from(d: dict[str, Any]) -> RowState:
     )
 
 
-def _pending_to(ev: NodeTelemetry | XidEvent) -> dict[str, Any]:
-    return {"t": "xid" if isinstance(ev, XidEvent) else "tel", "v": to_jsonable(ev)}
+def _pending_to(ev: NodeTelemetry | XidEvent, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
+    return {"t": "xid" if isinstance(ev, XidEvent) else "tel", "v": jsonable(ev)}
 
 
 def _pending_from(d: dict[str, Any]) -> NodeTelemetry | XidEvent:
@@ -101,32 +102,40 @@ def _repeats(v: str | list[list[int]]) -> Repeats:
     return Repeats.from_text(v) if isinstance(v, str) else Repeats(_alloc_key(x) for x in v)
 
 
-def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def to_parts(state: NodeState, *, native: bool = False) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """(node part, {pod_uid: {"rows": [row dicts], "pub": the pod's last published attribution}}).
 
     The last published outputs (without windows) are kept so that a restored state decides what to
-    publish exactly as the uninterrupted one would (periscope.core.changes compares with them)."""
+    publish exactly as the uninterrupted one would (periscope.core.changes compares with them).
+    `native`: the event and state records in it are left as the dataclasses, enums and tuples they are,
+    for an encoder that writes those itself as to_jsonable would (field names in declaration order,
+    enum values, tuples as arrays): the same JSON, without building the dicts first."""
+    jsonable = _as_is if native else to_jsonable
     node: dict[str, Any] = {
         "format": FORMAT,
         "node": state.node,
         "pods": [
-            {"info": to_jsonable(r.info), "first": r.first_seen_ms, "deleted": r.deleted_ms,
+            {"info": jsonable(r.info), "first": r.first_seen_ms, "deleted": r.deleted_ms,
              "ver": list(r.version)}
             for _, r in sorted(state.pods.pods.items())
         ],
-        "allocs": [to_jsonable(s) for s in state.allocs],
+        "allocs": [jsonable(s) for s in state.allocs],
         "alloc_repeats": [[list(k), v.to_text()] for k, v in sorted(state.alloc_repeats.items())],
-        "inventory": to_jsonable(state.inventory),
-        "node_event": to_jsonable(state.node_event),
-        "pending": [_pending_to(p) for p in state.pending],
+        "inventory": jsonable(state.inventory),
+        "node_event": jsonable(state.node_event),
+        "pending": [_pending_to(p, jsonable) for p in state.pending],
         "watermark": state.watermark_ms,
         "inputs": to_record(state.inputs),
         "processed": state.processed_ms,
         "pruned": state.pruned_ms,
-        "last_xid": {k: to_jsonable(v) for k, v in sorted(state.last_xid.items())},
-        "last_telemetry": to_jsonable(state.last_telemetry and state.last_telemetry.without_processes()),
-        "findings": [to_jsonable(f) for f in state.findings.active()],
-        "counters": to_jsonable(state.counters),
+        "last_xid": {k: jsonable(v) for k, v in sorted(state.last_xid.items())},
+        "last_telemetry": jsonable(state.last_telemetry and state.last_telemetry.without_processes()),
+        "findings": [jsonable(f) for f in state.findings.active()],
+        "counters": jsonable(state.counters),
         "pub_gpus": {k: to_positional(v) for k, v in sorted(state.emitted.items())
                      if isinstance(v, GpuState)},
     }
@@ -135,7 +144,7 @@ def to_parts(state: NodeState) -> tuple[dict[str, Any], dict[str, dict[str, Any]
         pub = state.emitted.get(key[0])
         part = pods.setdefault(key[0], {
             "rows": [], "pub": to_positional(pub if isinstance(pub, PodAttribution) else None)})
-        part["rows"].append(_row_to(state.rows[key]))
+        part["rows"].append(_row_to(state.rows[key], jsonable))
     return node, pods
 
 

@@ -124,7 +124,7 @@ def pod_record(node: str, uid: str, seq: int, rows: bytes, prev: PodVersion | No
 
 def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) -> Persist:
     """Snapshot `state` as persist number `seq`; update `versions` to what it writes."""
-    node_part, pod_parts = to_parts(state)
+    node_part, pod_parts = to_parts(state, native=True)  # _dumps writes the records in it
     pods: dict[str, bytes] = {}
     for uid, rows in pod_parts.items():
         blob = _dumps(rows)
