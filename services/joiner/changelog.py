@@ -42,7 +42,7 @@ FENCE_KEY = b"\x00fence/"  # no node name or pod UID starts with a NUL byte
 
 def _dumps(obj: Any) -> bytes:
     # orjson: a sixth of the standard encoder's time, on every persist of a node. Same JSON but for
-    # how exponents are spelled (1e-05 / 1e-5), read back as the same numbers. It would write a
+    # how some numbers are spelled (1e-05 / 0.00001), read back as the same numbers. It would write a
     # non-finite number as null where json refused it: the decoder lets none into the state.
     return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS)
 
