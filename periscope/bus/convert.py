@@ -198,6 +198,10 @@ def _finite(x: float) -> float | None:
     return x if x - x == 0.0 else None
 
 
+def _finite_or_unknown(x: float) -> float:
+    return x if x - x == 0.0 else 0.0  # (not `_finite(x) or 0.0`: -0.0 must stay itself)
+
+
 def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
     has = p.HasField  # asked only of numbers that read as zero; non-finite ones dropped, as there
     util, mem, fb, total = p.util_pct, p.mem_util_pct, p.fb_used_mib, p.fb_total_mib
@@ -243,11 +247,12 @@ def gpu_info_to_pb(x: m.GpuInfo) -> npb.GpuInfo:
 
 def gpu_info_from_pb(p: npb.GpuInfo) -> m.GpuInfo:
     return m.GpuInfo(
-        uuid=p.uuid, index=p.index, model=p.model, memory_mib=_finite(p.memory_mib) or 0.0,
+        uuid=p.uuid, index=p.index, model=p.model, memory_mib=_finite_or_unknown(p.memory_mib),
         minor=None if p.minor_unknown else p.minor, mig_enabled=p.mig_enabled, lost=p.lost,
         pci_bus_id=p.pci_bus_id,
         mig_devices=tuple(m.MigDeviceInfo(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci,
-                                          memory_mib=_finite(d.memory_mib) or 0.0) for d in p.mig_devices))
+                                          memory_mib=_finite_or_unknown(d.memory_mib))
+                          for d in p.mig_devices))
 
 
 def device_inventory_to_pb(x: m.DeviceInventory) -> npb.DeviceInventory:

@@ -291,3 +291,14 @@ def test_a_non_finite_reading_is_none(bad: float) -> None:
     inv = decode(topics.INVENTORY, encode(m.DeviceInventory(meta=meta_, gpus=(gpu,), health=(),
                                                             driver_version="", cuda_driver_version="")))
     assert inv.gpus[0].memory_mib == 0.0 and inv.gpus[0].mig_devices[0].memory_mib == 0.0  # unknown
+
+
+def test_a_negative_zero_memory_stays_itself() -> None:
+    """Found by the round trip: an unknown-memory fallback of `or 0.0` turned -0.0 into 0.0."""
+    meta_ = m.Meta(node="n", source="probe", epoch=1, seq=1, time_ms=1000)
+    gpu = m.GpuInfo(uuid="0", index=0, model="0", memory_mib=-0.0, minor=0, mig_enabled=False, mig_devices=(),
+                    lost=False, pci_bus_id="")
+    inventory = m.DeviceInventory(meta=meta_, gpus=(gpu,), health=(), driver_version="",
+                                  cuda_driver_version="")
+    data = encode(inventory)
+    assert encode(decode(topics.INVENTORY, data)) == data
