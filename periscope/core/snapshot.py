@@ -38,7 +38,7 @@ from periscope.core.windows import START, W
 FORMAT = 1
 
 
-def _row_to(r: RowState, jsonable: Callable[[Any], Any] = to_jsonable) -> dict[str, Any]:
+def _row_to(r: RowState, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
     return {
         "uid": r.pod_uid, "ns": r.namespace, "pod": r.pod, "c": r.container, "dev": r.device_id,
         "gpu": r.gpu_uuid, "mig": jsonable(r.mig), "first": r.first_seen_ms, "last": r.last_seen_ms,

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -77,17 +77,18 @@ class FakePod:
     containers: tuple[FakeContainer, ...] = ()
 
 
-class _Bucket:
+class KubeletBucket:
     """Token bucket like golang.org/x/time/rate: `qps` tokens per second, at most `burst` saved.
-    By hand: no direct dependency has one; mode's TokenBucket (under Faust) lets burst + 1 through."""
+    By hand: no direct dependency has one; mode's TokenBucket (under Faust) lets burst + 1 through.
+    `now` is the clock it reads (tests replay call times through it)."""
 
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps, self.burst = qps, burst
+    def __init__(self, qps: float, burst: int, now: Callable[[], float] = time.monotonic) -> None:
+        self.qps, self.burst, self._now = qps, burst, now
         self.tokens = float(burst)
-        self.stamp = time.monotonic()
+        self.stamp = now()
 
     def allow(self) -> bool:
-        now = time.monotonic()
+        now = self._now()
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.qps)
         self.stamp = now
         if self.tokens >= 1.0:
@@ -126,7 +127,7 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
         self.allocatable: tuple[FakeDevices, ...] = ()
         self.calls: Counter[str] = Counter()
         self.rejected = 0
-        self._bucket = _Bucket(100.0, 10)
+        self._bucket = KubeletBucket(100.0, 10)
         self._server: aio.Server | None = None
 
     # ------------------------------------------------------------------ state

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from periscope.kubelet.checkpoint import render_checkpoint
-from periscope.sim.kubelet import FakeClaim, FakeClaimDevice, FakeContainer, FakeDevices, FakeKubelet, FakePod
+from periscope.sim.kubelet import (
+    FakeClaim,
+    FakeClaimDevice,
+    FakeContainer,
+    FakeDevices,
+    FakeKubelet,
+    FakePod,
+    KubeletBucket,
+)
 from services.probe.kubelet import AllocationReader
 from services.probe.nvml import NvmlInventory
 from services.probe.podresources import (
@@ -110,15 +118,15 @@ class RecordingLimiter(RateLimiter):
         self.granted.append(time.monotonic())
 
 
-def kubelet_would_reject(stamps: list[float], qps: float = KUBELET_QPS, burst: int = KUBELET_BURST) -> int:
-    """How many of calls made at `stamps` the kubelet's token bucket turns away, had they reached it then."""
-    tokens, last, rejected = float(burst), stamps[0], 0
+def kubelet_would_reject(stamps: list[float]) -> int:
+    """How many of calls made at `stamps` the kubelet's token bucket (the fake's) turns away, had they
+    reached it then."""
+    clock = [stamps[0]]
+    bucket = KubeletBucket(KUBELET_QPS, KUBELET_BURST, now=lambda: clock[0])
+    rejected = 0
     for t in stamps:
-        tokens, last = min(float(burst), tokens + (t - last) * qps), t
-        if tokens >= 1.0:
-            tokens -= 1.0
-        else:
-            rejected += 1
+        clock[0] = t
+        rejected += not bucket.allow()
     return rejected
 
 
