@@ -7,7 +7,12 @@ Faust builds its clients itself and offers no settings for two things the profil
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
   acknowledgement is not written twice.
 
-Its worker consumer also differs from Faust's in three ways, whatever the profile:
+Its worker consumer also differs from Faust's in four ways, whatever the profile:
+- it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
+  created (the tables' changelogs, at a first start) can be missing from it for a moment, and Faust's
+  assignor leaves a missing topic out of the assignment until the next metadata refresh, minutes
+  later: a table whose changelog is left out is never recovered, and the worker that takes over a
+  node starts it from nothing;
 - after a rebalance Faust seeks each partition to its committed offset, through aiokafka, which leaves
   a partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
@@ -20,7 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -31,6 +37,7 @@ from periscope.bus.profile import BrokerProfile
 
 log = logging.getLogger(__name__)
 YIELD_EVERY = 100  # records handed over between turns given to the event loop, as Faust does
+METADATA_WAIT_S = 30.0  # the longest a subscription waits for its topics to show in the metadata
 
 
 def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
@@ -43,6 +50,16 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             # Read by AIOKafkaConsumer.start() when it builds its fetcher, which happens after this.
             consumer._fetch_max_wait_ms = fetch_max_wait_ms
             return consumer
+
+        async def subscribe(self, topics: Iterable[str]) -> None:
+            wanted = set(topics)
+            client = self._ensure_consumer()._client
+            missing = await self.call_thread(listed, client.fetch_all_metadata, wanted, METADATA_WAIT_S)
+            if missing:
+                log.warning("topic(s) %s not in the broker's metadata after %.0fs: their partitions are "
+                            "left out of assignments until a metadata refresh", ", ".join(sorted(missing)),
+                            METADATA_WAIT_S)
+            await super().subscribe(wanted)
 
     class ProfileConsumer(faust_aiokafka.Consumer):
         # Where the last seek_to_committed positioned each stream partition: its committed offset, or
@@ -90,6 +107,21 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
         Producer = ProfileProducer
 
     return ProfileTransport
+
+
+async def listed(fetch: Callable[[], Awaitable[Any]], topics: set[str], limit_s: float, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> set[str]:
+    """Wait until the cluster metadata `fetch` returns (aiokafka's ClusterMetadata) lists every topic of
+    `topics` with its partitions, at most `limit_s`; returns those still missing then."""
+    deadline, delay = clock() + limit_s, 0.05
+    while True:
+        cluster = await fetch()
+        missing = {t for t in topics if not cluster.partitions_for_topic(t)}
+        if not missing or clock() >= deadline:
+            return missing
+        await sleep(delay)
+        delay = min(2 * delay, 1.0)
 
 
 async def drain(consumer: Any, fetcher: Any) -> None:

@@ -31,7 +31,7 @@ from services.joiner.changelog import ChangelogTable
 from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.positions import Positions
-from services.joiner.progress import ProgressWatch, assigned_inputs, ready
+from services.joiner.progress import ProgressWatch, assigned, assigned_inputs, ready, unrecovered
 from services.joiner.slots import Message
 from services.joiner.web import JoinerWeb
 from services.joiner.worker import Hooks, Joiner
@@ -244,6 +244,10 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
             await watch.align()  # before the first record: it must be where its partition was put
         except Exception as e:  # a rebalance under way again; the next one aligns
             log.warning("could not position the input partitions: %r", e)
+        for topic, lacking in unrecovered(assigned(app), app.tables.changelog_topics).items():
+            log.error("changelog %s: partition(s) %s not assigned with their input partitions, so not "
+                      "recovered: the nodes there start from what this worker writes", topic,
+                      ", ".join(map(str, lacking)))
         # The tables are recovered: take up the nodes of the partitions now held.
         held = {tp.partition for tp in assigned_inputs(app) if tp.topic == TELEMETRY.name}
         if held and (taken := await joiner.adopt(held)):

@@ -21,6 +21,7 @@ from periscope.bus import codec, topics
 from periscope.bus.admin import ensure_topics
 from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
+from periscope.bus.faust_transport import listed
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core import model as m
@@ -244,6 +245,25 @@ async def test_ensure_topics_is_idempotent_and_keeps_fixed_partitions(any_broker
     finally:
         await admin.close()
     assert {d["topic"]: len(d["partitions"]) for d in described} == {t.name: t.partitions for t in wanted}
+
+
+async def test_the_joiner_subscription_waits_for_a_topic_until_the_metadata_lists_it(
+        any_broker: Kafka, unique: str) -> None:
+    """What the joiner's consumer does before it subscribes (periscope.bus.faust_transport), against the
+    broker's real metadata: a topic that is not there yet is waited for, and shows once created."""
+    consumer = any_broker.consumer(client_id="test-metadata")
+    await consumer.start()
+    try:
+        fetch = consumer._client.fetch_all_metadata
+        late = f"test.late.{unique}"
+        waiting = asyncio.create_task(listed(fetch, {late, topics.TELEMETRY.name}, 60))
+        await asyncio.sleep(1.0)
+        assert not waiting.done()
+        await ensure_topics(any_broker, [Topic(late, "node", "NodeEvent", partitions=2)])
+        assert await asyncio.wait_for(waiting, 60) == set()
+        assert await listed(fetch, {f"test.never.{unique}"}, 0.5) == {f"test.never.{unique}"}
+    finally:
+        await consumer.stop()
 
 
 async def test_registry_topics_exist_on_the_shared_broker(any_broker: Kafka) -> None:

@@ -446,12 +446,17 @@ class Worker:
 
 @contextlib.contextmanager
 def workers(*ws: Worker) -> Iterator[tuple[Worker, ...]]:
+    """Kills the workers still running at the end; then checks that none ran with a table whose
+    changelog partitions were left out of its assignment (that state was never recovered)."""
     try:
         yield ws
     finally:
         for w in ws:
             if w.proc.poll() is None:
                 w.kill()
+    for w in ws:
+        lines = [line for line in w.log().splitlines() if "not assigned with their input partitions" in line]
+        assert not lines, f"{w.log_path.name}: " + "\n".join(lines)
 
 
 def summary(o: Output) -> Any:

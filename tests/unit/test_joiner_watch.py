@@ -1,16 +1,19 @@
 """The joiner's progress watch: a partition that has records but whose position does not move for the
 stall limit restarts the worker, whether its end is known from fetch responses or, on brokers whose end
 offsets are exact, from asking for them (a partition that is never fetched has no fetched end); not
-while the worker works through a backlog on other partitions."""
+while the worker works through a backlog on other partitions. And which held input partitions an
+assignment left without their changelog partitions (their state is not recovered)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from faust.types import TP
 
+from periscope.bus import topics as T
 from services.joiner.positions import Positions
-from services.joiner.progress import ProgressWatch
+from services.joiner.progress import ProgressWatch, unrecovered
 
 TELEMETRY = TP("periscope.node.telemetry.v1", 0)
 
@@ -116,3 +119,31 @@ def test_the_next_offset_is_after_the_last_handled_else_where_the_partition_was_
     positions.processed[(TELEMETRY.topic, 0)] = 11
     assert positions.next(TELEMETRY.topic, 0) == 12
     assert positions.next(OTHER.topic, OTHER.partition) is None
+
+
+# ------------------------------------------------ an assignment that leaves a changelog out
+
+NODES_LOG, MARKS_LOG = "j-nodes-changelog", "j-marks-changelog"
+
+
+def _tps(topic: str, *partitions: int) -> list[TP]:
+    return [TP(topic, p) for p in partitions]
+
+
+@pytest.mark.parametrize(("assignment", "want"), [
+    # every held input partition has its changelog partitions: nothing is left unrecovered
+    ([*_tps(T.TELEMETRY.name, 1, 3), *_tps(T.XID.name, 1, 3), *_tps(NODES_LOG, 1, 3),
+      *_tps(MARKS_LOG, 1, 3)], {}),
+    # standby changelog partitions beyond the inputs are fine
+    ([*_tps(T.TELEMETRY.name, 1), *_tps(NODES_LOG, 0, 1), *_tps(MARKS_LOG, 1, 2)], {}),
+    # the leader's metadata lacked the marks changelog: none of it assigned
+    ([*_tps(T.TELEMETRY.name, 1, 3), *_tps(NODES_LOG, 1, 3)], {MARKS_LOG: [1, 3]}),
+    # one partition of one changelog missing; a partition held of any input topic counts
+    ([*_tps(T.TELEMETRY.name, 1), *_tps(T.PODS.name, 5), *_tps(NODES_LOG, 1), *_tps(MARKS_LOG, 1, 5)],
+     {NODES_LOG: [5]}),
+    # no input held: nothing to recover
+    ([*_tps(NODES_LOG, 1)], {}),
+])
+def test_unrecovered_names_the_held_input_partitions_without_their_changelog(
+        assignment: list[TP], want: dict[str, list[int]]) -> None:
+    assert unrecovered(assignment, {NODES_LOG, MARKS_LOG}) == want
