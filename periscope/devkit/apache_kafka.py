@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from periscope.devkit.embedded import BrokerError
+from periscope.devkit.embedded import BrokerError, metadata_ready
 from periscope.devkit.launch import free_port, spawn, stop_group
 
 POM = Path(__file__).with_name("kafka-pom.xml")
@@ -120,9 +120,10 @@ logger.request.level = WARN
 class ApacheKafka:
     """One Apache Kafka (KRaft) node on loopback, data in `directory` (a new temporary one by default).
 
-    `start()` blocks until the broker logged that it started and returns the bootstrap; `stop()` stops
-    it (SIGTERM, then SIGKILL after the grace period) and keeps the directory, so `start()` again is a
-    restart with every topic and offset kept, on the same ports. `listeners`, `properties` and
+    `start()` blocks until the broker logged that it started (and, on plaintext, lists itself in its
+    metadata) and returns the bootstrap; `stop()` stops it (SIGTERM, then SIGKILL after the grace
+    period) and keeps the directory, so `start()` again is a restart with every topic and offset kept,
+    on the same ports. `listeners`, `properties` and
     `format_args` let a caller (periscope.devkit.secure_kafka) add TLS, SASL and authorization.
     """
 
@@ -264,7 +265,7 @@ class ApacheKafka:
                 raise BrokerError(f"cannot run java: {e}") from e
         atexit.register(self.stop)
         deadline = time.monotonic() + timeout_s
-        while not _READY.search(self.log_tail(1 << 20)):
+        while not self._serving():
             if self._proc.poll() is not None:
                 tail = self.log_tail()
                 self._reap()
@@ -277,6 +278,14 @@ class ApacheKafka:
                                   f"{timeout_s:.0f}s; log {self.log_path}:\n{tail[-1500:]}")
             time.sleep(0.05)
         return self.bootstrap
+
+    def _serving(self) -> bool:
+        """The broker logged that it started and, on a plaintext client listener, its metadata lists
+        it: "Kafka Server started" can come before the broker is registered, and a client that asks
+        then gets metadata without brokers (aiokafka's admin client then fails with NodeNotReadyError)."""
+        if not _READY.search(self.log_tail(1 << 20)):
+            return False
+        return self._client_protocol != "PLAINTEXT" or metadata_ready(self.host, self.port)
 
     def stop(self, grace_s: float = 10.0) -> None:
         proc = self._proc

@@ -8,6 +8,7 @@ import dataclasses
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -25,6 +26,7 @@ from periscope.bus.faust_transport import listed
 from periscope.bus.producer import Publisher
 from periscope.bus.topics import Topic
 from periscope.core import model as m
+from periscope.devkit.apache_kafka import ApacheKafka
 from periscope.devkit.consumer import ConsumerStats, consume
 from periscope.devkit.embedded import BrokerError, EmbeddedBroker, metadata_ready
 
@@ -391,6 +393,41 @@ def test_metadata_probe_rejects_a_non_kafka_server() -> None:
         t = threading.Thread(target=answer)
         t.start()
         assert not metadata_ready("127.0.0.1", port, timeout_s=2)
+        t.join()
+
+
+def _metadata_answer(brokers: list[tuple[int, str, int]]) -> bytes:
+    """A Metadata v0 response (correlation id 1) listing `brokers` (node id, host, port), no topics."""
+    body = struct.pack(">ii", 1, len(brokers))
+    for node, host, port in brokers:
+        body += struct.pack(">ih", node, len(host)) + host.encode() + struct.pack(">i", port)
+    body += struct.pack(">i", 0)
+    return struct.pack(">i", len(body)) + body
+
+
+def test_apache_kafka_is_serving_once_its_metadata_lists_it_not_at_its_started_line(tmp_path: Any) -> None:
+    """"Kafka Server started" can be logged before the broker is registered: metadata asked for then
+    lists no broker, and an admin client fails (NodeNotReadyError). Start-up waits for both."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        kafka = ApacheKafka(port, directory=tmp_path)
+        assert not kafka._serving()  # nothing logged yet
+        kafka.log_path.write_text("[KafkaRaftServer nodeId=1] Kafka Server started\n")
+        answers = [_metadata_answer([]), _metadata_answer([(1, "127.0.0.1", port)])]
+
+        def answer() -> None:
+            for reply in answers:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(1024)
+                    conn.sendall(reply)
+
+        t = threading.Thread(target=answer)
+        t.start()
+        assert not kafka._serving()  # started, but not in its own metadata yet
+        assert kafka._serving()
         t.join()
 
 
