@@ -7,7 +7,7 @@ Faust builds its clients itself and offers no settings for two things the profil
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
   acknowledgement is not written twice.
 
-Its worker consumer also differs from Faust's in four ways, whatever the profile:
+Its worker consumer also differs from Faust's in five ways, whatever the profile:
 - it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
   created (the tables' changelogs, at a first start) can be missing from it for a moment, and Faust's
   assignor leaves a missing topic out of the assignment until the next metadata refresh, minutes
@@ -18,6 +18,7 @@ Its worker consumer also differs from Faust's in four ways, whatever the profile
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
   would never be read. Stream partitions without a committed offset are sought to their first offset;
 - it hands fetched records to the streams with one race per fetch, not per record (see `drain`);
+- it seeks in the consumer's thread, not the caller's (where the seek raced the fetch);
 - its last commit at stop waits for one in flight and then commits, where Faust's would return at once.
 """
 
@@ -82,6 +83,18 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
                 positioned[tp] = max(committed[tp] or 0, start)
             self.positioned = positioned
             return committed
+
+        async def _seek(self, partition: TP, offset: int) -> None:
+            # In the consumer's own thread, as Faust makes every other call into aiokafka. Faust's seek
+            # runs in the caller's: aiokafka's Fetcher.seek_to then drops the partition's fetched records
+            # while the consumer thread's fetched_records reads them (a KeyError that crashed a worker's
+            # fetcher right after a rebalance, when seek_to_committed positions the partitions).
+            thread = self._thread
+
+            async def seek() -> None:
+                thread.seek(partition, offset)
+
+            await thread.call_thread(seek)
 
         async def commit_and_end_transactions(self) -> None:
             # The last commit at stop. Faust's commit() returns at once when another is in flight

@@ -4,10 +4,15 @@ whatever its fetcher read and Faust dropped meanwhile; changelog partitions are 
 
 Run on a real Faust consumer of the transport; its consumer thread is replaced by one that keeps
 aiokafka's rule (`seek_to_committed` seeks only partitions whose committed offset is above 0, and
-returns every committed offset, None where there is none)."""
+returns every committed offset, None where there is none). The seeks run in the consumer's thread:
+from the caller's, aiokafka's seek races the thread's fetch (it drops the partition's fetched records
+while the fetch reads them)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
@@ -27,6 +32,7 @@ class Thread:
                  position: dict[TP, int]) -> None:
         self.committed, self.first, self.position = committed, first, position
         self.asked: list[tuple[TP, ...]] = []
+        self.seeks_on: set[int] = set()  # the threads aiokafka's seek ran in
 
     async def seek_to_committed(self) -> dict[TP, int | None]:
         for tp, offset in self.committed.items():
@@ -40,6 +46,11 @@ class Thread:
 
     def seek(self, tp: TP, offset: int) -> None:
         self.position[tp] = offset
+        self.seeks_on.add(threading.get_ident())
+
+    async def call_thread(self, fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        """Runs `fun` on an event loop in another OS thread, as mode runs it on the consumer thread's."""
+        return await asyncio.to_thread(asyncio.run, fun(*args))
 
 
 async def nothing(_message: Any) -> None:
@@ -78,3 +89,11 @@ async def test_every_partition_committed_is_left_where_aiokafka_put_it() -> None
     await c.seek_to_committed()
     assert thread.position == {A: 4, B: 7}
     assert c.positioned == {A: 4, B: 7}
+
+
+async def test_the_seeks_run_in_the_consumer_thread_not_the_callers() -> None:
+    thread = Thread(committed={A: None, B: None}, first={A: 0, B: 3}, position={A: 60, B: 60})
+    c = consumer(thread)
+    await c.seek_to_committed()
+    assert thread.position == {A: 0, B: 3}
+    assert thread.seeks_on and threading.get_ident() not in thread.seeks_on
