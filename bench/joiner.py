@@ -329,8 +329,8 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
     limit = (f"CPU: the worker used {util:.0%} of a core and the broker {butil:.0%} ({cores} cores in all), "
              f"{us} us of worker CPU per device sample; the worker takes input records in batches and steps "
              "the core for each; per batch and node it writes one mark and hands the outputs to the "
-             "producer as whole record batches; Faust's stream still handles every input record on its way "
-             "in (hot spots: bench/run.py --profile)")
+             "producer as whole record batches; input records go from each fetch to the worker in batches, "
+             "past Faust's conductor and stream (hot spots: bench/run.py --profile)")
     if util is not None and util < 0.8:
         limit = (f"the worker got {util:.0%} of a core (broker {butil:.0%}; the {cores} cores are shared "
                  f"with other work): at {us} us of worker CPU per device sample a whole core would do about "

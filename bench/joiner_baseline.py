@@ -228,8 +228,8 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
         "pairs": [{w: {k: rounded(v) for k, v in r.items()} for w, r in p.items()} for p in pairs],
         "void_pairs": failed,
     }
-    limit = ("what the joiner pays beyond the bare loop: Faust's stream and event objects, tables, the mark "
-             "and persist writes to the changelogs, acknowledgements and commits, metrics")
+    limit = ("what the joiner pays beyond the bare loop: Faust's consumer thread and fetch loop, tables, "
+             "the mark and persist writes to the changelogs, acknowledgements and commits, metrics")
     figures = [
         Figure("joiner_bare_loop_cpu_us_per_device_sample", median(bare_us), "us", setup,
                "decode, core, encode and produce only", None, bare_us,

@@ -7,7 +7,7 @@ Faust builds its clients itself and offers no settings for two things the profil
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
   acknowledgement is not written twice.
 
-Its worker consumer also differs from Faust's in five ways, whatever the profile:
+Its worker consumer also differs from Faust's in six ways, whatever the profile:
 - it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
   created (the tables' changelogs, at a first start) can be missing from it for a moment, and Faust's
   assignor leaves a missing topic out of the assignment until the next metadata refresh, minutes
@@ -18,6 +18,8 @@ Its worker consumer also differs from Faust's in five ways, whatever the profile
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
   would never be read. Stream partitions without a committed offset are sought to their first offset;
 - it hands fetched records to the streams with one race per fetch, not per record (see `drain`);
+- records of the app's direct topics (the joiner's inputs) go from each fetch to the app in batches,
+  past Faust's conductor, stream and event objects (`Direct`);
 - it seeks in the consumer's thread, not the caller's (where the seek raced the fetch);
 - its last commit at stop waits for one in flight and then commits, where Faust's would return at once.
 """
@@ -28,6 +30,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from faust.transport.consumer import CONSUMER_FETCHING
@@ -171,25 +174,50 @@ async def drain(consumer: Any, fetcher: Any) -> None:
         consumer.diag.unset_flag(CONSUMER_FETCHING)
 
 
+@dataclass(frozen=True, slots=True)
+class Direct:
+    """Records of `topics` go from the fetch straight to `take`, in batches of at most `most`, in fetch
+    order, instead of through Faust's conductor, stream and event objects (about a third of what Faust
+    cost per input record). The app takes over what the stream did for them: acknowledgement
+    (`Consumer.ack` per record) and the generation check. Set as `app.direct` before the worker starts."""
+
+    topics: frozenset[str]
+    take: Callable[[list[Any]], Awaitable[None]]  # Faust Messages
+    most: int = 2000
+
+
 async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
-    """Hand a fetch's records to the streams, in order, while the flow runs in their generation."""
+    """Hand a fetch's records over, in order, while the flow runs in their generation: records of the
+    app's direct topics (`Direct`) in batches, the others to the streams one by one."""
     hand_over = consumer.callback
     read = consumer._read_offset
     acking = consumer.app.topics.acks_enabled_for
     since_yield = 0
     app = consumer.app
+    direct: Direct | None = getattr(app, "direct", None)
+    batch: list[Any] = []
+    batched: dict[Any, int] = {}  # tp -> offset of its last record in the batch
 
     def current(message: Any) -> bool:
         return bool(consumer.flow_active) and message.generation_id == app.consumer_generation_id
 
+    async def take() -> None:
+        taken = batch[:]
+        batch.clear()
+        # `take` steps every record before its first await (nothing cancels a batch half stepped):
+        # they count as handed over from here.
+        read.update(batched)
+        batched.clear()
+        await direct.take(taken)  # type: ignore[union-attr]
+
     for tp, message in records:
         if not current(message):
-            return
+            return  # (a batch not taken is read again: its partition is positioned anew)
         since_yield += 1
-        if since_yield > YIELD_EVERY:
+        if since_yield > YIELD_EVERY and not batch:
             since_yield = 0
             await asyncio.sleep(0)
-        offset, last = message.offset, read[tp]
+        offset, last = message.offset, batched.get(tp, read[tp])
         if last is not None and offset < last:
             continue  # handed over before
         # The bookkeeping is not part of a hand-over: the race does not cancel it (as in Faust's loop).
@@ -199,6 +227,16 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
         if every is not None and consumer._n_acked >= every:
             consumer._n_acked = 0
             await asyncio.shield(consumer.commit())
+        if direct is not None and message.topic in direct.topics:
+            batch.append(message)
+            batched[tp] = offset
+            if len(batch) >= direct.most:
+                await take()
+            continue
+        if batch:
+            await take()
+            if not current(message):
+                return
         try:
             await hand_over(message)
         except asyncio.CancelledError:
@@ -211,3 +249,5 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
             # forgot the partition's read offset): the stream skips the record, and it is read again.
             return
         read[tp] = offset
+    if batch:
+        await take()

@@ -1,10 +1,12 @@
-"""The Faust application: one agent over the six node-keyed input topics, three changelogged tables.
+"""The Faust application: the six node-keyed input topics, three changelogged tables.
 
 All node inputs share one partition count and are keyed by node, and Faust's assignor gives the
 same-numbered partitions of co-partitioned topics (and of the tables' changelogs) to the same worker,
 so one actor applies a node's events in order and owns that node's state. Values stay raw bytes and
 are decoded with periscope.bus.codec. Tables use the memory store; their changelog topics are the
-durable copy a restarted or rebalanced worker recovers from. Faust's stream joins are not used.
+durable copy a restarted or rebalanced worker recovers from. Faust's stream joins are not used: an
+agent subscribes the input topics, and their records go from each fetch straight to the worker in
+batches (periscope.bus.faust_transport.Direct), which acknowledges each to the consumer itself.
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ from faust.tables import TableManager
 
 from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
-from periscope.bus.faust_transport import transport_class
+from periscope.bus.faust_transport import Direct, transport_class
 from periscope.bus.topics import DEFAULT_PARTITIONS, NODE_INPUTS, TELEMETRY
 from periscope.clock import clock_from_setting
 from periscope.freshness import Freshness
 from periscope.settings.joiner import JoinerSettings
-from services.joiner.acks import AckGate
 from services.joiner.changelog import ChangelogTable
 from services.joiner.delivery import OutputSender, RecordBatches
 from services.joiner.metrics import JoinerMetrics
@@ -42,28 +43,16 @@ SERVICE = "joiner"
 TICK_S = 1.0
 STALL_MIN_S = 20.0
 TAKE_MAX = 2000  # input records per batch at most
-TAKE_WITHIN_S = 0.02  # the longest a record waits in a batch before the batch is processed
 ENDS_EVERY_TICKS = 5  # how often the progress watch asks for end offsets (where the broker has them)
 
 
-class StreamAcks:
-    """Acknowledges input records through the stream the agent reads (Faust creates it when the agent
-    starts, after the worker): an offset is committed once every record up to it is acknowledged.
-    Only these acknowledgements reach the consumer (`AckGate`)."""
+class Taken:
+    """An input record as the worker takes it (it reads `.message`, as of a Faust event)."""
 
-    stream: Any = None
-    gate: AckGate | None = None
+    __slots__ = ("message",)
 
-    async def ack(self, event: Any) -> None:
-        if self.stream is not None:
-            if self.gate is None:
-                await self.stream.ack(event)
-                return
-            self.gate.release(event.message)
-            try:
-                await self.stream.ack(event)
-            finally:  # an acknowledgement that did not reach the consumer (already acked) leaves no pass
-                self.gate.forget(event.message)
+    def __init__(self, message: Any) -> None:
+        self.message = message
 
 
 class JoinerTableManager(TableManager):
@@ -81,6 +70,7 @@ class JoinerApp(faust.App):
     joiner: Joiner
     shutdown_timeout_s: float = 10.0
     kafka: Kafka
+    direct: Direct
 
     def on_init_dependencies(self) -> Any:
         deps = super().on_init_dependencies()
@@ -170,12 +160,14 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     positions = Positions()  # the worker writes it, the watch reads it
     watch = ProgressWatch(app, positions, max(STALL_MIN_S, 4 * session), on_stall or crash,
                           ask_ends=kafka.profile.end_offsets_exact)
-    acks = StreamAcks()
+
+    async def ack(taken: Taken) -> None:
+        app.consumer.ack(taken.message)  # the input record may be committed
     joiner = Joiner(
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,
         hooks=Hooks(
-            dead_letter=send_dead_letter, on_error=app.crash, ack=acks.ack,
+            dead_letter=send_dead_letter, on_error=app.crash, ack=ack,
             rebalancing=lambda: bool(app.rebalancing),
             # As Faust's own per-record check: a record fetched before the latest rebalance is skipped.
             current=lambda msg: getattr(msg, "generation_id", None) == app.consumer_generation_id,
@@ -191,14 +183,19 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     source = app.topic(*(t.name for t in NODE_INPUTS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw")
 
+    async def take(messages: list[Any]) -> None:
+        freshness.touch()
+        await joiner.handle_batch([Taken(m) for m in messages])
+
+    # Input records go from each fetch to the worker in batches (see faust_transport.Direct): at most
+    # TAKE_MAX, or what one fetch brought. Nothing is acknowledged here (see worker.py).
+    app.direct = Direct(frozenset(t.name for t in NODE_INPUTS), take, TAKE_MAX)
+
     async def join(stream: Any) -> None:
-        manual = acks.stream = stream.noack()
-        acks.gate = AckGate.install(app.consumer, (t.name for t in NODE_INPUTS))
-        # Records come in batches: at most TAKE_MAX, or what arrived within TAKE_WITHIN_S (which a
-        # sample's way to the API pays at most once). Nothing is acknowledged here (see worker.py).
-        async for events in manual.noack_take(TAKE_MAX, within=TAKE_WITHIN_S):
-            freshness.touch()
-            await joiner.handle_batch(events)
+        # The agent subscribes the input topics (and makes them acknowledged topics); their records
+        # bypass its stream.
+        async for _event in stream.noack():
+            pass
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
     ticks = 0

@@ -14,7 +14,7 @@ from faust.transport.consumer import Fetcher
 from faust.types import TP, Message
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from periscope.bus.faust_transport import drain, transport_class
+from periscope.bus.faust_transport import Direct, drain, transport_class
 from periscope.bus.profile import profile
 
 IN = TP("in", 0)
@@ -178,6 +178,83 @@ async def test_a_rebalance_that_empties_a_full_stream_buffer_ends_that_fetch_onl
     c.resume_flow()
     await fetching  # the fetch after the rebalance was handed over, and the loop ended as planned
     assert [buffer.get_nowait() for _ in range(buffer.qsize())] == [2]
+
+
+# ---------------------------------------------------------------- direct topics (faust_transport.Direct)
+
+OTHER = TP("other", 0)
+
+
+def direct(c: Any, most: int = 100) -> list[list[tuple[str, int]]]:
+    """Make "in" the app's direct topic; returns the batches taken, as (topic, offset) lists."""
+    taken: list[list[tuple[str, int]]] = []
+
+    async def take(messages: list[Message]) -> None:
+        taken.append([(m.topic, m.offset) for m in messages])
+
+    c.app.direct = Direct(frozenset({"in"}), take, most)
+    return taken
+
+
+async def test_direct_records_are_taken_in_batches_in_fetch_order_the_others_handed_over() -> None:
+    got: list[tuple[str, int]] = []
+
+    async def hand_over(m: Message) -> None:
+        got.append((m.topic, m.offset))
+
+    c, fetcher = consumer(hand_over, [[message(0), message(1), message(0, OTHER), message(2), message(3),
+                                       message(4)], [message(3), message(5)]])
+    taken = direct(c, most=2)
+    await run(c, fetcher)
+    # A batch is taken before a record of another topic is handed over, and at `most` records; the
+    # refetched 3 is below the read offset.
+    assert taken == [[("in", 0), ("in", 1)], [("in", 2), ("in", 3)], [("in", 4)], [("in", 5)]]
+    assert got == [("other", 0)]
+    assert c._read_offset[IN] == 5 and c._read_offset[OTHER] == 0
+
+
+async def test_a_skipped_range_in_a_direct_batch_is_a_gap() -> None:
+    async def hand_over(m: Message) -> None:
+        pass
+
+    c, fetcher = consumer(hand_over, [[message(3), message(4), message(9)]], acking=("in",))
+    taken = direct(c)
+    await run(c, fetcher)
+    assert taken == [[("in", 3), ("in", 4), ("in", 9)]]
+    assert sorted((i.begin, i.end) for i in c._gap[IN]) == [(5, 10)]
+
+
+async def test_a_direct_batch_is_not_taken_when_the_flow_stops_or_the_generation_changes_before() -> None:
+    async def hand_over(m: Message) -> None:
+        c.stop_flow()  # a rebalance starts while a record of another topic is handed over
+
+    c, fetcher = consumer(hand_over, [[message(0, OTHER), message(1), message(2)]])
+    taken = direct(c)
+    await run(c, fetcher)
+    assert taken == [] and c._read_offset[IN] is None
+
+    c, fetcher = consumer(hand_over, [[message(1), message(2), message(3, generation=1)]])
+    taken = direct(c)
+    c.app.consumer_generation_id = 1  # the batch's records were fetched before the latest rebalance
+    await run(c, fetcher)
+    assert taken == [] and c._read_offset[IN] is None
+
+
+async def test_a_fetch_ends_where_the_flow_stopped_while_a_batch_was_taken() -> None:
+    async def hand_over(m: Message) -> None:
+        pass
+
+    c, fetcher = consumer(hand_over, [[message(0), message(1), message(2)]])
+    taken: list[list[int]] = []
+
+    async def take(messages: list[Message]) -> None:
+        taken.append([m.offset for m in messages])
+        c.stop_flow()  # a rebalance starts while the worker handles the batch
+
+    c.app.direct = Direct(frozenset({"in"}), take, 2)
+    await run(c, fetcher)
+    assert taken == [[0, 1]]  # record 2 is read again after the rebalance positions the partition
+    assert c._read_offset[IN] == 1
 
 
 def test_the_loop_it_replaces_is_the_one_reviewed() -> None:
