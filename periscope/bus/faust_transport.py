@@ -177,9 +177,10 @@ async def drain(consumer: Any, fetcher: Any) -> None:
 @dataclass(frozen=True, slots=True)
 class Direct:
     """Records of `topics` go from the fetch straight to `take`, in batches of at most `most`, in fetch
-    order, instead of through Faust's conductor, stream and event objects (about a third of what Faust
-    cost per input record). The app takes over what the stream did for them: acknowledgement
-    (`Consumer.ack` per record) and the generation check. Set as `app.direct` before the worker starts."""
+    order, instead of through Faust's conductor, stream and event objects (about 5 us of the joiner's
+    45 us of CPU per device sample on a backlog). The app takes over what the stream did for them:
+    acknowledgement (`Consumer.ack` per record) and the generation check. Set as `app.direct` before the
+    worker starts."""
 
     topics: frozenset[str]
     take: Callable[[list[Any]], Awaitable[None]]  # Faust Messages
