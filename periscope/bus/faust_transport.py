@@ -184,7 +184,7 @@ class Direct:
 
     topics: frozenset[str]
     take: Callable[[list[Any]], Awaitable[None]]  # Faust Messages
-    most: int = 2000
+    most: int = 500
 
 
 async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
@@ -210,6 +210,9 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
         read.update(batched)
         batched.clear()
         await direct.take(taken)  # type: ignore[union-attr]
+        # A turn for everything else on the loop (outputs, persists, the web server, the timers): a
+        # fetch can bring many batches, and `take` need not wait for anything.
+        await asyncio.sleep(0)
 
     for tp, message in records:
         if not current(message):

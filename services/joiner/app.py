@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 SERVICE = "joiner"
 TICK_S = 1.0
 STALL_MIN_S = 20.0
-TAKE_MAX = 2000  # input records per batch at most
+TAKE_MAX = 500  # input records per batch at most: a batch is stepped without a turn for the event loop
 ENDS_EVERY_TICKS = 5  # how often the progress watch asks for end offsets (where the broker has them)
 
 
