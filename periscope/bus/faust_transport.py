@@ -184,7 +184,7 @@ class Direct:
 
     topics: frozenset[str]
     take: Callable[[list[Any]], Awaitable[None]]  # Faust Messages
-    most: int = 500
+    most: int  # records per batch at most (the joiner's TAKE_MAX)
 
 
 async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:

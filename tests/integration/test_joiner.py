@@ -760,7 +760,7 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
     core (what replay gives) would not name at that time, and every XID names its owner at the error."""
     from periscope.devkit.workload import ClusterSpec, timeline
 
-    # Eight nodes: the backlog is several of the worker's input batches (at most 2,000 records each), so
+    # Eight nodes: the backlog is several of the worker's input batches (at most TAKE_MAX records each), so
     # some states are published while it catches up however fast the worker is.
     spec = ClusterSpec(nodes=8, gpus_per_node=4, duration_ms=600_000, pod_lifetime_ms=120_000, gap_ms=5000,
                        xid_every_ms=45_000, idle_every=0, seed=7)
