@@ -95,9 +95,13 @@ class PodResourcesClient:
             raise PodResourcesUnavailable(f"socket {self.socket_path} is absent")
         if self._stub is None or current != self._channel_socket:
             await self.close()  # never keep a channel to a socket that was replaced
+            # A channel of its own connections: by default gRPC shares them between channels to one
+            # address, and the new channel would take over a connection to the old kubelet that gRPC
+            # has not yet seen closed (its first call fails with "Broken pipe").
             self._channel = aio.insecure_channel(
                 f"unix:{self.socket_path}",
-                options=[("grpc.max_receive_message_length", _MAX_MESSAGE)],
+                options=[("grpc.max_receive_message_length", _MAX_MESSAGE),
+                         ("grpc.use_local_subchannel_pool", 1)],
             )
             self._stub = pb_grpc.PodResourcesListerStub(self._channel)  # type: ignore[assignment]
             self._channel_socket = current

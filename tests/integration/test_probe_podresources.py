@@ -106,6 +106,33 @@ async def test_restart_means_a_new_channel_and_no_stale_answers(kubelet: FakeKub
         await client.close()
 
 
+async def test_a_new_socket_gets_a_new_connection_even_while_the_old_one_lives(
+    kubelet: FakeKubelet,
+) -> None:
+    """A new channel must dial the new socket. gRPC shares connections between channels to one
+    address by default, so after a kubelet restart the new channel could send its first call down
+    the old connection before gRPC saw it close: "Stream removed (Broken pipe)" (seen in CI; in a
+    loop here, about one restart in 100). Here the old server keeps running and another channel keeps the old
+    connection open, so a shared connection would answer with the old kubelet's pods."""
+    client = PodResourcesClient(str(kubelet.socket_path))
+    successor = FakeKubelet(kubelet.socket_path)
+    # Another channel to the old socket, as another client in the process could hold: it keeps the
+    # old connection in gRPC's shared pool.
+    other = PodResourcesClient(str(kubelet.socket_path))
+    try:
+        assert len(await client.list_pods()) == 1
+        assert len(await other.list_pods()) == 1
+        await successor.start()  # unlinks the socket and binds a new one at the same path
+        successor.set_pods([])
+        assert await client.list_pods() == []
+        assert client.connects == 2
+        assert successor.calls["List"] == 1 and kubelet.calls["List"] == 2
+    finally:
+        await client.close()
+        await other.close()
+        await successor.stop()
+
+
 class RecordingLimiter(RateLimiter):
     """The client's own limiter, noting when it lets each call go."""
 
