@@ -100,6 +100,8 @@ class JoinerApp(faust.App):
                 await asyncio.wait_for(joiner.shutdown(), self.shutdown_timeout_s)
             except Exception as e:  # a timeout or a failed write: the restart re-reads the rest
                 log.warning("final persist failed: %r", e)
+                for line in joiner.slow_persists(0.0):
+                    log.warning("%s", line)
         await super().on_stop()
 
 

@@ -44,6 +44,10 @@ class Slot:
     persist_due: float = 0.0  # when the next periodic persist is due (monotonic; see next_persist)
     persisting: bool = False
     again: bool = False
+    # What the persist under way waits for, and since when (monotonic): named when one takes too long.
+    waiting_for: str = ""
+    persist_started: float = 0.0
+    persist_warned: bool = False
 
 
 def next_persist(node: str, now: float, interval_s: float) -> float:

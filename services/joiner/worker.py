@@ -76,6 +76,9 @@ Flags = tuple[tuple[Stream, bool], ...]
 ADOPT_YIELD_EVERY = 50  # nodes rebuilt between two yields to the event loop after a rebalance
 # Outputs gathered while catching up on a node go out once no record of it came for this long.
 GATHERED_QUIET_S = 1.0
+# A persist takes milliseconds (a second or two for hundreds of nodes at once); one under way this long
+# is waiting on the broker, and is named in the log.
+SLOW_PERSIST_S = 10.0
 
 
 @dataclass(slots=True)
@@ -462,6 +465,8 @@ class Joiner:
 
     def tick(self) -> None:
         """Release the samples of nodes that went quiet, end replays, persist what is due."""
+        for line in self.slow_persists(SLOW_PERSIST_S, warn=True):
+            log.warning("%s; its records are not acknowledged until it ends", line)
         if self.stopping or self.hooks.rebalancing():
             return
         self._mark_partitions({slot.partition for slot in self.slots.values()})
@@ -513,6 +518,7 @@ class Joiner:
         plan = plan_persist(slot.state, slot.seq, slot.versions)
         events, slot.held = slot.held, []
         slot.dirty, slot.persisting = False, True
+        slot.persist_started, slot.persist_warned = self._clock(), False
         slot.persist_due = next_persist(slot.node, self._clock(), self.persist_interval_s)
         pods = [(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
         writes = list(self.pods.put_many(pods).values()) if pods else []  # one hand-over
@@ -524,17 +530,21 @@ class Joiner:
     async def _complete(self, slot: Slot, node_record: bytes, removed: list[str],
                         writes: list[Awaitable[Any]], events: list[Any], epoch: int) -> None:
         try:
+            slot.waiting_for = "its pod records"
             await asyncio.gather(*writes)
             # A reader may stop at the first record of the last batch in a changelog partition: a
             # fence sent after the pod records guarantees that whoever sees this node record sees them.
             await self.pods.fence(slot.partition)
+            slot.waiting_for = "the outputs submitted before it"
             await self.sender.barrier()
             if epoch != self.epoch:
                 return  # a rebalance came in between: the next owner re-reads these events
+            slot.waiting_for = "its node record"
             await self.nodes.put(slot.node.encode(), node_record, slot.partition)
             await self.nodes.fence(slot.partition)  # likewise: committed offsets imply this record is read
             for uid in removed:
                 self.pods.delete(uid.encode(), slot.partition)
+            slot.waiting_for = "the acknowledgement of its records"
             await self._acks.done(events)  # nothing, if a rebalance came since: they are read again
             self.metrics.persists.inc()
         except asyncio.CancelledError:
@@ -543,7 +553,7 @@ class Joiner:
             log.error("node %s: persisting state failed: %r", slot.node, e)
             await self.hooks.on_error(e)
         finally:
-            slot.persisting = False
+            slot.persisting, slot.waiting_for = False, ""
             if slot.again and epoch == self.epoch and self.slots.get(slot.node) is slot:
                 slot.again = False
                 self._persist(slot)
@@ -572,6 +582,19 @@ class Joiner:
             await asyncio.wait_for(self.settle(), timeout_s)
         except Exception as e:  # a timeout, or a failed send (which crashes the app anyway)
             log.warning("outputs or state writes still pending at revocation: %r", e)
+
+    def slow_persists(self, after_s: float, *, warn: bool = False) -> list[str]:
+        """The persists under way for `after_s` or longer (with `warn`: each only once), and what each
+        waits for: a persist that never ends holds its node's records unacknowledged."""
+        now, out = self._clock(), []
+        for slot in self.slots.values():
+            took = now - slot.persist_started
+            if slot.persisting and took >= after_s and not (warn and slot.persist_warned):
+                slot.persist_warned = slot.persist_warned or warn
+                out.append(f"node {slot.node}: persist {slot.seq} under way for {took:.0f} s, "
+                           f"waiting for {slot.waiting_for or 'its start'} "
+                           f"({self.sender.backlog} output batch(es) undelivered)")
+        return out
 
     async def settle(self) -> None:
         """Wait for the persists and outputs under way."""

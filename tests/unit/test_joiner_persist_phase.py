@@ -4,6 +4,7 @@ persist (and hold up every output behind them) in the same batch."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -16,7 +17,7 @@ from periscope.core.engine import EngineConfig
 from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.slots import next_persist
-from services.joiner.worker import Hooks, Joiner
+from services.joiner.worker import SLOW_PERSIST_S, Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
 from tests.unit.joiner_io import Event, Msg, Table
 
@@ -85,3 +86,51 @@ async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> Non
         assert max(per_batch) <= len(NODES) // 3, per_batch
     finally:
         running.cancel()
+
+
+class StuckNodes(Table):
+    """A nodes table whose writes the broker never confirms."""
+
+    def put(self, key: bytes, value: bytes, partition: int) -> asyncio.Future[None]:
+        super().put(key, value, partition)
+        return asyncio.get_running_loop().create_future()
+
+
+async def test_a_persist_that_does_not_end_is_named_once_with_what_it_waits_for(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = [100.0]
+
+    async def send(records: list[Any]) -> list[Any]:
+        return []
+
+    async def fail(e: BaseException) -> None:
+        raise AssertionError(f"unexpected error: {e!r}")
+
+    async def no_dead_letter(msg: Any, error: str) -> None:
+        raise AssertionError(error)
+
+    marks = Table()
+    sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
+    joiner = Joiner(config=EngineConfig(), persist_interval_s=0.0, metrics=JoinerMetrics(),
+                    nodes=StuckNodes(), pods=Table(), marks=marks, sender=sender,
+                    hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0]))
+    running = asyncio.ensure_future(sender.run())
+    try:
+        await joiner.handle_batch([_record("gpu-a", 1_000_000, 0)])
+        for _ in range(5):
+            await asyncio.sleep(0)  # the persist runs up to the node record's write
+        assert joiner.slow_persists(SLOW_PERSIST_S) == []
+        clock[0] += SLOW_PERSIST_S
+        with caplog.at_level(logging.WARNING, logger="services.joiner.worker"):
+            joiner.tick()
+            joiner.tick()
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1, warned
+        assert warned[0].startswith("node gpu-a: persist 1 under way for 10 s, waiting for its node record")
+        # At a stop, every persist under way is named, warned of before or not.
+        named = [line.split(",")[0] for line in joiner.slow_persists(0.0)]
+        assert named == ["node gpu-a: persist 1 under way for 10 s"]
+    finally:
+        running.cancel()
+        for task in list(joiner._tasks):
+            task.cancel()
