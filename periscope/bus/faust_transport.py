@@ -7,7 +7,7 @@ Faust builds its clients itself and offers no settings for two things the profil
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
   acknowledgement is not written twice.
 
-Its worker consumer also differs from Faust's in six ways, whatever the profile:
+Its worker consumer also differs from Faust's in seven ways, whatever the profile:
 - it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
   created (the tables' changelogs, at a first start) can be missing from it for a moment, and Faust's
   assignor leaves a missing topic out of the assignment until the next metadata refresh, minutes
@@ -21,6 +21,10 @@ Its worker consumer also differs from Faust's in six ways, whatever the profile:
 - records of the app's direct topics (the joiner's inputs) go from each fetch to the app in batches,
   past Faust's conductor, stream and event objects (`Direct`);
 - it seeks in the consumer's thread, not the caller's (where the seek raced the fetch);
+- the seek to the committed offsets after an assignment does not hand a direct topic's records over a
+  second time. Faust resumes the partitions before that seek, so a worker with a backlog is handed
+  records while it runs; the seek then sets the read offsets back, and Faust would hand them over
+  again (each stepped twice: its dead letters written twice, the repeats counted as late samples);
 - its last commit at stop waits for one in flight and then commits, where Faust's would return at once.
 """
 
@@ -29,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +73,15 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
         # Where the last seek_to_committed positioned each stream partition: its committed offset, or
         # its first offset where it has none or where retention removed the committed one.
         positioned: dict[TP, int] = {}
+        # The last offset of each partition handed over to the app's direct take, in this generation.
+        handed: dict[TP, int] = {}
+        handed_generation: int | None = None
+
+        async def perform_seek(self) -> None:
+            await super().perform_seek()
+            # Not a step of its own: no hand-over runs between the reset of the read offsets and this.
+            if self.handed_generation == self.app.consumer_generation_id:
+                after_seek(self._read_offset, self.handed)
 
         def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
             return ProfileThread(self, loop=self.loop, beacon=self.beacon)
@@ -174,6 +187,15 @@ async def drain(consumer: Any, fetcher: Any) -> None:
         consumer.diag.unset_flag(CONSUMER_FETCHING)
 
 
+def after_seek(read: MutableMapping[Any, int | None], handed: Mapping[Any, int]) -> None:
+    """Read offsets after the seek to the committed ones, given the records of the same generation
+    already handed over: those are not handed over again (the next to hand over follows them)."""
+    for tp, offset in handed.items():
+        r = read.get(tp)
+        if r is None or r <= offset:
+            read[tp] = offset + 1
+
+
 @dataclass(frozen=True, slots=True)
 class Direct:
     """Records of `topics` go from the fetch straight to `take`, in batches of at most `most`, in fetch
@@ -208,6 +230,10 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
         # `take` steps every record before its first await (nothing cancels a batch half stepped):
         # they count as handed over from here.
         read.update(batched)
+        generation = app.consumer_generation_id
+        if consumer.handed_generation != generation:
+            consumer.handed, consumer.handed_generation = {}, generation
+        consumer.handed.update(batched)
         batched.clear()
         await direct.take(taken)  # type: ignore[union-attr]
         # A turn for everything else on the loop (outputs, persists, the web server, the timers): a

@@ -14,7 +14,7 @@ from faust.transport.consumer import Fetcher
 from faust.types import TP, Message
 from mode.utils.queues import FlowControlEvent, ThrowableQueue
 
-from periscope.bus.faust_transport import Direct, drain, transport_class
+from periscope.bus.faust_transport import Direct, after_seek, drain, transport_class
 from periscope.bus.profile import profile
 
 IN = TP("in", 0)
@@ -255,6 +255,48 @@ async def test_a_fetch_ends_where_the_flow_stopped_while_a_batch_was_taken() -> 
     await run(c, fetcher)
     assert taken == [[0, 1]]  # record 2 is read again after the rebalance positions the partition
     assert c._read_offset[IN] == 1
+
+
+@pytest.mark.parametrize("committed", [0, None])  # a restart, or a group's first start
+@pytest.mark.parametrize("rebalanced", [False, True])
+async def test_the_seek_after_an_assignment_does_not_hand_over_the_same_records_again(
+        committed: int | None, rebalanced: bool) -> None:
+    """Faust resumes the partitions, then seeks them to their committed offsets, and sets the read
+    offsets back: records taken in between would be taken again. Not in the same generation; after
+    another rebalance they are (the worker rebuilt its nodes from the tables)."""
+    async def hand_over(m: Message) -> None:
+        pass
+
+    later = 1 if rebalanced else 0  # the consumer generation of the records fetched after the seek
+    c, fetcher = consumer(hand_over, [[message(0), message(1), message(2)],
+                                      [message(i, generation=later) for i in range(4)]])
+    taken: list[list[int]] = []
+
+    async def seek_to_committed() -> dict[TP, int | None]:
+        return {IN: committed}
+
+    async def take(messages: list[Message]) -> None:
+        taken.append([m.offset for m in messages])
+        if len(taken) == 1:  # the seek completes while the first batch is handled
+            c.app.consumer_generation_id = later
+            await c.perform_seek()
+
+    c.seek_to_committed = seek_to_committed
+    c.app.direct = Direct(frozenset({"in"}), take, 100)
+    await run(c, fetcher)
+    assert taken == ([[0, 1, 2], [0, 1, 2, 3]] if rebalanced else [[0, 1, 2], [3]])
+
+
+@pytest.mark.parametrize(("read", "handed", "after"), [
+    ({IN: 0}, {IN: 2}, {IN: 3}),  # sought back to the committed offset: resume after what was handed
+    ({IN: None}, {IN: 2}, {IN: 3}),  # no committed offset
+    ({IN: 7}, {IN: 2}, {IN: 7}),  # committed past it (the app's own acknowledgement): left
+    ({IN: 0, OTHER: 4}, {}, {IN: 0, OTHER: 4}),  # nothing handed: Faust's read offsets
+])
+def test_read_offsets_after_the_seek(read: dict[TP, int | None], handed: dict[TP, int],
+                                     after: dict[TP, int | None]) -> None:
+    after_seek(read, handed)
+    assert read == after
 
 
 def test_the_loop_it_replaces_is_the_one_reviewed() -> None:
