@@ -18,6 +18,18 @@ T = TypeVar("T")
 
 
 Pool = dict[object, object]  # str -> the node's equal str; tuple of such -> the node's equal tuple
+# A type's dataclass fields (all; those of __init__), () for any other type: `fields()` per object walked
+# was a twentieth of a replay's core time.
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _fields_of(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else ()
+        _INIT_FIELDS[cls] = tuple(f.name for f in fields(cls) if f.init) if is_dataclass(cls) else ()
+    return names
 
 
 def collect(obj: object, pool: Pool) -> None:
@@ -38,9 +50,8 @@ def _collect(o: object, pool: Pool) -> bool:
         if ok:
             pool.setdefault(o, o)
         return ok
-    if is_dataclass(o) and not isinstance(o, type):
-        for f in fields(o):
-            _collect(getattr(o, f.name), pool)
+    for name in _fields_of(type(o)):
+        _collect(getattr(o, name), pool)
     return False
 
 
@@ -63,13 +74,12 @@ def _share(o: Any, pool: Pool) -> Any:
         if all(type(x) is str or (type(x) is tuple and pool.get(x) is x) for x in t):
             return pool.setdefault(t, t)
         return t
-    if is_dataclass(o) and not isinstance(o, type):
+    if _fields_of(type(o)):
         changed = {}
-        for f in fields(o):
-            if f.init:
-                v = getattr(o, f.name)
-                s = _share(v, pool)
-                if s is not v:
-                    changed[f.name] = s
+        for name in _INIT_FIELDS[type(o)]:
+            v = getattr(o, name)
+            s = _share(v, pool)
+            if s is not v:
+                changed[name] = s
         return replace(o, **changed) if changed else o
     return o
