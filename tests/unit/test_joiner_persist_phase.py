@@ -50,10 +50,8 @@ def _record(node: str, t_ms: int, offset: int) -> Event:
     return Event(Msg(TELEMETRY.name, 0, offset, node.encode(), codec.encode(ev)))
 
 
-async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> None:
-    nodes = Table()
-    clock = [100.0]
-
+def _joiner(nodes: Table, clock: list[float], persist_interval_s: float) -> tuple[Joiner, OutputSender]:
+    """A worker over in-memory tables whose outputs go nowhere; any error or dead letter fails the test."""
     async def send(records: list[Any]) -> list[Any]:
         return []
 
@@ -65,9 +63,16 @@ async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> Non
 
     marks = Table()
     sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
-    joiner = Joiner(config=EngineConfig(), persist_interval_s=5.0, metrics=JoinerMetrics(), nodes=nodes,
-                    pods=Table(), marks=marks, sender=sender,
+    joiner = Joiner(config=EngineConfig(), persist_interval_s=persist_interval_s, metrics=JoinerMetrics(),
+                    nodes=nodes, pods=Table(), marks=marks, sender=sender,
                     hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0]))
+    return joiner, sender
+
+
+async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> None:
+    nodes = Table()
+    clock = [100.0]
+    joiner, sender = _joiner(nodes, clock, 5.0)
     running = asyncio.ensure_future(sender.run())
     try:
         offset, per_batch = 0, []
@@ -99,21 +104,7 @@ class StuckNodes(Table):
 async def test_a_persist_that_does_not_end_is_named_once_with_what_it_waits_for(
         caplog: pytest.LogCaptureFixture) -> None:
     clock = [100.0]
-
-    async def send(records: list[Any]) -> list[Any]:
-        return []
-
-    async def fail(e: BaseException) -> None:
-        raise AssertionError(f"unexpected error: {e!r}")
-
-    async def no_dead_letter(msg: Any, error: str) -> None:
-        raise AssertionError(error)
-
-    marks = Table()
-    sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
-    joiner = Joiner(config=EngineConfig(), persist_interval_s=0.0, metrics=JoinerMetrics(),
-                    nodes=StuckNodes(), pods=Table(), marks=marks, sender=sender,
-                    hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0]))
+    joiner, sender = _joiner(StuckNodes(), clock, 0.0)
     running = asyncio.ensure_future(sender.run())
     try:
         await joiner.handle_batch([_record("gpu-a", 1_000_000, 0)])
