@@ -12,24 +12,21 @@ from __future__ import annotations
 
 import sys
 from dataclasses import fields, is_dataclass, replace
+from functools import cache
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
 Pool = dict[object, object]  # str -> the node's equal str; tuple of such -> the node's equal tuple
-# A type's dataclass fields (all; those of __init__), () for any other type: `fields()` per object walked
-# was a twentieth of a replay's core time.
-_FIELDS: dict[type, tuple[str, ...]] = {}
-_INIT_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _fields_of(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in fields(cls)) if is_dataclass(cls) else ()
-        _INIT_FIELDS[cls] = tuple(f.name for f in fields(cls) if f.init) if is_dataclass(cls) else ()
-    return names
+@cache
+def _names(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of a type's dataclass fields (all; those of __init__), none for any other type: known
+    per type, as `fields()` per object walked was a twentieth of a replay's core time."""
+    fs = fields(cls) if is_dataclass(cls) else ()
+    return tuple(f.name for f in fs), tuple(f.name for f in fs if f.init)
 
 
 def collect(obj: object, pool: Pool) -> None:
@@ -50,7 +47,8 @@ def _collect(o: object, pool: Pool) -> bool:
         if ok:
             pool.setdefault(o, o)
         return ok
-    for name in _fields_of(type(o)):
+    cls: type = type(o)
+    for name in _names(cls)[0]:
         _collect(getattr(o, name), pool)
     return False
 
@@ -74,9 +72,11 @@ def _share(o: Any, pool: Pool) -> Any:
         if all(type(x) is str or (type(x) is tuple and pool.get(x) is x) for x in t):
             return pool.setdefault(t, t)
         return t
-    if _fields_of(type(o)):
+    cls: type = type(o)
+    names, init = _names(cls)
+    if names:
         changed = {}
-        for name in _INIT_FIELDS[type(o)]:
+        for name in init:
             v = getattr(o, name)
             s = _share(v, pool)
             if s is not v:

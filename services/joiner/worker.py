@@ -590,7 +590,8 @@ class Joiner:
         for slot in self.slots.values():
             took = now - slot.persist_started
             if slot.persisting and took >= after_s and not (warn and slot.persist_warned):
-                slot.persist_warned = slot.persist_warned or warn
+                if warn:
+                    slot.persist_warned = True
                 out.append(f"node {slot.node}: persist {slot.seq} under way for {took:.0f} s, "
                            f"waiting for {slot.waiting_for or 'its start'} "
                            f"({self.sender.backlog} output batch(es) undelivered)")
