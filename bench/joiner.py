@@ -151,10 +151,15 @@ class Progress:
                     raise RuntimeError(f"joiner exited with {w.proc.returncode}:\n{w.log()[-2000:]}")
 
     def rate(self, expected: int, lo: float = 0.1, hi: float = 0.9) -> tuple[float, float, float]:
-        """(device samples/s between lo and hi of `expected`, time of lo, time of hi)."""
-        t_lo, n_lo = next((t, n) for t, n in self.marks if n >= lo * expected)
+        """(device samples/s between lo and hi of `expected`, time of lo, time of hi). Where one poll
+        saw the count pass both (a worker's alignment can release most of its samples at once), the
+        span starts at the poll before instead: a longer span, never none."""
+        i_lo = next(i for i, (_, n) in enumerate(self.marks) if n >= lo * expected)
+        t_lo, n_lo = self.marks[i_lo]
         t_hi, n_hi = next(((t, n) for t, n in self.marks if n >= hi * expected), self.marks[-1])
-        if t_hi <= t_lo:  # done between two polls: too small a backlog to time
+        if t_hi <= t_lo and i_lo:
+            t_lo, n_lo = self.marks[i_lo - 1]
+        if t_hi <= t_lo:  # done by the first poll: too small a backlog to time
             return float("nan"), t_lo, t_hi
         return (n_hi - n_lo) / (t_hi - t_lo), t_lo, t_hi
 
@@ -216,7 +221,9 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
         "rss_start": rss_start, "rss_done": rss_done, "nodes_held": nodes_held,
     }
-    if "0.1" in cpu and "0.9" in cpu and span > 0:
+    # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span.
+    at_marks = t_lo == next(t for t, n in progress.marks if n >= 0.1 * expected)
+    if "0.1" in cpu and "0.9" in cpu and span > 0 and at_marks:
         out["worker_cpu_util"] = (cpu["0.9"][0] - cpu["0.1"][0]) / span
         out["broker_cpu_util"] = (cpu["0.9"][1] - cpu["0.1"][1]) / span
         out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][0] - cpu["0.1"][0]) / (span * rate)

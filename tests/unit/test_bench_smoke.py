@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import api, common, dcgm_scrape, eos, freshness, hotspots, probe, replay, replay_hour, report, run
+from bench.joiner import Progress
 from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
 from periscope.core import engine
@@ -131,6 +132,19 @@ def test_incumbent_staleness_quantiles() -> None:
     assert freshness.incumbent_staleness(50) == pytest.approx(22.5)
     assert freshness.incumbent_staleness(99) == pytest.approx(42.0)
     assert freshness.incumbent_staleness(1) < freshness.incumbent_staleness(10) < 15
+
+
+def test_joiner_rate_spans_the_polls_between_ten_and_ninety_percent() -> None:
+    progress = Progress([])
+    progress.marks = [(1.0, 5.0), (2.0, 20.0), (3.0, 60.0), (4.0, 95.0)]
+    assert progress.rate(100) == (75.0 / 2.0, 2.0, 4.0)
+    # One poll saw the count pass both 10% and 90% (alignment released most samples at once): the span
+    # starts at the poll before, rather than timing nothing.
+    progress.marks = [(1.0, 5.0), (2.0, 100.0)]
+    assert progress.rate(100) == (95.0, 1.0, 2.0)
+    progress.marks = [(1.0, 100.0)]
+    rate, _, _ = progress.rate(100)
+    assert rate != rate  # done by the first poll: nothing to time
 
 
 def test_output_ages_split_by_whether_the_next_tick_came_on_schedule() -> None:
