@@ -126,6 +126,7 @@ class Progress:
     def __init__(self, workers: list[processes.Process]) -> None:
         self.workers = workers
         self.marks: list[tuple[float, float]] = []  # (monotonic time, device samples so far)
+        self.origin: tuple[float, float] | None = None  # (when the workers listened, 0), if known
         self.count = 0.0
 
     async def _read(self) -> float:
@@ -158,8 +159,11 @@ class Progress:
         i_lo = next(i for i, (_, n) in enumerate(self.marks) if n >= lo * expected)
         t_lo, n_lo = self.marks[i_lo]
         t_hi, n_hi = next(((t, n) for t, n in self.marks if n >= hi * expected), self.marks[-1])
-        if t_hi <= t_lo and i_lo:
-            t_lo, n_lo = self.marks[i_lo - 1]
+        if t_hi <= t_lo:
+            # (Where the first poll did, its answers slow to come from busy workers: from when they listened.)
+            before = self.marks[i_lo - 1] if i_lo else self.origin
+            if before is not None:
+                t_lo, n_lo = before
         if t_hi <= t_lo:  # done by the first poll: too small a backlog to time
             return float("nan"), t_lo, t_hi
         return (n_hi - n_lo) / (t_hi - t_lo), t_lo, t_hi
@@ -200,6 +204,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
         listening_s = time.monotonic() - spawned
         cpu_listening = cpu_s()  # started: what follows is the backlog's work
+        progress.origin = (time.monotonic(), 0.0)
         rss_start = sum(w.rss() for w in procs) if wrap is None else 0
         await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
         cpu_done = cpu_s()
