@@ -50,7 +50,6 @@ from periscope.bus.producer import Publisher
 GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
-QUIET_S = 2.5  # a worker's tick (1 s) has seen a whole tick without batches
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
 MEM_NODES_FACTOR = 10  # the memory run appends this many times the rate runs' nodes ...
 MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs are small beside them)
@@ -208,10 +207,8 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         rss_start = sum(w.rss() for w in procs) if wrap is None else 0
         await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
         cpu_done = cpu_s()
-        # RSS once the workers are quiet: their first tick without a batch hands the C heap's free
-        # pages back (periscope.heap.Trimmer), so it is what they hold, not the backlog's peak.
-        await asyncio.sleep(QUIET_S)
         rss_done = sum(w.rss() for w in procs) if wrap is None else 0
+        await asyncio.sleep(1.0)  # the workers' loops are free again once the backlog is done
         nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
     finally:
         if wrap is None:
@@ -257,10 +254,8 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
     setup: dict[str, Any] = {
         "what": f"worker RSS per pod-device row: (RSS growth over the backlog with {extra} more nodes "
                 f"x {MEM_TICKS} s appended - median RSS growth over the {nodes}-node x {ticks} s backlog of "
-                f"the one-worker rate runs) / the {extra_rows} extra rows; growth is RSS {QUIET_S:g} s "
-                "after the backlog is done (the worker has had a quiet tick, which hands the C heap's free "
-                "pages back) "
-                "minus RSS when the worker listens (no state yet), so the fixed costs (fetch/producer "
+                f"the one-worker rate runs) / the {extra_rows} extra rows; growth is RSS when the backlog is "
+                "done minus RSS when the worker listens (no state yet), so the fixed costs (fetch/producer "
                 "buffers, Faust internals) cancel; the extra rows hold "
                 f"{MEM_TICKS} s of history (one open window; see joiner_bytes_per_row for an hour)",
         "rows_small": rows, "rows_large": rows + extra_rows, "extra_rows_ticks": MEM_TICKS,
