@@ -50,7 +50,6 @@ from periscope.bus.producer import Publisher
 GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
-QUIET_S = 2.5  # a worker's tick (1 s) has seen a whole tick without batches
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
 MEM_NODES_FACTOR = 10  # the memory run appends this many times the rate runs' nodes ...
 MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs are small beside them)
@@ -209,12 +208,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
         cpu_done = cpu_s()
         rss_done = sum(w.rss() for w in procs) if wrap is None else 0
-        # And once the workers are quiet: their first tick without a batch hands the C heap's free pages
-        # back (periscope.heap.Trimmer). (Reported beside the slope, which stays at the moment done: a
-        # quiet worker has also published what it gathered while catching up and persisted, whose
-        # peaks come and go with the broker's speed.)
-        await asyncio.sleep(QUIET_S)
-        rss_quiet = sum(w.rss() for w in procs) if wrap is None else 0
+        await asyncio.sleep(1.0)  # the workers' loops are free again once the backlog is done
         nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
     finally:
         if wrap is None:
@@ -230,7 +224,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "device_samples_per_s": rate, "workers": workers, "listening_s": listening_s,
         "first_progress_s": progress.marks[0][0] - spawned, "measured_s": span,
         "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
-        "rss_start": rss_start, "rss_done": rss_done, "rss_quiet": rss_quiet, "nodes_held": nodes_held,
+        "rss_start": rss_start, "rss_done": rss_done, "nodes_held": nodes_held,
     }
     # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span.
     at_marks = t_lo == next(t for t, n in progress.marks if n >= 0.1 * expected)
@@ -267,9 +261,6 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
         "rows_small": rows, "rows_large": rows + extra_rows, "extra_rows_ticks": MEM_TICKS,
         "rss_growth_small_bytes": [int(g) for g in grown], "rss_growth_large_bytes": int(big_grown),
         "growth_per_row_small_bytes": rounded(median(grown) / rows),
-        # The same growths QUIET_S later, after a quiet tick's trim (see one_worker_run).
-        f"rss_growth_{QUIET_S:g}s_later_small_bytes": [int(r["rss_quiet"] - r["rss_start"]) for r in runs],
-        f"rss_growth_{QUIET_S:g}s_later_large_bytes": int(big["rss_quiet"] - big["rss_start"]),
         "nodes_held_large": big["nodes_held"],
     }
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup,

@@ -21,7 +21,6 @@ from typing import Any, cast
 import faust
 from faust.tables import TableManager
 
-from periscope import heap
 from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
 from periscope.bus.faust_transport import Direct, transport_class
@@ -186,11 +185,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     source = app.topic(*(t.name for t in NODE_INPUTS), key_type=bytes, value_type=bytes,
                        key_serializer="raw", value_serializer="raw")
 
-    taken = 0  # batches taken, for the trimmer
-
     async def take(messages: list[Any]) -> None:
-        nonlocal taken
-        taken += 1
         freshness.touch()
         await joiner.handle_batch([Taken(m) for m in messages])
 
@@ -206,17 +201,14 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     app.agent(source, name="periscope.joiner.join", concurrency=1)(join)
     ticks = 0
-    trimmer = heap.Trimmer()  # a backlog's fetched records must not stay in the worker's RSS
 
     async def tick() -> None:
         nonlocal ticks
         ticks += 1
         if ticks % ENDS_EVERY_TICKS == 0:
             await watch.refresh_ends()
-        now = time.monotonic()
-        watch.check(now)
+        watch.check(time.monotonic())
         joiner.tick()
-        trimmer.tick(now, taken)
 
     app.timer(TICK_S, name="periscope.joiner.tick")(tick)
 

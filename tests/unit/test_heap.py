@@ -4,7 +4,6 @@ a replay takes."""
 from __future__ import annotations
 
 import gc
-import platform
 import threading
 import weakref
 from collections.abc import Iterator
@@ -62,34 +61,3 @@ def test_paused_gc_nests_across_threads_and_restores_the_collector() -> None:
     release.set()
     t.join()
     assert gc.isenabled()
-
-
-def test_the_trimmer_trims_once_work_goes_quiet_and_now_and_then_while_it_goes_on() -> None:
-    calls: list[float] = []
-    now = 0.0
-
-    def trim() -> bool:
-        calls.append(now)
-        return True
-
-    t = heap.Trimmer(every_s=60.0, trim=trim)
-    assert not t.tick(now, 0)  # nothing done yet
-    for work in (5, 10, 15):  # a backlog: batches on every tick
-        now += 1
-        assert not t.tick(now, work)
-    now += 1
-    assert t.tick(now, 15)  # the first quiet tick after it
-    now += 1
-    assert not t.tick(now, 15)  # still quiet, nothing new since
-    for _ in range(120):  # live load: a batch on every tick, never a quiet one
-        now += 1
-        t.tick(now, t._seen + 1)
-    assert calls == [4.0, 64.0, 124.0]
-    assert t.trims == 3
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
-def test_trim_hands_back_what_was_freed() -> None:
-    held = [bytes(1024) + bytes([i % 256]) for i in range(50_000)]  # C heap, below the mmap threshold
-    del held
-    assert heap.trim()
