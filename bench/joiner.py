@@ -50,6 +50,7 @@ from periscope.bus.producer import Publisher
 GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
+SETTLE_S = 3.0  # after a backlog: the end of catch-up (outputs, persists) is over
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
 MEM_NODES_FACTOR = 10  # the memory run appends this many times the rate runs' nodes ...
 MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs are small beside them)
@@ -125,7 +126,7 @@ class Progress:
     def __init__(self, workers: list[processes.Process]) -> None:
         self.workers = workers
         self.marks: list[tuple[float, float]] = []  # (monotonic time, device samples so far)
-        self.origin: tuple[float, float] | None = None  # (when the workers listened, 0), if known
+        self.origin: tuple[float, float] | None = None  # (when the workers were started, 0), if known
         self.count = 0.0
 
     async def _read(self) -> float:
@@ -159,7 +160,8 @@ class Progress:
         t_lo, n_lo = self.marks[i_lo]
         t_hi, n_hi = next(((t, n) for t, n in self.marks if n >= hi * expected), self.marks[-1])
         if t_hi <= t_lo:
-            # (Where the first poll did, its answers slow to come from busy workers: from when they listened.)
+            # (Where the first poll did, its answers slow to come from busy workers: from their start,
+            # not from when the last of them listened, by which time the others may have worked.)
             before = self.marks[i_lo - 1] if i_lo else self.origin
             if before is not None:
                 t_lo, n_lo = before
@@ -189,6 +191,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     spawned = time.monotonic()
     procs = [processes.joiner(bootstrap, app_id, tmp, wrap, instance=i) for i in range(workers)]
     progress = Progress(procs)
+    progress.origin = (spawned, 0.0)
     cpu: dict[str, tuple[float, float]] = {}
 
     def cpu_s() -> float:
@@ -203,12 +206,14 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
         listening_s = time.monotonic() - spawned
         cpu_listening = cpu_s()  # started: what follows is the backlog's work
-        progress.origin = (time.monotonic(), 0.0)
         rss_start = sum(w.rss() for w in procs) if wrap is None else 0
         await progress.until(expected, timeout_s, stall_s=15, on_mark=on_mark)
         cpu_done = cpu_s()
         rss_done = sum(w.rss() for w in procs) if wrap is None else 0
-        await asyncio.sleep(1.0)  # the workers' loops are free again once the backlog is done
+        # The workers' loops are free again once the backlog is done; by then they have also published
+        # what they gathered while catching up and persisted every node (RSS steps up within a second).
+        await asyncio.sleep(SETTLE_S)
+        rss_settled = sum(w.rss() for w in procs) if wrap is None else 0
         nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
     finally:
         if wrap is None:
@@ -224,7 +229,8 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "device_samples_per_s": rate, "workers": workers, "listening_s": listening_s,
         "first_progress_s": progress.marks[0][0] - spawned, "measured_s": span,
         "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
-        "rss_start": rss_start, "rss_done": rss_done, "nodes_held": nodes_held,
+        "rss_start": rss_start, "rss_done": rss_done, "rss_settled": rss_settled,
+        "nodes_held": nodes_held,
     }
     # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span.
     at_marks = t_lo == next(t for t, n in progress.marks if n >= 0.1 * expected)
@@ -247,19 +253,26 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
     big = await one_worker_run(bootstrap, tmp, nodes * ticks * shape.gpus + more["device_samples"],
                                broker_pid, timeout_s)
     big.pop("worker")
-    grown = [r["rss_done"] - r["rss_start"] for r in runs]
-    big_grown = big["rss_done"] - big["rss_start"]
+    held = [r["rss_settled"] for r in runs]
     rows, extra_rows = nodes * shape.gpus, extra * shape.gpus
-    per_row = (big_grown - median(grown)) / extra_rows
+    per_row = (big["rss_settled"] - median(held)) / extra_rows
+    # (Not growths from the moment each worker listens: it starts consuming at once, so that reading
+    # lands anywhere in its first seconds of work, 10-27 MB apart between runs of the same worker.)
+    grown = [r["rss_done"] - r["rss_start"] for r in runs]
     setup: dict[str, Any] = {
-        "what": f"worker RSS per pod-device row: (RSS growth over the backlog with {extra} more nodes "
-                f"x {MEM_TICKS} s appended - median RSS growth over the {nodes}-node x {ticks} s backlog of "
-                f"the one-worker rate runs) / the {extra_rows} extra rows; growth is RSS when the backlog is "
-                "done minus RSS when the worker listens (no state yet), so the fixed costs (fetch/producer "
-                "buffers, Faust internals) cancel; the extra rows hold "
+        "what": f"worker RSS per pod-device row: (RSS of a worker {SETTLE_S:g} s after it worked through "
+                f"the backlog with {extra} more nodes x {MEM_TICKS} s appended - median RSS of the "
+                f"one-worker rate runs {SETTLE_S:g} s after their {nodes}-node x {ticks} s backlog) / the "
+                f"{extra_rows} extra rows; the same code started the same way, so the fixed costs (modules, "
+                "fetch/producer buffers, Faust internals) cancel, and by then each worker has published what "
+                "it gathered while catching up and persisted every node; the extra rows hold "
                 f"{MEM_TICKS} s of history (one open window; see joiner_bytes_per_row for an hour)",
         "rows_small": rows, "rows_large": rows + extra_rows, "extra_rows_ticks": MEM_TICKS,
-        "rss_growth_small_bytes": [int(g) for g in grown], "rss_growth_large_bytes": int(big_grown),
+        "rss_settled_small_bytes": [int(h) for h in held], "rss_settled_large_bytes": int(big["rss_settled"]),
+        "rss_at_done_small_bytes": [int(r["rss_done"]) for r in runs],
+        "rss_at_done_large_bytes": int(big["rss_done"]),
+        "rss_listening_small_bytes": [int(r["rss_start"]) for r in runs],
+        "rss_listening_large_bytes": int(big["rss_start"]),
         "growth_per_row_small_bytes": rounded(median(grown) / rows),
         "nodes_held_large": big["nodes_held"],
     }
@@ -267,7 +280,7 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
                   "core state per row (last sample, window, last outputs) and the table records Faust keeps "
                   "in memory", JOINER_ROW_GOAL, [per_row],
                   f"worker RSS slope over {extra_rows} extra rows ({extra} nodes x {MEM_TICKS} s appended to "
-                  f"the {nodes}-node backlog); fixed costs cancel")
+                  f"the {nodes}-node backlog), {SETTLE_S:g} s after each backlog; fixed costs cancel")
 
 
 async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int, repeats: int,

@@ -145,7 +145,7 @@ def test_joiner_rate_spans_the_polls_between_ten_and_ninety_percent() -> None:
     progress.marks = [(1.0, 100.0)]
     rate, _, _ = progress.rate(100)
     assert rate != rate  # done by the first poll: nothing to time
-    progress.origin = (0.5, 0.0)  # ... unless it is known when the workers listened
+    progress.origin = (0.5, 0.0)  # ... unless it is known when the workers started
     assert progress.rate(100) == (200.0, 0.5, 1.0)
 
 
