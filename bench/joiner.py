@@ -192,7 +192,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     procs = [processes.joiner(bootstrap, app_id, tmp, wrap, instance=i) for i in range(workers)]
     progress = Progress(procs)
     progress.origin = (spawned, 0.0)
-    cpu: dict[str, tuple[float, float]] = {}
+    cpu: dict[str, tuple[float, float, float]] = {}  # fraction -> (its poll's time, worker CPU, broker CPU)
 
     def cpu_s() -> float:
         return sum(w.cpu_s() for w in procs) if wrap is None else 0.0
@@ -200,7 +200,8 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     def on_mark(n: float) -> None:
         for frac in (0.1, 0.9):
             if n >= frac * expected and str(frac) not in cpu and all(w.proc.poll() is None for w in procs):
-                cpu[str(frac)] = (cpu_s(), proc_cpu_s(broker_pid) if broker_pid else 0.0)
+                broker = proc_cpu_s(broker_pid) if broker_pid else 0.0
+                cpu[str(frac)] = (progress.marks[-1][0], cpu_s(), broker)
 
     try:
         urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
@@ -232,12 +233,12 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "rss_start": rss_start, "rss_done": rss_done, "rss_settled": rss_settled,
         "nodes_held": nodes_held,
     }
-    # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span.
-    at_marks = t_lo == next(t for t, n in progress.marks if n >= 0.1 * expected)
-    if "0.1" in cpu and "0.9" in cpu and span > 0 and at_marks:
-        out["worker_cpu_util"] = (cpu["0.9"][0] - cpu["0.1"][0]) / span
-        out["broker_cpu_util"] = (cpu["0.9"][1] - cpu["0.1"][1]) / span
-        out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][0] - cpu["0.1"][0]) / (span * rate)
+    # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span (not
+    # with one that `rate` started at an earlier poll).
+    if "0.1" in cpu and "0.9" in cpu and span > 0 and (cpu["0.1"][0], cpu["0.9"][0]) == (t_lo, t_hi):
+        out["worker_cpu_util"] = (cpu["0.9"][1] - cpu["0.1"][1]) / span
+        out["broker_cpu_util"] = (cpu["0.9"][2] - cpu["0.1"][2]) / span
+        out["worker_cpu_us_per_device_sample"] = 1e6 * (cpu["0.9"][1] - cpu["0.1"][1]) / (span * rate)
     if wrap is None and progress.count:
         # The whole backlog, from the moment the workers listen (their startup done) to the last sample.
         out["worker_cpu_us_per_device_sample_whole"] = 1e6 * (cpu_done - cpu_listening) / progress.count
@@ -257,7 +258,7 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
     rows, extra_rows = nodes * shape.gpus, extra * shape.gpus
     per_row = (big["rss_settled"] - median(held)) / extra_rows
     # (Not growths from the moment each worker listens: it starts consuming at once, so that reading
-    # lands anywhere in its first seconds of work, 10-27 MB apart between runs of the same worker.)
+    # lands anywhere in its first seconds of work, 10-30 MB apart between runs of the same worker.)
     grown = [r["rss_done"] - r["rss_start"] for r in runs]
     setup: dict[str, Any] = {
         "what": f"worker RSS per pod-device row: (RSS of a worker {SETTLE_S:g} s after it worked through "
