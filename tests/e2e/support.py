@@ -127,3 +127,10 @@ def assert_scored(run: Run, min_coverage: float = 0.8) -> None:
     """The run was sampled at (almost) every tick, so a 100 % score means something."""
     assert run.report["snapshots"] >= min_coverage * run.report["ticks"], run.report
     assert run.report["periscope"]["owners"]["total"] > 0
+    assert_checked(run)
+
+
+def assert_checked(run: Run) -> None:
+    """Answers a lagging simulator kept from being checked stay few: the score is of most of the run."""
+    owners, behind = run.report["periscope"]["owners"]["total"], run.report["simulator_behind"]
+    assert behind["unscored"] <= owners // 10, (behind, owners)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.support import Run, run_scenario
+from tests.e2e.support import Run, assert_checked, run_scenario
 from tests.kafka_tier import kafka_missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
@@ -65,7 +65,9 @@ def test_every_xid_during_the_stop_names_its_owner_at_the_error(caught_up: Run) 
             for i in caught_up.final["xid"]]
     true = [(t["at_ms"], t["gpu_uuid"], t["code"], [o["pod_uid"] for o in t["owners"]])
             for t in caught_up.truth.xids]
-    assert x["total"] == len(XID_AT) and x["share"] == 1.0, f"said {said}\ntrue {true}\n{caught_up.story()}"
+    behind = caught_up.report["simulator_behind"]
+    assert x["total"] == len(XID_AT) and x["share"] == 1.0, (
+        f"said {said}\ntrue {true}\nsimulator behind: {behind}\n{caught_up.story()}")
 
 
 def test_what_the_api_served_while_catching_up_was_true_at_its_time(caught_up: Run) -> None:
@@ -73,4 +75,6 @@ def test_what_the_api_served_while_catching_up_was_true_at_its_time(caught_up: R
     # the time of the sample it came from; and the restarted pods' utilization under their new UIDs.
     p = caught_up.report["periscope"]
     assert p["owners"]["total"] > 50 and p["owners"]["share"] == 1.0, (p["examples"], caught_up.story())
-    assert p["reused_names"]["total"] > 0 and p["reused_names"]["share"] == 1.0, p["examples"]
+    assert p["reused_names"]["total"] > 0 and p["reused_names"]["share"] == 1.0, (
+        p["examples"], caught_up.report["simulator_behind"])
+    assert_checked(caught_up)

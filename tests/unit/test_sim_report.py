@@ -165,6 +165,52 @@ def test_wrong_usage_of_a_reused_name_is_caught(demo: Truth) -> None:
     assert p["reused_names"]["right"] == p["reused_names"]["total"] - 20
 
 
+def write_late_truth(tmp: Path, late_ms: dict[int, int]) -> Truth:
+    """The demo's truth as a simulator writes it that put tick k's state in place `late_ms[k]` late."""
+    model = ClusterModel(load_scenario("demo"))
+    path = tmp / "demo-late.jsonl"
+    w = TruthWriter(path, model, START, 1.0, 20_000, 5.0)
+    tick = model.scenario.tick_ms
+    for k in range(len(model.tick_times())):
+        w.write_tick(k, START + k * tick + late_ms.get(k, 0))
+    w.close()
+    return Truth(read_jsonl(path))
+
+
+def test_answers_from_a_simulator_behind_the_clock_are_checked_against_what_it_showed(
+        demo: Truth, tmp_path: Path) -> None:
+    # The simulator stalls over the api pod's replacement at 50 s and puts ticks 50-53 in place in one
+    # burst at 53.5 s: samples stamped 50-53 s see the old pod on the hardware, its UID and its 85 %.
+    late = write_late_truth(tmp_path, {50: 3500, 51: 2500, 52: 1500, 53: 500})
+    snaps = perfect(demo)
+    old = next(r["pod_uid"] for r in demo.ticks[0].values() if r["pod"] == "api-6d4f8b7c9-7xk2m")
+    set_owner(snaps, "api-6d4f8b7c9-7xk2m", old, 85.0, range(50, 54))
+    on_time = build_report(demo, snaps)
+    assert on_time["periscope"]["owners"]["right"] == on_time["periscope"]["owners"]["total"] - 2  # 52, 53
+    assert on_time["simulator_behind"] == {"ticks": 0, "max_ms": 0, "unscored": 0}
+    r = build_report(late, snaps)
+    p = r["periscope"]
+    assert p["owners"]["share"] == 1.0 and p["reused_names"]["share"] == 1.0, p["examples"]
+    assert p["owners"]["total"] == on_time["periscope"]["owners"]["total"] - 2
+    # Not scored: the api pod's GPU at 52 and 53 s, and the row of the pod whose util steps up at 50 s.
+    assert r["simulator_behind"] == {"ticks": 3, "max_ms": 3500, "unscored": 4}
+    assert "not scored: 4 answers sampled before the simulator had their tick in place" in format_report(r)
+    # Where nothing changed, a late tick is still checked: the wrong owner there is caught.
+    set_owner(snaps, "api-6d4f8b7c9-7xk2m", old, 85.0, range(54, 56))
+    assert build_report(late, snaps)["periscope"]["owners"]["right"] == p["owners"]["total"] - 2
+
+
+def test_an_xid_the_simulator_wrote_late_is_matched_from_when_it_showed(demo: Truth, tmp_path: Path) -> None:
+    snaps = perfect(demo)
+    x = snaps[-1]["xid"][1]  # code 31 at 70 s, stamped by the probe when the hardware showed it
+    x["at"] = rfc3339(demo.start_ms + 76_200)
+    assert build_report(demo, snaps)["periscope"]["xid_owners"]["right"] == 1
+    late = write_late_truth(tmp_path, {70: 6000})
+    assert build_report(late, snaps)["periscope"]["xid_owners"]["right"] == 2
+    x["at"] = rfc3339(demo.start_ms + 79_200)  # later than the hardware showed it, by more than allowed
+    assert build_report(late, snaps)["periscope"]["xid_owners"]["right"] == 1
+
+
 def test_gpu_views_read_owners_of_whole_gpus_and_mig_slices(demo: Truth) -> None:
     views = gpu_views(perfect(demo)[0], demo)
     assert len(views) == len(demo.devices)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from periscope.sim.cluster.model import ClusterModel
-from periscope.sim.cluster.truth import TruthWriter, read_truth, rfc3339
+from periscope.sim.cluster.simulator import _Behind
+from periscope.sim.cluster.truth import Truth, TruthWriter, read_truth, rfc3339
 from periscope.sim.scenario import load_scenario
 
 START = 1_700_000_000_000
@@ -107,3 +108,31 @@ def test_read_truth_names_bad_lines(tmp_path: Path) -> None:
     p.write_text('{"kind": "meta"}\nnot json\n')
     with pytest.raises(ValueError, match=r"bad.jsonl: line 2: not JSON"):
         list(read_truth(p))
+
+
+def test_when_each_tick_was_in_place_and_what_the_hardware_showed_then(tmp_path: Path) -> None:
+    model = ClusterModel(load_scenario("demo"))
+    path = tmp_path / "t.jsonl"
+    w = TruthWriter(path, model, START, speed=4.0, idle_window_ms=20_000, idle_threshold=5.0)
+    # On time until 10 s; ticks 10-12 put in place together at 12.6 s; 13 on time again.
+    for k, late in ((9, 0), (10, 2600), (11, 1600), (12, 600), (13, 40)):
+        w.write_tick(k, START + k * 1000 + late)
+    w.close()
+    written = [r for r in read_truth(path) if r["kind"] == "tick"]
+    assert [(r["tick"], r["applied_ms"] - r["at_ms"]) for r in written] == [
+        (9, 0), (10, 2600), (11, 1600), (12, 600), (13, 40)]
+    t = Truth(read_truth(path))
+    at = (9_500, 10_100, 12_500, 12_700, 13_010, 13_050)
+    assert [t.behind(START + ms) for ms in at] == [0, 1, 3, 0, 1, 0]
+    assert t.visible_ms(START + 10_000) == START + 12_600  # an XID of 10 s showed with tick 10
+    assert t.visible_ms(START + 9_400) == START + 10_000 + 2600  # fired with tick 10, the first after it
+    assert t.late_ms() == [0, 2600, 1600, 600, 40]
+
+
+def test_the_simulator_says_when_it_fell_behind(caplog: pytest.LogCaptureFixture) -> None:
+    b = _Behind(1000)
+    for t, late in ((1000, 20), (2000, 1800), (3000, 2400), (4000, 900), (5000, 10)):
+        b.note(t, late)
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert said == ["simulator behind from 2 s to 4 s of scenario time (at most 2.4 s): samples taken then "
+                    "see an older tick"]

@@ -182,6 +182,7 @@ class Simulator:
                 self.idle_threshold, prestart_ms, self.truth_meta, mig_observable=True,
             )
         ticks = self.model.tick_times()
+        behind = _Behind(tick)
         log.info("scenario %s started (%d ticks of %d ms at speed %g)", self.scenario.name, len(ticks), tick,
                  self.clock.speed)
         try:
@@ -195,8 +196,10 @@ class Simulator:
                 if k:  # the events of time 0 fired before the frozen start state was served
                     self._fire_events(t - tick, t)
                 self.apply(t, start_ms + t)  # at tick 0 only the NVML sample is rewritten
+                applied = self.clock.now_ms()
+                behind.note(t, applied - (start_ms + t))
                 if truth is not None:
-                    truth.write_tick(k)
+                    truth.write_tick(k, applied)
             log.info("scenario %s ended; holding the last state", self.scenario.name)
         finally:
             if truth is not None:
@@ -209,6 +212,24 @@ class Simulator:
             await node.kubelet.stop()
             await node.dcgm.stop()
         self.api.stop()
+
+
+class _Behind:
+    """Says when the simulator puts a tick's state in place more than a tick late (a loaded machine):
+    the fake hardware then shows an older tick than the clock, and the truth file says so."""
+
+    def __init__(self, tick_ms: int) -> None:
+        self.tick_ms, self.since, self.worst = tick_ms, -1, 0
+
+    def note(self, t_ms: int, late_ms: int) -> None:
+        if late_ms > self.tick_ms:
+            if self.since < 0:
+                self.since = t_ms
+            self.worst = max(self.worst, late_ms)
+        elif self.since >= 0:
+            log.warning("simulator behind from %g s to %g s of scenario time (at most %g s): samples taken "
+                        "then see an older tick", self.since / 1000, t_ms / 1000, self.worst / 1000)
+            self.since, self.worst = -1, 0
 
 
 def _read_commands(sim: Simulator, loop: asyncio.AbstractEventLoop) -> None:

@@ -12,7 +12,11 @@ One object per line, each with a `kind`:
   accounting (docs/accounting.md), `alloc_share` (the device-equivalents the holder held: 1 for a whole
   GPU, a MIG slice's compute slices of the parent's, on a shared GPU its true use plus an equal part
   of the time nobody used) and `used_share` (its true use, in the same units); 0 when free;
-- `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires.
+- `xid`: an XID as it fires, with the owners at that moment; `fault`: a fault as it fires;
+- `tick`: when the simulator had tick `tick`'s state in place (`applied_ms`, after its kubelet, /proc,
+  checkpoint and NVML state were all written). On a loaded machine it can fall behind: until then the
+  fake hardware still shows an older tick, and `periscope report` checks a sample taken then only where
+  the truth was the same at both ticks.
 Times are simulated Unix ms plus RFC 3339 strings, the same clock every service of the run uses.
 `TruthWriter` writes the file as the run goes; `read_truth` reads it back and `Truth` indexes it by tick
 and device for `periscope report`.
@@ -101,8 +105,9 @@ class TruthWriter:
     def _emit(self, row: dict[str, Any]) -> None:
         self._f.write(json.dumps(row, separators=(",", ":")) + "\n")
 
-    def write_tick(self, tick: int) -> None:
-        """Write tick `tick` (and every XID/fault since the last written tick)."""
+    def write_tick(self, tick: int, applied_ms: int | None = None) -> None:
+        """Write tick `tick` (and every XID/fault since the last written tick); `applied_ms`: when the
+        simulator had its state in place."""
         if tick <= self._done:
             return
         tick_ms = self.model.scenario.tick_ms
@@ -125,6 +130,9 @@ class TruthWriter:
                 )
         for k in range(self._done + 1, tick + 1):
             self._write_holders(k)
+        if applied_ms is not None:
+            self._emit({"kind": "tick", "tick": tick, **_at(self.start_ms + tick * tick_ms),
+                        "applied_ms": applied_ms})
         self._done = tick
         self._f.flush()
 
@@ -243,6 +251,7 @@ class Truth:
         self.ticks: dict[int, dict[str, Row]] = {}
         self.xids: list[Row] = []
         self.faults: list[Row] = []
+        self.applied: dict[int, int] = {}  # tick -> when its state was in place (files before ticks: none)
         listed = {"xid": self.xids, "fault": self.faults}
         for n, r in enumerate(rows, 1):
             kind = r.get("kind")
@@ -250,9 +259,12 @@ class Truth:
                 self.meta = r
             elif kind in ("xid", "fault"):  # a tuple: a kind of any JSON type is only compared
                 listed[kind].append(r)
-            elif kind == "holder":
+            elif kind in ("holder", "tick"):
                 try:
-                    self.ticks.setdefault(int(r["tick"]), {})[str(r["device_id"])] = r
+                    if kind == "holder":
+                        self.ticks.setdefault(int(r["tick"]), {})[str(r["device_id"])] = r
+                    else:
+                        self.applied[int(r["tick"])] = int(r["applied_ms"])
                 except (KeyError, TypeError, ValueError) as e:
                     raise ValueError(f"line {n}: {kind} without a valid {e}") from None
         if not self.meta:
@@ -273,6 +285,25 @@ class Truth:
 
     def tick_at(self, at_ms: int) -> int:
         return min(self.last, max(0, (at_ms - self.start_ms) // self.tick_ms))
+
+    def behind(self, at_ms: int) -> int:
+        """How many ticks the simulated hardware showed at `at_ms` lagged the tick of that time: 0 unless
+        the simulator, behind the clock, had not yet put that tick's state in place (a sample then shows
+        an older tick; its answers are checked only where the truth did not change in between)."""
+        tick = shown = self.tick_at(at_ms)
+        while shown > 0 and self.applied.get(shown, at_ms) > at_ms:
+            shown -= 1
+        return tick - shown
+
+    def visible_ms(self, at_ms: int) -> int:
+        """When an event of scenario time `at_ms` reached the simulated hardware: it fires with the first
+        tick at or after it, and shows once that tick's state is in place."""
+        tick = -(-(at_ms - self.start_ms) // self.tick_ms)
+        return max(at_ms, self.applied.get(tick, at_ms))
+
+    def late_ms(self) -> list[int]:
+        """How far behind its scenario time each tick's state was put in place."""
+        return [a - (self.start_ms + k * self.tick_ms) for k, a in sorted(self.applied.items())]
 
     def rows_at(self, tick: int) -> dict[str, Row]:
         return self.ticks.get(max(0, min(tick, self.last)), {})

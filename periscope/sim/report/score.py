@@ -151,11 +151,15 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
     lags: list[float] = []
     examples: list[str] = []
     seen: set[tuple[Any, ...]] = set()  # each API state once, however many snapshots repeat it
+    early: set[tuple[Any, ...]] = set()  # answers the simulator's lag made uncheckable
     for s in snaps:
         for dev, t_ms, got in gpu_views(s, truth):
             lags.append((int(s["at_ms"]) - t_ms) / truth.tick_ms)
             k = truth.tick_at(t_ms)
             if ("o", dev, k) in seen or (t := truth.settled_owner(k, dev, allow)) is None:
+                continue
+            if (behind := truth.behind(t_ms)) and truth.settled_owner(k, dev, allow + behind) is None:
+                early.add(("o", dev, k))  # the hardware still showed the owner before the change
                 continue
             seen.add(("o", dev, k))
             ours["owners"].add(got == (want := _owners(t)))
@@ -163,13 +167,21 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 _example(examples, "owner", k, t, f"API says {sorted(got) or 'nobody'}")
             theirs["owners"].add(base.owner(dev, k) == t["pod_uid"])
         for r in (r for r in s.get("pods") or [] if r.get("active", True)):
-            k = truth.tick_at(parse_time(r.get("sample_at")) or parse_time(r.get("last_seen")) or 0)
+            t_ms = parse_time(r.get("sample_at")) or parse_time(r.get("last_seen")) or 0
+            k = truth.tick_at(t_ms)
             dev, uid = str(r.get("device_id")), r.get("pod_uid")
             t = truth.row(k, dev)
             if ("r", dev, uid, k) in seen or t is None or t["pod_uid"] != uid:
                 continue  # a wrong owner is scored above
+            util = t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct")
+            idle = t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle")
+            if (behind := truth.behind(t_ms)) and (
+                    (util and not truth.stable(k, dev, allow + behind, "pod_uid", "util_pct"))
+                    or (idle and not truth.stable(k, dev, idle_allow + behind, "pod_uid", "idle"))):
+                early.add(("r", dev, uid, k))  # the hardware still showed an older usage
+                continue
             seen.add(("r", dev, uid, k))
-            if t["util_observable"] and truth.stable(k, dev, allow, "pod_uid", "util_pct"):
+            if util:
                 # A MIG slice's util is scored on its own (it needs the node's dcgm-exporter; the truth
                 # marks it observable only then): the incumbent's GPU_UTIL has no series on MIG.
                 keys = ["mig_util" if t["sharing"] == "mig" else
@@ -183,15 +195,17 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
                 for scores, e in ((ours, err), (theirs, b_err)):
                     for key in keys:
                         scores[key].add(e <= tol, e)
-            if t["idle"] is not None and truth.stable(k, dev, idle_allow, "pod_uid", "idle"):
+            if idle:
                 idle_ours.add(bool(r.get("idle")), bool(t["idle"]))
                 idle_theirs.add(base.idle(t["namespace"], t["pod"], k), bool(t["idle"]))
+    near_ms = (allow + 1) * truth.tick_ms  # an XID's time, from when the hardware showed it
     for x in truth.xids:
         want = {ow["pod_uid"] for ow in x["owners"]}
         if final is not None:  # the owner sets the API gave for this error: same GPU and code, near in time
             near = [{ow.get("pod_uid") for ow in i.get("owners") or []} for i in final.get("xid") or []
                     if (i.get("gpu_uuid"), i.get("code")) == (x["gpu_uuid"], x["code"])
-                    and abs((parse_time(i.get("at")) or 0) - x["at_ms"]) <= (allow + 1) * truth.tick_ms]
+                    and x["at_ms"] - near_ms <= (parse_time(i.get("at")) or 0)
+                    <= truth.visible_ms(x["at_ms"]) + near_ms]
             ours["xid_owners"].add(want in near)
         q = truth.tick_at(x["at_ms"]) + base.lag  # the baseline resolves names when it is asked
         named = {truth.current_uid(q, ow["namespace"], ow["pod"]) for ow in x["owners"]}
@@ -210,10 +224,19 @@ def build_report(truth: Truth, snapshots: list[Row], opts: ReportOptions | None 
         "baseline_lag_ms": o.baseline_lag_ms,
         "tolerance_pct": tol,
         "lag_ticks": _mean_max(lags) if lags else None,
+        "simulator_behind": _behind(truth, len(early - seen)),
         "periscope": side(ours, idle_ours, examples=examples, policy=_policy(truth, final),
                           faults=_faults(truth, snaps, allow, o.recovery_ticks)),
         "baseline": side(theirs, idle_theirs),
     }
+
+
+def _behind(truth: Truth, unscored: int) -> Row:
+    """How far the simulator fell behind the clock, and the answers that could not be scored for it:
+    sampled before their tick's state was in place where the truth changed in between (and not sampled
+    again within that tick)."""
+    late = [ms for ms in truth.late_ms() if ms > truth.tick_ms]
+    return {"ticks": len(late), "max_ms": max(late, default=0), "unscored": unscored}
 
 
 def _example(out: list[str], what: str, tick: int, t: Row, said: str, limit: int = 20) -> None:

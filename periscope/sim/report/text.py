@@ -64,6 +64,10 @@ def format_report(r: Row) -> str:
     rows += [("idle precision / recall", _pr(p["idle"]), _pr(b["idle"])),
              ("policy statuses", _pct(p["policy"]), "n/a")]
     lines += [f"{a:34}{c:34}{d}" for a, c, d in rows]
+    if (behind := r.get("simulator_behind")) and (behind["ticks"] or behind["unscored"]):
+        lines.append(f"  not scored: {behind['unscored']} answers sampled before the simulator had their "
+                     f"tick in place (over a tick late at {behind['ticks']} ticks, "
+                     f"{behind['max_ms'] / 1000:g}s at most: a loaded machine)")
     lines += [f"  wrong: {line}" for line in p.get("examples") or []]
     lines += [f"  policy {m['component']}: expected {m['expected']}, API says {m['got']}"
               for m in p["policy"]["mismatches"]]
