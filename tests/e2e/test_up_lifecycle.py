@@ -131,21 +131,24 @@ def _child(token: str, needle: str) -> int:
 
 def test_crashed_child_is_restarted_and_a_killed_orchestrator_takes_everything_along() -> None:
     up = Up("--speed", "2")
-    workdir: Path | None = None
+    dirs: list[Path] = []
     try:
         up.wait_for(r"^api: http://", 60)
         sim = _child(up.token, ".json")
         with open(f"/proc/{sim}/cmdline", "rb") as f:
-            workdir = Path(f.read().split(b"\0")[3].decode()).parent.parent
-        os.kill(_child(up.token, "periscope.cli.main api"), signal.SIGKILL)
+            dirs.append(Path(f.read().split(b"\0")[3].decode()).parent)  # the nodes' state
+        api = _child(up.token, "periscope.cli.main api")
+        dirs.append(Path(os.readlink(f"/proc/{api}/cwd")).parent.parent)  # up's own: run/<child>
+        os.kill(api, signal.SIGKILL)
         up.wait_for(r"^\[up\] api exited with status -9; restarting it$", 15)
         os.kill(up.proc.pid, signal.SIGKILL)  # no cleanup code runs in the orchestrator now
         up.proc.wait(10)
         assert wait_gone(up.token, 30) == [], "children outlived their orchestrator"
     finally:
         up.cleanup()
-        if workdir is not None and workdir.name.startswith("periscope-up-"):
-            shutil.rmtree(workdir, ignore_errors=True)
+        for d in dirs:
+            if d.name.startswith("periscope-up-"):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 def test_bad_scenario_rejected_before_anything_starts(tmp_path: Path) -> None:

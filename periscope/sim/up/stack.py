@@ -91,6 +91,7 @@ class Stack:
         self.opts, self.model, self.emit = opts, model, emit
         self.scenario = model.scenario
         self.workdir = Path(tempfile.mkdtemp(prefix="periscope-up-"))
+        self.simdir: Path | None = None  # the simulated nodes' state, made when the simulator starts
         self.clock = ScaledClock(time.time_ns() // 1_000_000, opts.speed)
         self.broker: LocalBroker | None = None
         self.bootstrap = ""  # what clients connect to: the broker, or its TLS proxy with --secure
@@ -136,7 +137,8 @@ class Stack:
                 self.kube = start_for_scenario(self.scenario.users, say=self._say)
             except ControlPlaneUnavailable as e:
                 raise UpError(f"--apiserver kube: {e}") from None
-        tune, sim = self._tuning(), self.workdir / "sim"
+        tune = self._tuning()
+        sim = self.simdir = memory_dir() or self.workdir / "sim"
         config = {
             "scenario": self.scenario.location,  # the simulator runs in another directory
             "workdir": str(sim),
@@ -147,7 +149,7 @@ class Stack:
             "truth_meta": {"idle_bucket_ms": tune.idle_bucket_ms},
             "kube": self.kube.sim_config() if self.kube is not None else None,
         }
-        sim.mkdir()
+        sim.mkdir(exist_ok=True)
         (sim / "config.json").write_text(json.dumps(config))
         self._add("sim", py("periscope.sim.cluster.simulator", str(sim / "config.json")), {}, stdin=True)
         self._poll((sim / "ready.json").exists, 30, 0.05, "sim did not come up within 30s", "sim")
@@ -381,7 +383,22 @@ class Stack:
             self.kube.stop()
         if self.broker is not None:
             self.broker.stop(BROKER_GRACE_S if self.opts.broker == "embedded" else KAFKA_GRACE_S)
+        if self.simdir is not None:
+            shutil.rmtree(self.simdir, ignore_errors=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def memory_dir(root: Path = Path("/dev/shm")) -> Path | None:
+    """A fresh directory on the machine's memory file system, for the simulated nodes' state (None when
+    there is none). /proc and NVML live in memory on a real node; on a journaled disk that another
+    process keeps busy with fsync, the simulator's few small writes per tick can each wait seconds for
+    the journal, and the fake hardware then falls behind the clock."""
+    if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
+        return None
+    try:
+        return Path(tempfile.mkdtemp(prefix="periscope-up-sim-", dir=root))
+    except OSError:
+        return None
 
 
 def banner(stack: Stack) -> list[str]:
