@@ -388,14 +388,19 @@ class Stack:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def memory_dir(root: Path = Path("/dev/shm")) -> Path | None:
+MEMORY_DIR_FREE = 512 * 1024 * 1024  # a /proc tree of 5000 pods takes some 100 MiB there (4 KiB a file)
+
+
+def memory_dir(root: Path = Path("/dev/shm"), need: int = MEMORY_DIR_FREE) -> Path | None:
     """A fresh directory on the machine's memory file system, for the simulated nodes' state (None when
-    there is none). /proc and NVML live in memory on a real node; on a journaled disk that another
-    process keeps busy with fsync, the simulator's few small writes per tick can each wait seconds for
-    the journal, and the fake hardware then falls behind the clock."""
-    if not root.is_dir() or not os.access(root, os.W_OK | os.X_OK):
-        return None
+    there is none, or too little of it: a container's is often 64 MiB). /proc and NVML live in memory on
+    a real node; on a journaled disk that another process keeps busy with fsync, the simulator's few
+    small writes per tick can each wait seconds for the journal, and the fake hardware then falls behind
+    the clock."""
     try:
+        fs = os.statvfs(root)
+        if fs.f_bavail * fs.f_frsize < need or not os.access(root, os.W_OK | os.X_OK):
+            return None
         return Path(tempfile.mkdtemp(prefix="periscope-up-sim-", dir=root))
     except OSError:
         return None
