@@ -251,7 +251,7 @@ class Truth:
         self.ticks: dict[int, dict[str, Row]] = {}
         self.xids: list[Row] = []
         self.faults: list[Row] = []
-        self.applied: dict[int, int] = {}  # tick -> when its state was in place (files before ticks: none)
+        self.applied: dict[int, int] = {}  # tick -> when its state was in place (older files: none)
         listed = {"xid": self.xids, "fault": self.faults}
         for n, r in enumerate(rows, 1):
             kind = r.get("kind")
