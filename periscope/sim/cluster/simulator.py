@@ -200,6 +200,7 @@ class Simulator:
                 behind.note(t, applied - (start_ms + t))
                 if truth is not None:
                     truth.write_tick(k, applied)
+            behind.note(self.scenario.duration_ms, 0)  # said even if the run ends behind
             log.info("scenario %s ended; holding the last state", self.scenario.name)
         finally:
             if truth is not None:
