@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from periscope.core.model import AllocationEntry, AllocSource, GpuInfo, MigDeviceInfo
@@ -14,7 +16,7 @@ from services.probe.allocations import (
     resolve_dra_device,
     sort_entries,
 )
-from services.probe.checkpoint_source import CheckpointSource
+from services.probe.checkpoint_source import RACY_NS, CheckpointSource
 from services.probe.nvml import MigPlacement, NvmlInventory
 
 G0, G1 = "GPU-00000000-0000-0000-0000-000000000000", "GPU-11111111-1111-1111-1111-111111111111"
@@ -181,5 +183,36 @@ def test_checkpoint_is_parsed_only_when_the_file_changes(tmp_path: Path) -> None
     path.write_bytes(render_checkpoint([], {}))
     src = CheckpointSource(str(path))
     for _ in range(3):
+        assert src.read()[1].state == "ok"
+    assert src.parses == 1
+
+
+def test_a_rewrite_with_the_same_stat_identity_is_read_once_the_file_settled(tmp_path: Path) -> None:
+    # The kubelet renames each write into place (two inodes in turn), and a file system with coarse
+    # timestamps gives writes within one tick the same mtime: a newer file can look like the one read.
+    path = tmp_path / "cp"
+    a, b = (render_checkpoint([CheckpointEntry(UID, "cuda", "nvidia.com/gpu", (d,))], {})
+            for d in (G0 + "::2", G1 + "::9"))
+    assert len(a) == len(b)  # (the checksums' digits included)
+    path.write_bytes(a)
+    now = [time.time_ns()]
+    src = CheckpointSource(str(path), now_ns=lambda: now[0])
+    assert src.read()[0][0].device_ids == (G0 + "::2",)
+    st = os.stat(path)
+    path.write_bytes(b)  # in place: the same inode and size ...
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # ... and the same mtime
+    assert not src.changed() and src.read()[0][0].device_ids == (G0 + "::2",)  # no way to tell yet
+    now[0] += RACY_NS  # the file has settled: any later write would have a later mtime
+    assert src.changed()
+    assert src.read()[0][0].device_ids == (G1 + "::9",) and src.parses == 2
+    assert not src.changed() and src.read()[0][0].device_ids == (G1 + "::9",) and src.parses == 2
+
+
+def test_a_settled_file_is_trusted_by_its_stat_identity(tmp_path: Path) -> None:
+    path = tmp_path / "cp"
+    path.write_bytes(render_checkpoint([], {}))
+    src = CheckpointSource(str(path), now_ns=lambda: time.time_ns() + RACY_NS)  # written long ago
+    for _ in range(3):
+        assert not src.changed() or src.parses == 0
         assert src.read()[1].state == "ok"
     assert src.parses == 1
