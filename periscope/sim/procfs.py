@@ -25,12 +25,15 @@ from typing import Literal
 from periscope.core.cgroup import Driver, Qos, Runtime, cgroup_file, cgroup_path
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Replace a file so that a reader sees the old or the new content, never a part (temp + rename).
-    Four lines of the standard library; no dependency offers more for a single writer."""
+def atomic_write(path: Path, data: str | bytes, mtime_ns: int | None = None) -> None:
+    """Replace a file so that a reader sees the old or the new content, never a part (temp + rename),
+    with the given mtime if any. A few lines of the standard library; no dependency offers more for a
+    single writer."""
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     with os.fdopen(fd, "wb") as f:
         f.write(data.encode() if isinstance(data, str) else data)
+    if mtime_ns is not None:
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, path)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import threading
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pynvml
 import pytest
 
+import periscope.sim.nvml.state as nvml_state
 from periscope.sim.nvml import FakePynvml, add_xid, fake_pynvml, write_nvml_state
 from services.probe.nvml import NvmlBackend, NvmlUnavailable
 from services.probe.procfs import NOT_IN_POD, ProcIdentity
@@ -165,6 +167,23 @@ def test_lost_gpu_and_failing_metric_do_not_stop_the_others(tmp_path: Path) -> N
     g0 = devices[GPU0]
     assert not g0.lost and g0.util_pct == 70.0 and g0.power_w is None and g0.temp_c is None
     assert "nvmlDeviceGetPowerUsage" in g0.error and "Temperature" not in g0.error  # NotSupported is normal
+
+
+def test_each_state_written_gets_a_later_mtime_than_the_last(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fake's reader tells states apart by (inode, mtime, size): a rename alternates two inodes, the
+    # same size is common (util 70 -> 80), and a coarse kernel clock stamps writes within one tick alike.
+    monkeypatch.setattr(nvml_state.time, "time_ns", lambda: 1_800_000_000_000_000_000)  # a clock that stood
+    path = tmp_path / "nvml.json"
+    s = state()
+    write_nvml_state(path, s)
+    backend = opened(fake_pynvml(path))
+    assert {d.uuid: d.util_pct for d in backend.sample()}[GPU0] == 70.0
+    s["gpus"][0]["util_pct"] = 80
+    write_nvml_state(path, s)
+    write_nvml_state(path, s)
+    assert os.stat(path).st_mtime_ns == 1_800_000_000_000_000_002
+    assert {d.uuid: d.util_pct for d in backend.sample()}[GPU0] == 80.0
 
 
 def test_inventory_marks_a_lost_gpu(tmp_path: Path) -> None:

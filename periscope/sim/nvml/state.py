@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,11 +58,19 @@ _PYNVML = {
 }
 
 
+_written_ns: dict[Path, int] = {}  # the mtime of each state file's last write here
+
+
 def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
-    """Write the state so that readers never see a partial file (temp file + rename)."""
+    """Write the state so that readers never see a partial file (temp file + rename), with an mtime
+    later than its last write's: readers tell versions apart by (inode, mtime, size), a rename
+    alternates two inodes, and a coarse kernel clock gives writes within one tick the same mtime (a
+    simulator that fell behind writes several ticks at once), so a reader would keep a stale state."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, json.dumps(state))
+    ns = max(time.time_ns(), _written_ns.get(target, 0) + 1)
+    atomic_write(target, json.dumps(state), mtime_ns=ns)
+    _written_ns[target] = ns
 
 
 MAX_STATE_BYTES = 64 * 1024 * 1024  # a simulated node's state is kilobytes
