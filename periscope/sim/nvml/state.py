@@ -58,9 +58,6 @@ _PYNVML = {
 }
 
 
-_written_ns: dict[Path, int] = {}  # the mtime of each state file's last write here
-
-
 def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     """Write the state so that readers never see a partial file (temp file + rename), with an mtime
     later than its last write's: readers tell versions apart by (inode, mtime, size), a rename
@@ -68,9 +65,11 @@ def write_nvml_state(path: str | Path, state: Mapping[str, Any]) -> None:
     simulator that fell behind writes several ticks at once), so a reader would keep a stale state."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    ns = max(time.time_ns(), _written_ns.get(target, 0) + 1)
-    atomic_write(target, json.dumps(state), mtime_ns=ns)
-    _written_ns[target] = ns
+    try:
+        last = os.stat(target).st_mtime_ns
+    except FileNotFoundError:
+        last = 0
+    atomic_write(target, json.dumps(state), mtime_ns=max(time.time_ns(), last + 1))
 
 
 MAX_STATE_BYTES = 64 * 1024 * 1024  # a simulated node's state is kilobytes
