@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from periscope.bus import codec
@@ -58,24 +60,58 @@ class OutputSender:
         self._on_sent = on_sent
         self._on_error = on_error
         self._queue: asyncio.Queue[_Batch] = asyncio.Queue()
-        self._pending: set[asyncio.Future[None]] = set()
         self._watching: set[asyncio.Future[None]] = set()
+        # Batches are numbered as submitted. A barrier waits for a number, not on every batch before
+        # it: every node's persist waits for one, and a worker that caught up on thousands of nodes
+        # has thousands of persists behind thousands of batches (a wait on each batch per barrier was
+        # quadratic, gigabytes of callbacks).
+        self._submitted = 0
+        self._undelivered = 0
+        self._open: deque[tuple[int, asyncio.Future[None]]] = deque()  # oldest first; the first is not done
+        self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()  # barriers, by the batch awaited
 
     def submit(self, mark: Awaitable[Any] | None, partition: int, records: list[Record]) -> None:
         """Publish `records` once `mark` (a write to the marks changelog `partition`) is durable."""
         batch = _Batch(mark, partition, records)
-        self._pending.add(batch.done)
-        batch.done.add_done_callback(self._pending.discard)
+        self._submitted += 1
+        self._undelivered += 1
+        self._open.append((self._submitted, batch.done))
+        batch.done.add_done_callback(partial(self._settled, self._submitted))
         self._queue.put_nowait(batch)
 
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        return self._undelivered
 
     async def barrier(self) -> None:
-        """Wait until every batch submitted so far has been delivered (raises if one failed)."""
-        if self._pending:
-            await asyncio.gather(*list(self._pending))
+        """Wait until every batch submitted so far has been delivered (raises if one of them failed)."""
+        if not self._open:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._submitted, waiter))
+        await waiter
+
+    def _settled(self, number: int, done: asyncio.Future[None]) -> None:
+        self._undelivered -= 1
+        if done.cancelled() or done.exception() is not None:
+            # The barriers waiting for this batch end as a wait on it would: with its error.
+            kept: deque[tuple[int, asyncio.Future[None]]] = deque()
+            for upto, waiter in self._waiters:
+                if upto < number:
+                    kept.append((upto, waiter))
+                elif not waiter.done():
+                    if done.cancelled():
+                        waiter.cancel()
+                    else:
+                        waiter.set_exception(done.exception())  # type: ignore[arg-type]
+            self._waiters = kept
+        while self._open and self._open[0][1].done():
+            self._open.popleft()
+        first_open = self._open[0][0] if self._open else self._submitted + 1
+        while self._waiters and self._waiters[0][0] < first_open:
+            _, waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def run(self) -> None:
         while True:
