@@ -229,6 +229,9 @@ class Joiner:
                 stamped = getattr(msg, "timestamp", None)
                 if stamped and stamped < t.stamped:
                     t.stamped = stamped
+            # Held until the node's persist, for its acknowledgement, which needs its position only: the
+            # record's bytes go now (catching up on thousands of nodes, held records were most of the RSS).
+            msg.value = None
             slot.held.append(event)
             t.outs.extend(outs)
             if state_input and state_mark(slot.state) != mark:

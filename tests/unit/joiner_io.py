@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -65,3 +65,9 @@ class Msg:
 @dataclass
 class Event:
     message: Msg
+
+
+def read(batch: list[Event]) -> list[Event]:
+    """`batch` as a fetch hands it over: new message objects each time records are read (a worker may
+    drop what it no longer needs of a message it took, such as its bytes once decoded)."""
+    return [Event(replace(ev.message)) for ev in batch]

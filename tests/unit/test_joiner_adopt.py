@@ -15,7 +15,7 @@ from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
-from tests.unit.joiner_io import Event, Msg, Table
+from tests.unit.joiner_io import Event, Msg, Table, read
 
 LATENESS_MS = EngineConfig().lateness_ms
 
@@ -61,7 +61,7 @@ class Worker:
         for ev in batch:
             p = ev.message.partition
             self.ends[p] = max(self.ends.get(p, 0), ev.message.offset + 1)
-        await self.joiner.handle_batch(batch)
+        await self.joiner.handle_batch(read(batch))
 
     async def adopt(self, partitions: set[int]) -> int:
         # As at an assignment: positioned at the committed offsets (here, everything was committed).

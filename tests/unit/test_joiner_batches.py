@@ -65,6 +65,10 @@ async def test_a_batch_marks_once_per_node_and_acks_only_after_the_persist() -> 
         assert metrics.device_samples._value.get() == (len(batch) - 2) * 2  # type: ignore[attr-defined]
         assert joiner.processed == {(TELEMETRY.name, 0): len(batch) - 1}  # the stale record was skipped
         assert all(s.dirty and len(s.held) == 4 for s in joiner.slots.values())
+        # What waits for a persist is each record's position: its bytes are gone once it was stepped
+        # (a worker catching up holds tens of thousands of records). A dead letter kept them to the end.
+        assert all(e.message.value is None for s in joiner.slots.values() for e in s.held)
+        assert garbage.message.value == b"\xff not protobuf"
 
         await joiner.shutdown()
         # Every applied record after its node's persist, and all in the order they were read.

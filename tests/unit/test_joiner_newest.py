@@ -37,7 +37,7 @@ from services.joiner.metrics import JoinerMetrics
 from services.joiner.positions import Positions
 from services.joiner.worker import Hooks, Joiner
 from tests.unit.core_builders import NODE, alloc, ck, dev, gpu, inventory, pod, pr, proc, tel, uid, xid
-from tests.unit.joiner_io import Event, Msg, Table, done
+from tests.unit.joiner_io import Event, Msg, Table, done, read
 
 S = 1000
 # Short windows and no heartbeat, so a few dozen ticks close several windows and change every output.
@@ -130,7 +130,7 @@ async def _published(batches: list[list[Event]], config: EngineConfig,
     try:
         for batch in batches:
             taken += 1
-            await joiner.handle_batch(batch)
+            await joiner.handle_batch(read(batch))
             await joiner.settle()  # as a running worker does between batches: persists complete
             per_batch.append([o for records in sent for o in records])
             sent.clear()
