@@ -52,7 +52,7 @@ PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of d
 POLL_S = 0.2
 SETTLE_S = 3.0  # after a backlog: the end of catch-up (outputs, persists) is over
 RATIO_GOAL = Goal("<", 3.0, "< 3 (raw consume rate / joiner rate)")
-MEM_NODES_FACTOR = 10  # the memory run appends this many times the rate runs' nodes ...
+MEM_NODES_FACTOR = 40  # the memory run appends this many times the rate runs' nodes (costs per node show) ...
 MEM_TICKS = 30  # ... with this many ticks each (many rows, so the fixed costs are small beside them)
 SCALE_WORKERS = 3  # the scale-out runs: this many workers of one group
 
