@@ -551,6 +551,9 @@ class Joiner:
             await self._acks.done(events)  # nothing, if a rebalance came since: they are read again
             self.metrics.persists.inc()
         except asyncio.CancelledError:
+            # A stop or revocation that stopped waiting for it: no persist follows (at a stop, one
+            # started now would write after the producer is gone, and fail the app as it ends).
+            slot.again = False
             raise
         except Exception as e:
             log.error("node %s: persisting state failed: %r", slot.node, e)

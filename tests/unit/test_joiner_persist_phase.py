@@ -125,3 +125,27 @@ async def test_a_persist_that_does_not_end_is_named_once_with_what_it_waits_for(
         running.cancel()
         for task in list(joiner._tasks):
             task.cancel()
+
+
+async def test_a_stop_that_gives_up_on_a_persist_starts_no_other() -> None:
+    clock = [100.0]
+    joiner, sender = _joiner(StuckNodes(), clock, 0.0)
+    running = asyncio.ensure_future(sender.run())
+    try:
+        await joiner.handle_batch([_record("gpu-a", 1_000_000, 0)])
+        await joiner.handle_batch([_record("gpu-a", 1_001_000, 1)])  # due again behind the first
+        for _ in range(5):
+            await asyncio.sleep(0)
+        slot = joiner.slots["gpu-a"]
+        assert slot.persisting and slot.seq == 1 and len(joiner._tasks) == 1
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(joiner.shutdown(), 0.05)  # as the app's stop does, bounded
+        for _ in range(5):
+            await asyncio.sleep(0)
+        # Nothing under way after the stop gave up: a persist started now would write after the
+        # producer stopped.
+        assert not joiner._tasks and slot.seq == 1
+    finally:
+        running.cancel()
+        for task in list(joiner._tasks):
+            task.cancel()
