@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -45,18 +47,36 @@ async def turns(n: int = 5) -> None:
         await asyncio.sleep(0)
 
 
-async def test_a_barrier_waits_for_the_batches_before_it_and_not_for_later_ones() -> None:
+@asynccontextmanager
+async def sending() -> AsyncIterator[tuple[Broker, OutputSender]]:
     broker = Broker()
     sender = broker.sender()
     running = asyncio.ensure_future(sender.run())
     try:
-        sender.submit(None, 0, record(1))
-        await turns()
-        first = asyncio.ensure_future(sender.barrier())
-        await turns()  # (the barrier is taken when its task runs)
-        sender.submit(None, 0, record(2))
-        await turns()
-        second = asyncio.ensure_future(sender.barrier())
+        yield broker, sender
+    finally:
+        running.cancel()
+
+
+async def submitted(sender: OutputSender, i: int) -> None:
+    """Batch `i` submitted and handed to the broker."""
+    sender.submit(None, 0, record(i))
+    await turns()
+
+
+async def barrier(sender: OutputSender) -> asyncio.Task[None]:
+    """A persist's barrier, taken now (its task has run up to the wait)."""
+    task = asyncio.ensure_future(sender.barrier())
+    await turns()
+    return task
+
+
+async def test_a_barrier_waits_for_the_batches_before_it_and_not_for_later_ones() -> None:
+    async with sending() as (broker, sender):
+        await submitted(sender, 1)
+        first = await barrier(sender)
+        await submitted(sender, 2)
+        second = await barrier(sender)
         assert len(broker.rounds) == 2 and sender.backlog == 2
 
         broker.rounds[1][1].set_result(None)  # the later batch lands first
@@ -65,38 +85,26 @@ async def test_a_barrier_waits_for_the_batches_before_it_and_not_for_later_ones(
         broker.rounds[0][1].set_result(None)
         await turns()
         assert first.done() and second.done() and sender.backlog == 0
+        await asyncio.wait_for(first, 0)  # without an error
 
-        sender.submit(None, 0, record(3))
-        await turns()
-        await asyncio.wait_for(first, 0)  # done, and without an error
-        third = asyncio.ensure_future(sender.barrier())
-        await turns()
+        await submitted(sender, 3)
+        third = await barrier(sender)
         assert not third.done()  # batch 3 is not delivered yet
-        sender.submit(None, 0, record(4))
-        await turns()
+        await submitted(sender, 4)
         broker.rounds[2][1].set_result(None)
         await asyncio.wait_for(third, 1)  # batch 4, submitted after it, is not waited for
         assert sender.backlog == 1
         broker.rounds[3][1].set_result(None)
         await turns()
         await asyncio.wait_for(sender.barrier(), 0.1)  # nothing left: returns at once
-    finally:
-        running.cancel()
 
 
 async def test_a_batch_that_failed_fails_the_barriers_waiting_for_it_only() -> None:
-    broker = Broker()
-    sender = broker.sender()
-    running = asyncio.ensure_future(sender.run())
-    try:
-        sender.submit(None, 0, record(1))
-        await turns()
-        before = asyncio.ensure_future(sender.barrier())  # waits for batch 1 only
-        await turns()
-        sender.submit(None, 0, record(2))
-        await turns()
-        after = asyncio.ensure_future(sender.barrier())  # waits for batches 1 and 2
-        await turns()
+    async with sending() as (broker, sender):
+        await submitted(sender, 1)
+        before = await barrier(sender)  # waits for batch 1 only
+        await submitted(sender, 2)
+        after = await barrier(sender)  # waits for batches 1 and 2
         broker.rounds[1][1].set_exception(RuntimeError("not leader"))
         await turns()
         assert after.done() and isinstance(after.exception(), RuntimeError)
@@ -105,52 +113,38 @@ async def test_a_batch_that_failed_fails_the_barriers_waiting_for_it_only() -> N
         await asyncio.wait_for(before, 1)
         assert [str(e) for e in broker.errors] == ["not leader"]
         await asyncio.wait_for(sender.barrier(), 0.1)  # a failure is told once, to those that waited
-    finally:
-        running.cancel()
 
 
 async def test_a_cancelled_barrier_leaves_the_others_waiting() -> None:
-    broker = Broker()
-    sender = broker.sender()
-    running = asyncio.ensure_future(sender.run())
-    try:
-        sender.submit(None, 0, record(1))
-        await turns()
-        gone, kept = asyncio.ensure_future(sender.barrier()), asyncio.ensure_future(sender.barrier())
-        await turns()
+    async with sending() as (broker, sender):
+        await submitted(sender, 1)
+        gone, kept = await barrier(sender), await barrier(sender)
         gone.cancel()
         await turns()
         broker.rounds[0][1].set_result(None)
         await asyncio.wait_for(kept, 1)
         assert gone.cancelled()
-    finally:
-        running.cancel()
 
 
 @pytest.mark.parametrize("n", [1500])
 async def test_many_persists_behind_many_batches_take_memory_in_proportion_to_their_sum(n: int) -> None:
     # A worker that caught up on n nodes: each node's outputs are a batch, each node's persist a
-    # barrier. Waiting on each batch from each barrier held n * n callbacks (about 200 MB here).
-    broker = Broker()
-    sender = broker.sender()
-    running = asyncio.ensure_future(sender.run())
-    try:
+    # barrier. Waiting on each batch from each barrier held n * n callbacks (about 300 MB here).
+    async with sending() as (broker, sender):
         tracemalloc.start()
-        base = tracemalloc.get_traced_memory()[0]
-        waits = []
-        for i in range(n):
-            sender.submit(None, i % 4, record(i))
-            waits.append(asyncio.ensure_future(sender.barrier()))
-        await turns()
-        grown = tracemalloc.get_traced_memory()[0] - base
-        tracemalloc.stop()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            waits = []
+            for i in range(n):
+                sender.submit(None, i % 4, record(i))
+                waits.append(asyncio.ensure_future(sender.barrier()))
+            await turns()
+            grown = tracemalloc.get_traced_memory()[0] - base
+        finally:
+            tracemalloc.stop()
         assert grown < 8 * 2**20, f"{grown / 2**20:.0f} MiB for {n} batches and {n} barriers"
         assert sender.backlog == n
         for _, delivered in broker.rounds:
             delivered.set_result(None)
         await asyncio.wait_for(asyncio.gather(*waits), 5)
         assert sender.backlog == 0
-    finally:
-        if tracemalloc.is_tracing():
-            tracemalloc.stop()
-        running.cancel()
