@@ -30,6 +30,10 @@ VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 RACY_NS = 2_000_000_000  # over the coarsest mtime granularity of a kubelet's file system (1 s)
 
 
+def _stamp_of(st: os.stat_result) -> _Stamp:
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class CheckpointSource:
     def __init__(self, path: str, now_ns: Callable[[], int] = time.time_ns) -> None:
         self.path = path
@@ -54,11 +58,13 @@ class CheckpointSource:
             st = os.stat(self.path)
         except OSError:
             return self._stamp is not None
-        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size) != self._stamp or self._settled()
+        return self._differs(_stamp_of(st))
 
-    def _settled(self) -> bool:
-        """The last read came too soon after a change to trust the stamp, and that change is now old
-        enough that any later write would carry a later mtime: read once more."""
+    def _differs(self, stamp: _Stamp) -> bool:
+        """`stamp` is not the last read's, or the last read came too soon after a change to trust its
+        stamp and that change is now old enough that any later write would carry a later mtime."""
+        if stamp != self._stamp:
+            return True
         return self._racy_mtime is not None and self._now_ns() - self._racy_mtime >= RACY_NS
 
     def read(self) -> tuple[tuple[AllocationEntry, ...], SourceHealth]:
@@ -70,8 +76,8 @@ class CheckpointSource:
         except OSError as e:
             self._stamp = self._racy_mtime = None
             return (), SourceHealth("checkpoint", "error", f"{self.path}: {e.strerror or e}")
-        stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp or self._settled():
+        stamp = _stamp_of(st)
+        if self._differs(stamp):
             self._result = self._parse()
             self._stamp = stamp
             self._racy_mtime = st.st_mtime_ns if self._now_ns() - st.st_mtime_ns < RACY_NS else None
