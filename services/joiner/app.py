@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import faust
 from faust.tables import TableManager
+from faust.types import TP
 
 from periscope.bus.clients import Kafka
 from periscope.bus.deadletter import DeadLetters
@@ -53,6 +54,17 @@ class Taken:
 
     def __init__(self, message: Any) -> None:
         self.message = message
+
+
+class Acked:
+    """What Faust's `Consumer.ack` reads of a record (its position; `acked` it sets; a weak reference
+    for its set of tracked records), made when the worker acknowledges one: the worker keeps a record's
+    offset, not the record, while it waits for its node's persist."""
+
+    __slots__ = ("__weakref__", "acked", "offset", "topic", "tp")
+
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self.topic, self.offset, self.tp, self.acked = topic, offset, TP(topic, partition), False
 
 
 class JoinerTableManager(TableManager):
@@ -163,8 +175,8 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
     watch = ProgressWatch(app, positions, max(STALL_MIN_S, 4 * session), on_stall or crash,
                           ask_ends=kafka.profile.end_offsets_exact)
 
-    async def ack(taken: Taken) -> None:
-        app.consumer.ack(taken.message)  # the input record may be committed
+    async def ack(topic: str, partition: int, offset: int) -> None:
+        app.consumer.ack(cast(Any, Acked(topic, partition, offset)))  # the record may be committed
     joiner = Joiner(
         config=settings.engine_config(), persist_interval_s=settings.state_persist_interval, metrics=metrics,
         nodes=tables["nodes"], pods=tables["pods"], marks=tables["marks"], sender=sender,

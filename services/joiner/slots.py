@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from periscope.core.engine import NodeState
 from periscope.core.model import NodeEvent, NodeInput, Output, PodEvent
+from services.joiner.acks import Held
 from services.joiner.catchup import Gathered
 from services.joiner.changelog import PodVersion
 
@@ -29,6 +30,7 @@ class Slot:
     node: str
     partition: int
     state: NodeState
+    held: Held  # positions of the applied records that wait for a persist to be acknowledged
     seq: int
     versions: dict[str, PodVersion]
     mark_ms: int  # newest output time whose publication was promised (durable mark)
@@ -37,7 +39,6 @@ class Slot:
     stash: dict[str, Output] = field(default_factory=dict)
     # Outputs computed while catching up on the node, published when it caught up or before its next persist.
     gathered: Gathered = field(default_factory=Gathered)
-    held: list[Any] = field(default_factory=list)  # applied events waiting for a persist to be acked
     dirty: bool = False
     last_probe: float = 0.0
     advanced_at: float = 0.0  # when a probe record last moved the node's event time (monotonic)

@@ -57,7 +57,7 @@ from periscope.core.model import (
     PodEvent,
 )
 from periscope.core.watermark import Stream
-from services.joiner.acks import OrderedAcks
+from services.joiner.acks import Ack, Held, OrderedAcks
 from services.joiner.catchup import catching_up, is_one_shot, time_of
 from services.joiner.changelog import StateError, TableIO, decode_mark, encode_mark, plan_persist, restore
 from services.joiner.delivery import OutputSender, record_of
@@ -94,7 +94,7 @@ class _Touched:
     stamped: float = float("inf")  # the oldest broker timestamp (Unix s) of the node's records in the batch
 
 
-async def _no_ack(event: Any) -> None:
+async def _no_ack(topic: str, partition: int, offset: int) -> None:
     """Where nothing acknowledges input records (a worker fed by hand)."""
 
 
@@ -105,7 +105,7 @@ class Hooks:
 
     dead_letter: Callable[[Message, str], Awaitable[None]]  # park a bad record with the reason
     on_error: Callable[[BaseException], Awaitable[None]]  # a failed write: crash the worker
-    ack: Callable[[Any], Awaitable[Any]] = _no_ack  # the input record may be committed
+    ack: Ack = _no_ack  # the input record at (topic, partition, offset) may be committed
     rebalancing: Callable[[], bool] = lambda: False
     # False for a record fetched before the latest rebalance (Faust's generation check).
     current: Callable[[Message], bool] = lambda msg: True
@@ -169,8 +169,9 @@ class Joiner:
         # Dead letters and acks of records with nothing to join are sent after the batch: nothing is
         # awaited until its outputs are submitted, so no tick, persist or shutdown sees a node whose
         # records are stepped but whose outputs are not yet submitted.
-        rejected: list[tuple[Any, Message, str]] = []
-        skipped: list[Any] = []
+        rejected: list[tuple[Message, str]] = []
+        finished = self._acks.held()  # records done at once: nothing to join, or dead-lettered
+        skipped = 0
         taken_at: dict[int, int] = {}  # partition -> offset of the batch's first telemetry record of it
         for event in events:
             msg: Message = event.message
@@ -179,7 +180,6 @@ class Joiner:
                 continue  # a record fetched before a rebalance: its partition's next owner reads it
             if msg.topic == TELEMETRY.name and msg.partition not in taken_at:
                 taken_at[msg.partition] = msg.offset
-            self._acks.read(event)
             where = (msg.topic, msg.partition)
             if where not in self.processed:
                 self.hooks.first_offset(msg.topic, msg.partition, msg.offset)
@@ -194,10 +194,12 @@ class Joiner:
                 node = node_of(msg.key, obj)
                 self._plausible(obj, msg)
             except (DecodeError, Rejected) as e:
-                rejected.append((event, msg, str(e)))
+                rejected.append((msg, str(e)))
+                self._acks.read(finished, msg.topic, msg.partition, msg.offset)
                 continue
             if node is None:
-                skipped.append(event)
+                self._acks.read(finished, msg.topic, msg.partition, msg.offset)
+                skipped += 1
                 continue
             t = touched.get(node)
             if t is None:
@@ -219,7 +221,8 @@ class Joiner:
                 outs = apply(slot.state, obj, self.config)
             except Exception as e:  # a bug in the core must not stop every other node's attribution
                 log.exception("node %s: the core failed on a %s record", node, msg.topic)
-                rejected.append((event, msg, f"core error: {type(e).__name__}: {e}"))
+                rejected.append((msg, f"core error: {type(e).__name__}: {e}"))
+                self._acks.read(finished, msg.topic, msg.partition, msg.offset)
                 continue
             if redelivered:
                 self.metrics.count_engine(t.before, slot.state.counters, redelivered=True)
@@ -229,10 +232,8 @@ class Joiner:
                 stamped = getattr(msg, "timestamp", None)
                 if stamped and stamped < t.stamped:
                     t.stamped = stamped
-            # Held until the node's persist, for its acknowledgement, which needs its position only: the
-            # record's bytes go now (catching up on thousands of nodes, held records were most of the RSS).
-            msg.value = None
-            slot.held.append(event)
+            # Its position waits for the node's persist, for its acknowledgement (the record goes now).
+            self._acks.read(slot.held, msg.topic, msg.partition, msg.offset)
             t.outs.extend(outs)
             if state_input and state_mark(slot.state) != mark:
                 t.persist = True  # state-based inputs are persisted at once
@@ -280,12 +281,12 @@ class Joiner:
             else:
                 slot.dirty = True
         if skipped:
-            self.metrics.skipped.inc(len(skipped))
-        for _, msg, error in rejected:
+            self.metrics.skipped.inc(skipped)
+        for msg, error in rejected:
             await self.hooks.dead_letter(msg, error)
             self.metrics.dead_letters.labels(msg.topic).inc()
         # Done, but acknowledged only behind the records read before them (held for their persists).
-        await self._acks.done([*skipped, *(e for e, _, _ in rejected)])
+        await self._acks.done(finished)
 
     def _slot(self, node: str, partition: int) -> Slot:
         slot = self.slots.get(node)
@@ -300,7 +301,8 @@ class Joiner:
         key = node.encode()
         got = restore(node, self.nodes.get(key), lambda uid: self.pods.get(uid.encode()))
         mark = max(decode_mark(self.marks.get(key)), self._marks_sent.get(node, 0))
-        return Slot(node=node, partition=partition, state=got.state, seq=got.seq, versions=got.versions,
+        return Slot(node=node, partition=partition, state=got.state, held=self._acks.held(), seq=got.seq,
+                    versions=got.versions,
                     mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
                     recovered_ms=got.state.processed_ms, last_probe=self._clock(),
                     persist_due=next_persist(node, self._clock(), self.persist_interval_s))
@@ -519,19 +521,19 @@ class Joiner:
             self._emit(slot, ())
         slot.seq += 1
         plan = plan_persist(slot.state, slot.seq, slot.versions)
-        events, slot.held = slot.held, []
+        held, slot.held = slot.held, self._acks.held()
         slot.dirty, slot.persisting = False, True
         slot.persist_started, slot.persist_warned = self._clock(), False
         slot.persist_due = next_persist(slot.node, self._clock(), self.persist_interval_s)
         pods = [(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
         writes = list(self.pods.put_many(pods).values()) if pods else []  # one hand-over
         task = asyncio.ensure_future(
-            self._complete(slot, plan.node, plan.removed, writes, events, self.epoch))
+            self._complete(slot, plan.node, plan.removed, writes, held, self.epoch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _complete(self, slot: Slot, node_record: bytes, removed: list[str],
-                        writes: list[Awaitable[Any]], events: list[Any], epoch: int) -> None:
+                        writes: list[Awaitable[Any]], held: Held, epoch: int) -> None:
         try:
             slot.waiting_for = "its pod records"
             await asyncio.gather(*writes)
@@ -548,7 +550,7 @@ class Joiner:
             for uid in removed:
                 self.pods.delete(uid.encode(), slot.partition)
             slot.waiting_for = "the acknowledgement of its records"
-            await self._acks.done(events)  # nothing, if a rebalance came since: they are read again
+            await self._acks.done(held)  # nothing, if a rebalance came since: they are read again
             self.metrics.persists.inc()
         except asyncio.CancelledError:
             # A stop or revocation that stopped waiting for it: no persist follows (at a stop, one

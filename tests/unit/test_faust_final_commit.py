@@ -78,3 +78,18 @@ async def test_with_none_in_flight_the_last_commit_is_faust_s() -> None:
     acknowledge(c, 0, 1)
     await c.commit_and_end_transactions()
     assert thread.commits == [{IN: 2}]
+
+
+async def test_records_the_joiner_acknowledges_by_position_are_committed() -> None:
+    """The joiner keeps a waiting record's offset, not the record, and hands Faust's own Consumer.ack a
+    stand-in (services.joiner.app.Acked): Faust's bookkeeping takes it as the record, once."""
+    from services.joiner.app import Acked
+
+    thread = Thread()
+    thread.release.set()
+    c = consumer(thread)
+    c.app.topics._acking_topics.add(IN.topic)
+    acked = [c.ack(Acked(IN.topic, IN.partition, offset)) for offset in (0, 1, 1, 2)]
+    assert acked == [True, True, False, True]  # (offset 1 twice: the second is not counted)
+    await c.commit_and_end_transactions()
+    assert thread.commits == [{IN: 3}]

@@ -45,8 +45,8 @@ class FaustOffsets:
         self._committed_offset: defaultdict[Any, int | None] = defaultdict(lambda: None)
         self._committed_offset[TP] = committed
 
-    def ack(self, event: Any) -> None:
-        tp, offset = (event.message.topic, event.message.partition), event.message.offset
+    def ack(self, topic: str, partition: int, offset: int) -> None:
+        tp = (topic, partition)
         committed = self._committed_offset[tp]
         if (committed is None or offset >= committed) and offset not in self._acked_index[tp]:
             self._acked_index[tp].add(offset)
@@ -93,10 +93,10 @@ def worker(nodes: Table, pods: Table, acked: list[Any], faust: FaustOffsets | No
     async def dead_letter(msg: Any, error: str) -> None:
         pass
 
-    async def ack(event: Any) -> None:
-        acked.append(event.message.offset)
+    async def ack(topic: str, partition: int, offset: int) -> None:
+        acked.append(offset)
         if faust is not None:
-            faust.ack(event)
+            faust.ack(topic, partition, offset)
 
     marks = Table()
     sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)

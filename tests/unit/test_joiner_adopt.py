@@ -45,8 +45,8 @@ class Worker:
         async def dead_letter(msg: Any, error: str) -> None:
             raise AssertionError(f"dead-lettered: {error}")
 
-        async def ack(event: Any) -> None:
-            self.acked.append(event.message.offset)
+        async def ack(topic: str, partition: int, offset: int) -> None:
+            self.acked.append(offset)
 
         self.sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
         def end_of(topic: str, partition: int) -> int | None:
