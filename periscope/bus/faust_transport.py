@@ -207,6 +207,9 @@ class Direct:
     topics: frozenset[str]
     take: Callable[[list[Any]], Awaitable[None]]  # Faust Messages
     most: int  # records per batch at most (the joiner's TAKE_MAX)
+    # Awaited before each batch is handed over: the taker's flow control (as a stream's full buffer is
+    # Faust's). A rebalance that ends the wait leaves the batch not handed over: it is fetched again.
+    room: Callable[[], Awaitable[None]] | None = None
 
 
 async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
@@ -224,7 +227,13 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
     def current(message: Any) -> bool:
         return bool(consumer.flow_active) and message.generation_id == app.consumer_generation_id
 
-    async def take() -> None:
+    async def take() -> bool:
+        """Hand the batch over; False where the flow stopped or the generation changed while the taker
+        had no room (the records are fetched again)."""
+        if direct.room is not None:  # type: ignore[union-attr]
+            await direct.room()  # type: ignore[union-attr]
+            if not current(batch[-1]):
+                return False
         taken = batch[:]
         batch.clear()
         # `take` steps every record before its first await (nothing cancels a batch half stepped):
@@ -239,6 +248,7 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
         # A turn for everything else on the loop (outputs, persists, the web server, the timers): a
         # fetch can bring many batches, and `take` need not wait for anything.
         await asyncio.sleep(0)
+        return True
 
     for tp, message in records:
         if not current(message):
@@ -260,13 +270,11 @@ async def _hand_over(consumer: Any, records: list[tuple[Any, Any]]) -> None:
         if direct is not None and message.topic in direct.topics:
             batch.append(message)
             batched[tp] = offset
-            if len(batch) >= direct.most:
-                await take()
-            continue
-        if batch:
-            await take()
-            if not current(message):
+            if len(batch) >= direct.most and not await take():
                 return
+            continue
+        if batch and (not await take() or not current(message)):
+            return
         try:
             await hand_over(message)
         except asyncio.CancelledError:

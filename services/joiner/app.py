@@ -203,7 +203,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     # Input records go from each fetch to the worker in batches (see faust_transport.Direct): at most
     # TAKE_MAX, or what one fetch brought. Nothing is acknowledged here (see worker.py).
-    app.direct = Direct(frozenset(t.name for t in NODE_INPUTS), take, TAKE_MAX)
+    app.direct = Direct(frozenset(t.name for t in NODE_INPUTS), take, TAKE_MAX, room=sender.room)
 
     async def join(stream: Any) -> None:
         # The agent subscribes the input topics (and makes them acknowledged topics); their records

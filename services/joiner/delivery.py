@@ -33,6 +33,11 @@ Record = tuple[str, bytes, bytes]  # topic name, key, value
 SendFn = Callable[[list[Record]], Awaitable[list[Awaitable[Any]]]]
 MAX_BATCHES = 500  # batches published behind one round of mark and fence writes
 MAX_CACHED_KEYS = 200_000  # per output topic; the cache starts over beyond it (pods come and go)
+# Output records submitted and not yet delivered beyond which the worker takes no more input (`room`).
+# Live, a worker of 2,000 nodes has a few thousand on their way; catching up on them, the persists that
+# start with it publish faster than the broker takes them, and the queue held 180,000 records (a third
+# of the worker's memory at its peak, left fragmented after) for the minute the broker took.
+MAX_UNDELIVERED = 20_000
 
 
 def record_of(o: Output) -> Record:
@@ -54,8 +59,13 @@ class _Batch:
 class OutputSender:
     def __init__(self, send: SendFn, fence: Callable[[int], Awaitable[Any]],
                  on_sent: Callable[[str, int], None],  # topic, records handed to the producer
-                 on_error: Callable[[BaseException], Awaitable[None]]) -> None:
+                 on_error: Callable[[BaseException], Awaitable[None]],
+                 max_undelivered: int = MAX_UNDELIVERED) -> None:
         self._send = send
+        self.max_undelivered = max_undelivered
+        self._records = 0  # records of the undelivered batches
+        self._room = asyncio.Event()
+        self._room.set()
         self._fence = fence
         self._on_sent = on_sent
         self._on_error = on_error
@@ -76,12 +86,20 @@ class OutputSender:
         self._submitted += 1
         self._undelivered += 1
         self._open.append((self._submitted, batch.done))
-        batch.done.add_done_callback(partial(self._settled, self._submitted))
+        self._records += len(records)
+        if self._records > self.max_undelivered:
+            self._room.clear()
+        batch.done.add_done_callback(partial(self._settled, self._submitted, len(records)))
         self._queue.put_nowait(batch)
 
     @property
     def backlog(self) -> int:
         return self._undelivered
+
+    async def room(self) -> None:
+        """Wait while more than `max_undelivered` output records are on their way: input taken now would
+        only add to them (flow control between the input and a broker that takes outputs more slowly)."""
+        await self._room.wait()
 
     async def barrier(self) -> None:
         """Wait until every batch submitted so far has been delivered (raises if one of them failed)."""
@@ -91,8 +109,11 @@ class OutputSender:
         self._waiters.append((self._submitted, waiter))
         await waiter
 
-    def _settled(self, number: int, done: asyncio.Future[None]) -> None:
+    def _settled(self, number: int, records: int, done: asyncio.Future[None]) -> None:
         self._undelivered -= 1
+        self._records -= records
+        if self._records <= self.max_undelivered:
+            self._room.set()
         if done.cancelled() or done.exception() is not None:
             # The barriers waiting for this batch end as a wait on it would: with its error.
             kept: deque[tuple[int, asyncio.Future[None]]] = deque()

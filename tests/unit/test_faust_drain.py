@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import faust
@@ -255,6 +256,42 @@ async def test_a_fetch_ends_where_the_flow_stopped_while_a_batch_was_taken() -> 
     await run(c, fetcher)
     assert taken == [[0, 1]]  # record 2 is read again after the rebalance positions the partition
     assert c._read_offset[IN] == 1
+
+
+async def test_a_direct_batch_waits_for_room_and_a_rebalance_during_the_wait_leaves_it_not_taken() -> None:
+    async def hand_over(m: Message) -> None:
+        pass
+
+    room = asyncio.Event()
+    c, fetcher = consumer(hand_over, [[message(0), message(1)], [message(2)]])
+    taken = direct(c, most=10)
+    c.app.direct = replace(c.app.direct, room=room.wait)
+    fetching = asyncio.create_task(run(c, fetcher))
+    await asyncio.sleep(0.05)
+    assert taken == [] and c._read_offset[IN] is None  # waiting: nothing is handed over yet
+    room.set()  # the worker's outputs went out
+    await fetching
+    assert taken == [[("in", 0), ("in", 1)], [("in", 2)]] and c._read_offset[IN] == 2
+
+    room.clear()
+    c, fetcher = consumer(hand_over, [[message(0), message(1)]])
+    taken = direct(c, most=10)
+    c.app.direct = replace(c.app.direct, room=room.wait)
+    fetching = asyncio.create_task(run(c, fetcher))
+    await asyncio.sleep(0.05)
+    c.stop_flow()  # a rebalance starts while the batch waits: the wait ends with it ...
+    c.resume_flow()
+    await fetching
+    assert taken == [] and c._read_offset[IN] is None  # ... and the records are fetched again
+
+    c, fetcher = consumer(hand_over, [[message(0), message(1)]])
+    taken = direct(c, most=10)
+
+    async def rebalanced_meanwhile() -> None:
+        c.app.consumer_generation_id = 1  # room came, but after the generation changed
+    c.app.direct = replace(c.app.direct, room=rebalanced_meanwhile)
+    await run(c, fetcher)
+    assert taken == [] and c._read_offset[IN] is None
 
 
 @pytest.mark.parametrize("committed", [0, None])  # a restart, or a group's first start
