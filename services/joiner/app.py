@@ -173,7 +173,7 @@ def create_app(settings: JoinerSettings, *, announce: Any = print, data_dir: str
 
     positions = Positions()  # the worker writes it, the watch reads it
     watch = ProgressWatch(app, positions, max(STALL_MIN_S, 4 * session), on_stall or crash,
-                          ask_ends=kafka.profile.end_offsets_exact)
+                          ask_ends=kafka.profile.end_offsets_exact, held_up=lambda: sender.held_up)
 
     async def ack(topic: str, partition: int, offset: int) -> None:
         app.consumer.ack(cast(Any, Acked(topic, partition, offset)))  # the record may be committed

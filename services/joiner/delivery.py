@@ -96,6 +96,11 @@ class OutputSender:
     def backlog(self) -> int:
         return self._undelivered
 
+    @property
+    def held_up(self) -> bool:
+        """Whether input waits for room now."""
+        return not self._room.is_set()
+
     async def room(self) -> None:
         """Wait while more than `max_undelivered` output records are on their way: input taken now would
         only add to them (flow control between the input and a broker that takes outputs more slowly)."""

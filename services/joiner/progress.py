@@ -72,8 +72,12 @@ def ready(app: faust.App) -> bool:
 
 class ProgressWatch:
     def __init__(self, app: faust.App, positions: Positions, stall_s: float,
-                 on_stall: Callable[[], Any], ask_ends: bool = False) -> None:
+                 on_stall: Callable[[], Any], ask_ends: bool = False,
+                 held_up: Callable[[], bool] = lambda: False) -> None:
         self.app = app
+        # True while the worker takes no input because its outputs wait on the broker (delivery.py):
+        # then its partitions wait on it, not on Faust, and a restart would only start the wait over.
+        self.held_up = held_up
         self.offsets = positions  # the worker's; this watch sets where each partition starts
         self.stall_s = stall_s
         self.on_stall = on_stall
@@ -145,7 +149,7 @@ class ProgressWatch:
             return
         self._rebalance = None
         waiting: list[tuple[TP, int, int]] = []
-        busy = False
+        busy = self.held_up()
         for tp, end, position in self.positions():
             if position is None or end <= position:
                 self._partitions.pop(tp, None)
@@ -158,9 +162,10 @@ class ProgressWatch:
                 waiting.append((tp, end, position))
         for tp, end, position in waiting:
             if busy:
-                # The worker is working through a backlog on other partitions: one that waits meanwhile
-                # waits its turn (a large backlog fetched unevenly), it is not stalled. Counted from the
-                # moment the backlog is done, a stalled partition still stands out.
+                # The worker is working through a backlog on other partitions, or holds its input while
+                # its outputs go out: one that waits meanwhile waits its turn (a large backlog fetched
+                # unevenly), it is not stalled. Counted from the moment the backlog is done, a stalled
+                # partition still stands out.
                 self._partitions[tp] = (now, position)
             elif now - (since := self._partitions[tp][0]) > self.stall_s:
                 self._stalled(f"{tp.topic}[{tp.partition}] has records from {position} to {end} but "

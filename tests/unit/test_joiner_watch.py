@@ -147,3 +147,18 @@ def _tps(topic: str, *partitions: int) -> list[TP]:
 def test_unrecovered_names_the_held_input_partitions_without_their_changelog(
         assignment: list[TP], want: dict[str, list[int]]) -> None:
     assert unrecovered(assignment, {NODES_LOG, MARKS_LOG}) == want
+
+
+def test_a_partition_waiting_while_the_worker_holds_its_input_for_its_outputs_is_not_stalled() -> None:
+    # Catching up on 2,050 nodes, input waits while 20,000 outputs are on their way to the broker; the
+    # partitions wait on the worker then, and a restart would only start the wait over.
+    watch, _, stalls = _two(10)  # nothing else to work through
+    held = [True]
+    watch.held_up = lambda: held[0]
+    for i in range(60):
+        watch.check(100.0 + i)
+    assert stalls == []
+    held[0] = False  # the outputs went out; the input stays where it was
+    for i in range(60, 82):
+        watch.check(100.0 + i)
+    assert stalls == ["stall"]
