@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from typing import Any
 
 import faust
@@ -186,14 +185,15 @@ async def test_a_rebalance_that_empties_a_full_stream_buffer_ends_that_fetch_onl
 OTHER = TP("other", 0)
 
 
-def direct(c: Any, most: int = 100) -> list[list[tuple[str, int]]]:
+def direct(c: Any, most: int = 100, room: Callable[[], Awaitable[None]] | None = None
+           ) -> list[list[tuple[str, int]]]:
     """Make "in" the app's direct topic; returns the batches taken, as (topic, offset) lists."""
     taken: list[list[tuple[str, int]]] = []
 
     async def take(messages: list[Message]) -> None:
         taken.append([(m.topic, m.offset) for m in messages])
 
-    c.app.direct = Direct(frozenset({"in"}), take, most)
+    c.app.direct = Direct(frozenset({"in"}), take, most, room)
     return taken
 
 
@@ -264,8 +264,7 @@ async def test_a_direct_batch_waits_for_room_and_a_rebalance_during_the_wait_lea
 
     room = asyncio.Event()
     c, fetcher = consumer(hand_over, [[message(0), message(1)], [message(2)]])
-    taken = direct(c, most=10)
-    c.app.direct = replace(c.app.direct, room=room.wait)
+    taken = direct(c, most=10, room=room.wait)
     fetching = asyncio.create_task(run(c, fetcher))
     await asyncio.sleep(0.05)
     assert taken == [] and c._read_offset[IN] is None  # waiting: nothing is handed over yet
@@ -275,8 +274,7 @@ async def test_a_direct_batch_waits_for_room_and_a_rebalance_during_the_wait_lea
 
     room.clear()
     c, fetcher = consumer(hand_over, [[message(0), message(1)]])
-    taken = direct(c, most=10)
-    c.app.direct = replace(c.app.direct, room=room.wait)
+    taken = direct(c, most=10, room=room.wait)
     fetching = asyncio.create_task(run(c, fetcher))
     await asyncio.sleep(0.05)
     c.stop_flow()  # a rebalance starts while the batch waits: the wait ends with it ...
@@ -285,11 +283,10 @@ async def test_a_direct_batch_waits_for_room_and_a_rebalance_during_the_wait_lea
     assert taken == [] and c._read_offset[IN] is None  # ... and the records are fetched again
 
     c, fetcher = consumer(hand_over, [[message(0), message(1)]])
-    taken = direct(c, most=10)
 
     async def rebalanced_meanwhile() -> None:
         c.app.consumer_generation_id = 1  # room came, but after the generation changed
-    c.app.direct = replace(c.app.direct, room=rebalanced_meanwhile)
+    taken = direct(c, most=10, room=rebalanced_meanwhile)
     await run(c, fetcher)
     assert taken == [] and c._read_offset[IN] is None
 

@@ -34,8 +34,8 @@ class Broker:
     async def on_error(self, e: BaseException) -> None:
         self.errors.append(e)
 
-    def sender(self) -> OutputSender:
-        return OutputSender(self.send, self.fence, lambda topic, n: None, self.on_error)
+    def sender(self, **options: Any) -> OutputSender:
+        return OutputSender(self.send, self.fence, lambda topic, n: None, self.on_error, **options)
 
 
 def record(i: int) -> list[Record]:
@@ -48,9 +48,9 @@ async def turns(n: int = 5) -> None:
 
 
 @asynccontextmanager
-async def sending() -> AsyncIterator[tuple[Broker, OutputSender]]:
+async def sending(**options: Any) -> AsyncIterator[tuple[Broker, OutputSender]]:
     broker = Broker()
-    sender = broker.sender()
+    sender = broker.sender(**options)
     running = asyncio.ensure_future(sender.run())
     try:
         yield broker, sender
@@ -151,24 +151,18 @@ async def test_many_persists_behind_many_batches_take_memory_in_proportion_to_th
 
 
 async def test_input_waits_for_room_while_more_outputs_than_the_limit_are_undelivered() -> None:
-    async with sending() as (broker, _):
-        sender = OutputSender(broker.send, broker.fence, lambda topic, n: None, broker.on_error,
-                              max_undelivered=2)
-        running = asyncio.ensure_future(sender.run())
-        try:
-            await submitted(sender, 1)
-            await submitted(sender, 2)
-            await asyncio.wait_for(sender.room(), 1)  # two records on their way: at the limit, room
-            sender.submit(None, 0, record(3) + record(4))
-            await turns()
-            waiting = asyncio.ensure_future(sender.room())
-            await turns()
-            assert not waiting.done()
-            broker.rounds[0][1].set_result(None)  # one delivered: three on their way, still over
-            await turns()
-            assert not waiting.done()
-            broker.rounds[1][1].set_result(None)
-            await asyncio.wait_for(waiting, 1)
-            assert sender.backlog == 1
-        finally:
-            running.cancel()
+    async with sending(max_undelivered=2) as (broker, sender):
+        await submitted(sender, 1)
+        await submitted(sender, 2)
+        await asyncio.wait_for(sender.room(), 1)  # two records on their way: at the limit, room
+        sender.submit(None, 0, record(3) + record(4))
+        await turns()
+        waiting = asyncio.ensure_future(sender.room())
+        await turns()
+        assert not waiting.done()
+        broker.rounds[0][1].set_result(None)  # one delivered: three on their way, still over
+        await turns()
+        assert not waiting.done()
+        broker.rounds[1][1].set_result(None)
+        await asyncio.wait_for(waiting, 1)
+        assert sender.backlog == 1
