@@ -32,7 +32,7 @@ _T = TypeVar("_T", bound="DataclassInstance")
 _intern = sys.intern
 # Likewise the numbers a GPU repeats in every sample: its total memory (fixed per GPU or MIG profile) and
 # its temperature (whole degrees). A few hundred values at most; the cache starts over past that (checked
-# per record).
+# per record). Zeros are not shared: -0.0 equals 0.0, and would come back as whichever was seen first.
 _SAME: dict[float, float] = {}
 _same = _SAME.setdefault
 _SAME_MAX = 4096
@@ -212,9 +212,10 @@ def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
         util if (util or has("util_pct")) and util - util == 0.0 else None,
         mem if (mem or has("mem_util_pct")) and mem - mem == 0.0 else None,
         fb if (fb or has("fb_used_mib")) and fb - fb == 0.0 else None,
-        _same(total, total) if (total or has("fb_total_mib")) and total - total == 0.0 else None,
+        (_same(total, total) if total else total) if (total or has("fb_total_mib")) and total - total == 0.0
+        else None,
         power if (power or has("power_w")) and power - power == 0.0 else None,
-        _same(temp, temp) if (temp or has("temp_c")) and temp - temp == 0.0 else None,
+        (_same(temp, temp) if temp else temp) if (temp or has("temp_c")) and temp - temp == 0.0 else None,
         p.lost, tuple(map(process_from_pb, p.processes)), p.error,
         dcgm_from_pb(p.dcgm) if has("dcgm") else None)
 
