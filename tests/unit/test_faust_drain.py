@@ -354,3 +354,50 @@ async def test_a_stopped_consumer_ends_the_loop_only_when_the_worker_stops(stopp
     else:
         with pytest.raises(ConsumerStoppedError):
             await run(c, fetcher)
+
+
+async def test_a_commit_every_n_acknowledgements_is_started_and_the_fetch_goes_on() -> None:
+    """Faust's commit flushes the producer first: while a worker's persists fill it (catching up on
+    thousands of nodes), a commit lasts until all of them are delivered. The fetch loop must not wait
+    for it (the input stopped for 20 s, taken for a stall); one commit is under way at a time."""
+    got: list[int] = []
+    flushed = asyncio.Event()
+    commits: list[int] = []
+
+    async def hand_over(m: Message) -> None:
+        got.append(m.offset)
+        c._n_acked += 1  # as acknowledging it does
+
+    c, fetcher = consumer(hand_over, [[message(i) for i in range(3)], [message(i) for i in range(3, 6)]])
+
+    async def commit() -> bool:  # the producer's flush does not end until the test says so
+        commits.append(1)
+        await flushed.wait()
+        return True
+
+    c.commit, c._commit_every = commit, 2
+    await run(c, fetcher)
+    assert got == [0, 1, 2, 3, 4, 5]  # every record handed over with the commit still under way
+    assert len(commits) == 1  # its threshold was crossed again meanwhile: still the one commit
+    assert c._n_acked == 2  # each crossing counts anew, a commit started or not (the timer commits too)
+    flushed.set()
+    await c.commit_aside_task
+
+
+async def test_a_commit_that_fails_crashes_the_consumer_as_an_awaited_one_did() -> None:
+    async def hand_over(m: Message) -> None:
+        c._n_acked += 1
+
+    c, fetcher = consumer(hand_over, [[message(0), message(1)]])
+    crashed: list[BaseException] = []
+
+    async def commit() -> bool:
+        raise RuntimeError("commit refused")
+
+    async def crash(e: BaseException) -> None:
+        crashed.append(e)
+
+    c.commit, c.crash, c._commit_every = commit, crash, 1
+    await run(c, fetcher)
+    await c.commit_aside_task
+    assert [str(e) for e in crashed] == ["commit refused"]
