@@ -63,7 +63,7 @@ from services.joiner.changelog import StateError, TableIO, decode_mark, encode_m
 from services.joiner.delivery import OutputSender, record_of
 from services.joiner.metrics import JoinerMetrics
 from services.joiner.positions import Positions
-from services.joiner.slots import Message, Rejected, Slot, next_persist, node_of, state_mark
+from services.joiner.slots import Message, Rejected, Slot, next_persist, node_of, periodic_due, state_mark
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ class Joiner:
         # Only now: a persist waits for every output submitted before it (see _complete).
         for t in live:
             slot = t.slot
-            if t.persist or now >= slot.persist_due:
+            if t.persist or periodic_due(slot, now, self.persist_interval_s):
                 self._persist(slot)
             else:
                 slot.dirty = True
@@ -304,7 +304,8 @@ class Joiner:
         return Slot(node=node, partition=partition, state=got.state, held=self._acks.held(), seq=got.seq,
                     versions=got.versions,
                     mark_ms=mark, replay_until_ms=mark if mark > got.state.processed_ms else 0,
-                    recovered_ms=got.state.processed_ms, last_probe=self._clock(),
+                    recovered_ms=got.state.processed_ms, persisted_ms=got.state.processed_ms,
+                    last_probe=self._clock(),
                     persist_due=next_persist(node, self._clock(), self.persist_interval_s))
 
     def _take(self, slot: Slot) -> Slot:
@@ -506,7 +507,7 @@ class Joiner:
                 self._end_replay(slot)
             if slot.gathered and now - slot.last_probe >= GATHERED_QUIET_S:
                 self._emit(slot, ())  # its records stopped coming (where the partition's end is not known)
-            if (slot.dirty or slot.held) and now >= slot.persist_due:
+            if (slot.dirty or slot.held) and periodic_due(slot, now, self.persist_interval_s):
                 self._persist(slot)
 
     # ------------------------------------------------------------------ persistence
@@ -524,6 +525,7 @@ class Joiner:
         held, slot.held = slot.held, self._acks.held()
         slot.dirty, slot.persisting = False, True
         slot.persist_started, slot.persist_warned = self._clock(), False
+        slot.persisted_ms = slot.state.processed_ms
         slot.persist_due = next_persist(slot.node, self._clock(), self.persist_interval_s)
         pods = [(uid.encode(), rec, slot.partition) for uid, rec in plan.pods.items()]
         writes = list(self.pods.put_many(pods).values()) if pods else []  # one hand-over

@@ -1,5 +1,7 @@
 """Periodic persists are spread over the interval by node: nodes that started together do not all
-persist (and hold up every output behind them) in the same batch."""
+persist (and hold up every output behind them) in the same batch; and a node persists at most once per
+interval of its own event time, so a worker catching up on many nodes does not persist each more often
+per sample the slower it goes."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ import pytest
 
 from periscope.bus import codec
 from periscope.bus.topics import TELEMETRY
-from periscope.core.engine import EngineConfig
+from periscope.core.engine import EngineConfig, new_state
+from services.joiner.acks import Held
 from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.slots import next_persist
+from services.joiner.slots import EVENT_TIME_WAIT, Slot, next_persist, periodic_due
 from services.joiner.worker import SLOW_PERSIST_S, Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
 from tests.unit.joiner_io import Event, Msg, Table
@@ -43,6 +46,32 @@ def test_nodes_that_start_together_fall_due_in_every_second_of_the_interval() ->
 
 def test_no_interval_persists_at_once() -> None:
     assert next_persist("gpu-a", 42.0, 0.0) == 42.0
+
+
+def _slot(processed_ms: int, persisted_ms: int, persist_started: float, persist_due: float) -> Slot:
+    state = new_state("gpu-a")
+    state.processed_ms = processed_ms
+    return Slot(node="gpu-a", partition=0, state=state, held=Held(0), seq=1, versions={}, mark_ms=0,
+                replay_until_ms=0, recovered_ms=0, persisted_ms=persisted_ms, persist_started=persist_started,
+                persist_due=persist_due)
+
+
+@pytest.mark.parametrize(("now", "moved_ms", "due"), [
+    (104.9, 10_000, False),  # not yet due on the clock
+    (105.0, 5_000, True),  # due on both clocks: live
+    (105.0, 4_999, False),  # the node's samples moved less than the interval: it waits for them
+    (129.9, 0, False),
+    (130.0, 0, True),  # its event time stood still for EVENT_TIME_WAIT intervals on the clock
+])
+def test_a_periodic_persist_waits_for_the_interval_on_the_clock_and_in_event_time(
+        now: float, moved_ms: int, due: bool) -> None:
+    assert EVENT_TIME_WAIT * 5.0 == 30.0  # (the cases' last persist started at 100.0)
+    slot = _slot(1_000_000 + moved_ms, 1_000_000, persist_started=100.0, persist_due=105.0)
+    assert periodic_due(slot, now, 5.0) is due
+
+
+def test_without_an_interval_every_batch_persists() -> None:
+    assert periodic_due(_slot(1_000_000, 1_000_000, persist_started=100.0, persist_due=100.0), 100.0, 0.0)
 
 
 def _record(node: str, t_ms: int, offset: int) -> Event:
@@ -89,6 +118,54 @@ async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> Non
         # Every node persisted about every 5 s, but never all of them in the same batch.
         assert sum(per_batch) >= 2 * len(NODES)
         assert max(per_batch) <= len(NODES) // 3, per_batch
+    finally:
+        running.cancel()
+
+
+async def test_a_node_behind_the_clock_persists_once_per_interval_of_its_samples() -> None:
+    """Catching up on many nodes, each node's samples come at a fifth of the clock's pace: it persists
+    once per 5 s of samples (and at its first), not once per 5 s of the clock."""
+    nodes = Table()
+    clock = [100.0]
+    joiner, sender = _joiner(nodes, clock, 5.0)
+    running = asyncio.ensure_future(sender.run())
+    try:
+        for second in range(100):  # 100 s on the clock, 20 s of the node's samples
+            clock[0] = 100.0 + second
+            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 200, second)])
+            await joiner.settle()
+        assert 4 <= len(nodes.writes) <= 5, len(nodes.writes)  # by the clock alone: 20
+        # Live, the same node persists once per 5 s of both.
+        for second in range(100, 120):
+            clock[0] = 100.0 + second
+            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 1000, second)])
+            await joiner.settle()
+        assert 8 <= len(nodes.writes) <= 10, len(nodes.writes)
+    finally:
+        running.cancel()
+
+
+async def test_a_node_whose_samples_stop_persists_what_it_holds_after_event_time_wait_intervals() -> None:
+    nodes = Table()
+    clock = [100.0]
+    joiner, sender = _joiner(nodes, clock, 5.0)
+    running = asyncio.ensure_future(sender.run())
+    try:
+        for second in range(8):
+            clock[0] = 100.0 + second
+            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 1000, second)])
+            await joiner.settle()
+        slot = joiner.slots["gpu-a"]
+        persisted, started = len(nodes.writes), slot.persist_started
+        assert slot.held  # the samples since its last persist, not acknowledged yet
+        for second in range(8, 60):  # its samples stop; the worker ticks every second
+            clock[0] = 100.0 + second
+            joiner.tick()
+            await joiner.settle()
+            if len(nodes.writes) > persisted:
+                break
+        assert len(nodes.writes) == persisted + 1 and not slot.held
+        assert clock[0] == started + EVENT_TIME_WAIT * 5.0
     finally:
         running.cancel()
 
@@ -149,3 +226,10 @@ async def test_a_stop_that_gives_up_on_a_persist_starts_no_other() -> None:
         running.cancel()
         for task in list(joiner._tasks):
             task.cancel()
+
+
+def test_the_setting_s_description_says_how_long_a_node_whose_samples_stand_still_waits() -> None:
+    from periscope.settings.joiner import JoinerSettings
+
+    described = JoinerSettings.model_fields["state_persist_interval"].description or ""
+    assert f"persists after {EVENT_TIME_WAIT} intervals" in described
