@@ -6,8 +6,10 @@ per sample the slower it goes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
@@ -98,63 +100,58 @@ def _joiner(nodes: Table, clock: list[float], persist_interval_s: float) -> tupl
     return joiner, sender
 
 
-async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> None:
-    nodes = Table()
-    clock = [100.0]
-    joiner, sender = _joiner(nodes, clock, 5.0)
+@contextlib.asynccontextmanager
+async def _running(interval_s: float) -> AsyncIterator[tuple[Joiner, Table, list[float]]]:
+    """A worker as `_joiner` makes it, its sender running; its clock starts at 100 s."""
+    nodes, clock = Table(), [100.0]
+    joiner, sender = _joiner(nodes, clock, interval_s)
     running = asyncio.ensure_future(sender.run())
     try:
+        yield joiner, nodes, clock
+    finally:
+        running.cancel()
+
+
+async def _at(second: int, joiner: Joiner, clock: list[float], batch: list[Event]) -> None:
+    """Hand `batch` over `second` seconds after the start, and wait for the persists it started."""
+    clock[0] = 100.0 + second
+    await joiner.handle_batch(batch)
+    await joiner.settle()
+
+
+async def test_a_hundred_nodes_started_together_persist_a_few_per_batch() -> None:
+    async with _running(5.0) as (joiner, nodes, clock):
         offset, per_batch = 0, []
         for second in range(11):  # every node sends a sample a second, all in one batch
-            clock[0] = 100.0 + second
             batch = []
             for node in NODES:
                 batch.append(_record(node, 1_000_000 + second * 1000, offset))
                 offset += 1
             before = len(nodes.writes)
-            await joiner.handle_batch(batch)
-            await joiner.settle()
+            await _at(second, joiner, clock, batch)
             per_batch.append(len(nodes.writes) - before)
         # Every node persisted about every 5 s, but never all of them in the same batch.
         assert sum(per_batch) >= 2 * len(NODES)
         assert max(per_batch) <= len(NODES) // 3, per_batch
-    finally:
-        running.cancel()
 
 
 async def test_a_node_behind_the_clock_persists_once_per_interval_of_its_samples() -> None:
     """Catching up on many nodes, each node's samples come at a fifth of the clock's pace: it persists
     once per 5 s of samples (and at its first), not once per 5 s of the clock."""
-    nodes = Table()
-    clock = [100.0]
-    joiner, sender = _joiner(nodes, clock, 5.0)
-    running = asyncio.ensure_future(sender.run())
-    try:
+    async with _running(5.0) as (joiner, nodes, clock):
         for second in range(100):  # 100 s on the clock, 20 s of the node's samples
-            clock[0] = 100.0 + second
-            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 200, second)])
-            await joiner.settle()
+            await _at(second, joiner, clock, [_record("gpu-a", 1_000_000 + second * 200, second)])
         assert 4 <= len(nodes.writes) <= 5, len(nodes.writes)  # by the clock alone: 20
         # Live, the same node persists once per 5 s of both.
         for second in range(100, 120):
-            clock[0] = 100.0 + second
-            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 1000, second)])
-            await joiner.settle()
+            await _at(second, joiner, clock, [_record("gpu-a", 1_000_000 + second * 1000, second)])
         assert 8 <= len(nodes.writes) <= 10, len(nodes.writes)
-    finally:
-        running.cancel()
 
 
 async def test_a_node_whose_samples_stop_persists_what_it_holds_after_event_time_wait_intervals() -> None:
-    nodes = Table()
-    clock = [100.0]
-    joiner, sender = _joiner(nodes, clock, 5.0)
-    running = asyncio.ensure_future(sender.run())
-    try:
+    async with _running(5.0) as (joiner, nodes, clock):
         for second in range(8):
-            clock[0] = 100.0 + second
-            await joiner.handle_batch([_record("gpu-a", 1_000_000 + second * 1000, second)])
-            await joiner.settle()
+            await _at(second, joiner, clock, [_record("gpu-a", 1_000_000 + second * 1000, second)])
         slot = joiner.slots["gpu-a"]
         persisted, started = len(nodes.writes), slot.persist_started
         assert slot.held  # the samples since its last persist, not acknowledged yet
@@ -166,8 +163,6 @@ async def test_a_node_whose_samples_stop_persists_what_it_holds_after_event_time
                 break
         assert len(nodes.writes) == persisted + 1 and not slot.held
         assert clock[0] == started + EVENT_TIME_WAIT * 5.0
-    finally:
-        running.cancel()
 
 
 class StuckNodes(Table):
