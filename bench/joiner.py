@@ -48,6 +48,7 @@ from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 
 GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
+PERSISTS = "periscope_joiner_state_persists_total"  # the worker's counter of node states written
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
 SETTLE_S = 3.0  # after a backlog: the end of catch-up (outputs, persists) is over
@@ -216,6 +217,8 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         await asyncio.sleep(SETTLE_S)
         rss_settled = sum(w.rss() for w in procs) if wrap is None else 0
         nodes_held = sum([await asyncio.to_thread(w.metric, "periscope_joiner_nodes") for w in procs])
+        # How often a catch-up persists moves its CPU and RSS most (each persist encodes a node's state).
+        persists = sum([await asyncio.to_thread(w.metric, PERSISTS) for w in procs])
     finally:
         if wrap is None:
             for w in procs:
@@ -231,7 +234,7 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         "first_progress_s": progress.marks[0][0] - spawned, "measured_s": span,
         "device_samples_counted": progress.count, "url": urls[0], "worker": procs[0],
         "rss_start": rss_start, "rss_done": rss_done, "rss_settled": rss_settled,
-        "nodes_held": nodes_held,
+        "nodes_held": nodes_held, "persists": persists,
     }
     # The CPU marks were taken at the polls that passed 10% and 90%: only comparable with that span (not
     # with one that `rate` started at an earlier poll).
@@ -243,6 +246,10 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         # The whole backlog, from the moment the workers listen (their startup done) to the last sample.
         out["worker_cpu_us_per_device_sample_whole"] = 1e6 * (cpu_done - cpu_listening) / progress.count
     return out
+
+
+def _count(x: float) -> int | None:
+    return int(x) if x == x else None  # NaN: the worker's /metrics did not answer
 
 
 async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int, ticks: int,
@@ -276,6 +283,7 @@ async def rss_per_row(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: 
         "rss_listening_large_bytes": int(big["rss_start"]),
         "growth_per_row_small_bytes": rounded(median(grown) / rows),
         "nodes_held_large": big["nodes_held"],
+        "persists_small": [_count(r["persists"]) for r in runs], "persists_large": _count(big["persists"]),
     }
     return Figure("joiner_bytes_per_row", per_row, "bytes/row", setup,
                   "core state per row (last sample, window, last outputs) and the table records Faust keeps "
