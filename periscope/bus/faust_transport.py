@@ -76,6 +76,8 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
         # The last offset of each partition handed over to the app's direct take, in this generation.
         handed: dict[TP, int] = {}
         handed_generation: int | None = None
+        # The commit the fetch loop started last (`commit_aside`), while it is under way.
+        commit_aside_task: asyncio.Future[None] | None = None
 
         async def perform_seek(self) -> None:
             await super().perform_seek()
@@ -196,7 +198,7 @@ def commit_aside(consumer: Any) -> None:
     state records of each): its input stopped for 20 s, which the progress watch took for a stall. An
     acknowledged record's effects are delivered already (a persist acknowledges its records once its
     state records and the outputs before them are), so nothing waits on this commit."""
-    task: asyncio.Future[None] | None = getattr(consumer, "commit_aside_task", None)
+    task = consumer.commit_aside_task
     if task is None or task.done():
         consumer.commit_aside_task = asyncio.ensure_future(_commit(consumer))
 
