@@ -279,9 +279,7 @@ class Joiner:
         # Only now: a persist waits for every output submitted before it (see _complete).
         for t in live:
             slot = t.slot
-            # A state change persists at once, unless the worker is catching up on the node: then with
-            # its next periodic persist (its records are acknowledged then; see periodic_due).
-            if (t.persist and not slot.catching) or periodic_due(slot, now, self.persist_interval_s):
+            if t.persist or periodic_due(slot, now, self.persist_interval_s):
                 self._persist(slot)
             else:
                 slot.dirty = True
