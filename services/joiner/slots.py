@@ -86,7 +86,7 @@ def periodic_due(slot: Slot, now: float, interval_s: float) -> bool:
     longer: its outputs wait for a persist anyway (they are gathered, see catchup.py), so a persist then
     buys nothing but earlier acknowledgements, and with 2,050 nodes behind, the persists' own writes
     were what the input waited for. Once caught up, the next persist is due at the usual interval. (On
-    that backlog: 4,171 persists in each of four runs, 70-73 s of CPU; 5,700 to 19,100 and 74-95 s in
+    that backlog: 5,535 to 5,725 persists in three runs, 62-72 s of CPU; 5,700 to 19,100 and 74-95 s in
     seven runs without it.)"""
     if now < slot.persist_due:
         return False
