@@ -21,6 +21,36 @@ from periscope.bus.security import PLAINTEXT, KafkaSecurity
 REQUEST_TIMEOUT_MS = 30_000
 
 
+class Producer(AIOKafkaProducer):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka's producer, with every topic it writes to kept in its client's metadata refreshes.
+
+    aiokafka asks the broker for the metadata of every topic while its client follows none, and of
+    the followed ones only after that; a topic it wrote to while known from the first kind of answer
+    is not followed, and the next refresh forgets its partitions. A batch handed over just before
+    such a refresh then has no leader and waits, asking again and again for metadata that never
+    names its topic, until it expires (Faust's producer: 20 minutes), and every flush behind it
+    hangs. A joiner worker's first changelog write of a kind was lost that way: its persist never
+    ended and the worker never stopped. Following a topic from its first send closes that gap.
+    """
+
+    def __init__(self, **settings: Any) -> None:
+        super().__init__(**settings)
+        self._followed: set[str] = set()
+
+    def _follow(self, topic: str) -> None:
+        if topic not in self._followed:
+            self._followed.add(topic)
+            self.client.add_topic(topic)  # the refresh it starts needs no wait: the sender retries
+
+    async def send(self, topic: str, *args: Any, **kwargs: Any) -> Any:
+        self._follow(topic)
+        return await super().send(topic, *args, **kwargs)
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any:
+        self._follow(topic)
+        return await super().send_batch(batch, topic, partition=partition)
+
+
 @dataclass(frozen=True, slots=True)
 class Kafka:
     """How to reach the broker: what every client is built from."""
@@ -49,9 +79,9 @@ class Kafka:
                 "max_batch_size": max_batch_bytes}
 
     def producer(self, client_id: str, *, linger_ms: int | None = None, max_batch_bytes: int | None = None,
-                 request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> AIOKafkaProducer:
+                 request_timeout_ms: int = REQUEST_TIMEOUT_MS) -> Producer:
         behaviour = self.producer_settings(linger_ms=linger_ms, max_batch_bytes=max_batch_bytes)
-        return AIOKafkaProducer(**self._common(client_id), request_timeout_ms=request_timeout_ms, **behaviour)
+        return Producer(**self._common(client_id), request_timeout_ms=request_timeout_ms, **behaviour)
 
     def consumer(self, *topics: str, client_id: str, group_id: str | None = None,
                  from_beginning: bool = True, fetch_max_wait_ms: int | None = None,

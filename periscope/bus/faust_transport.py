@@ -5,7 +5,8 @@ Faust builds its clients itself and offers no settings for two things the profil
   instead (a broker that does not answer a waiting fetch early makes a long wait cost latency);
 - its producer is idempotent only inside transactions; with a profile whose broker has idempotence,
   every producer Faust makes (outputs and changelogs) asks for it, so a retried send after a lost
-  acknowledgement is not written twice.
+  acknowledgement is not written twice. Its producers are the project's (`clients.Producer`): each
+  topic written to stays in the metadata refreshes, where aiokafka's could lose a changelog batch.
 
 Its worker consumer also differs from Faust's in seven ways, whatever the profile:
 - it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
@@ -41,6 +42,7 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
+from periscope.bus.clients import Producer
 from periscope.bus.profile import BrokerProfile
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,10 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             await drain(self, fetcher)
 
     class ProfileProducer(faust_aiokafka.Producer):
+        @property
+        def _producer_type(self) -> type[Producer]:
+            return Producer
+
         def _settings_extra(self) -> Any:
             extra = dict(super()._settings_extra())
             if profile.idempotent:

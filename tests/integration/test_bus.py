@@ -235,6 +235,35 @@ async def test_acks_all_batches_and_keys_pin_partitions(any_broker: Kafka, uniqu
     assert elapsed < 10
 
 
+async def test_a_batch_waiting_as_its_producer_starts_following_another_topic_is_delivered(
+        any_broker: Kafka, unique: str) -> None:
+    """aiokafka's client asks for every topic's metadata until it follows one, then for the followed
+    ones only. A topic written to while known from the first kind of answer must be followed too, or
+    the refresh that following a new topic starts forgets it, and a batch of it waiting then is never
+    sent (an idempotent producer's batches never expire): periscope.bus.clients.Producer."""
+    known = Topic(f"test.known.{unique}", "node", "NodeEvent", partitions=4)
+    await ensure_topics(any_broker, [known])
+    lister = any_broker.consumer(client_id="test-follow-metadata")
+    await lister.start()
+    try:  # the producer's first metadata (every topic) is to list it
+        assert await listed(lister._client.fetch_all_metadata, {known.name}, 30) == set()
+    finally:
+        await lister.stop()
+    producer = any_broker.producer("test-follow", linger_ms=300)
+    await producer.start()
+    try:
+        assert producer.client.cluster.partitions_for_topic(known.name)
+        await producer.send_and_wait(known.name, b"1", key=b"k")
+        later = Topic(f"test.later.{unique}", "node", "NodeEvent", partitions=1)
+        await ensure_topics(any_broker, [later])  # created after the producer's first metadata
+        waiting = await producer.send(known.name, b"2", key=b"k")  # lingers 300 ms
+        await asyncio.wait_for(producer.send_and_wait(later.name, b"3", key=b"k"), 15)
+        delivered = await asyncio.wait_for(waiting, 15)
+        assert delivered.offset == 1
+    finally:
+        await producer.stop()
+
+
 async def test_ensure_topics_is_idempotent_and_keeps_fixed_partitions(any_broker: Kafka, unique: str) -> None:
     wanted = [Topic(f"test.a.{unique}", "node", "NodeEvent", partitions=3),
               Topic(f"test.b.{unique}", "node", "NodeEvent", partitions=1)]
