@@ -41,7 +41,8 @@ class JoinerSettings(ServiceSettings, EngineSettings):
         "telemetry-driven row state is persisted once per interval, each node at its own point in it (so "
         "that nodes started together do not all persist at once), and once its samples moved on by the "
         "interval too (a worker catching up on many nodes moves each slower than the clock; a node whose "
-        "samples stand still persists after 6 intervals); pod, allocation and inventory changes at once"))
+        "samples stand still persists after 6 intervals), 6 times as far apart while the worker catches up "
+        "on the node; pod, allocation and inventory changes at once"))
     web_host: str = Field(default="127.0.0.1", description="address of /healthz, /readyz and /metrics")
     web_port: int = Field(default=9403, ge=0, le=65535, description=(
         "their port; 0: any free port (printed at start)"))

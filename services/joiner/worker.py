@@ -253,12 +253,15 @@ class Joiner:
                 if slot.state.watermark_ms > t.watermark_ms or not slot.advanced_at:
                     slot.advanced_at = now
             fresh = self._fresh(slot, t.outs)
-            catching = not fresh or catching_up(
-                fresh, self.backlog(slot.partition, taken_at.get(slot.partition)), wall - t.stamped)
+            taken = self.backlog(slot.partition, taken_at.get(slot.partition))
+            behind = catching_up(fresh, taken, wall - t.stamped)
+            catching = not fresh or behind
             # (The partition's end is asked only where the node is catching up. Ends are refreshed
             # every few seconds, so a worker can be past the last one it was told: below zero.)
             left = self.backlog(slot.partition) if catching else None
             caught_up = left is not None and left <= 0
+            if fresh or t.probe or taken is not None:  # (else the batch tells nothing of it)
+                slot.catching = behind and not caught_up
             fresh = self._outgoing(slot, fresh, catching, caught_up)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -492,6 +495,8 @@ class Joiner:
                     left = self.backlog(slot.partition)
                     waits[slot.partition] = left is None or left > 0
                 quiet = not waits[slot.partition]
+                if quiet:
+                    slot.catching = False  # nothing of its partition waits: caught up on it
             if quiet and state.pending:
                 upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms
                 before = replace(state.counters)

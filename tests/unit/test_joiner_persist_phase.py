@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -19,9 +20,10 @@ from periscope.bus import codec
 from periscope.bus.topics import TELEMETRY
 from periscope.core.engine import EngineConfig, new_state
 from services.joiner.acks import Held
+from services.joiner.catchup import CATCH_UP_WAIT_S
 from services.joiner.delivery import OutputSender
 from services.joiner.metrics import JoinerMetrics
-from services.joiner.slots import EVENT_TIME_WAIT, Slot, next_persist, periodic_due
+from services.joiner.slots import CATCH_UP_SPACING, EVENT_TIME_WAIT, Slot, next_persist, periodic_due
 from services.joiner.worker import SLOW_PERSIST_S, Hooks, Joiner
 from tests.unit.core_builders import dev, gpu, meta, tel
 from tests.unit.joiner_io import Event, Msg, Table
@@ -50,12 +52,13 @@ def test_no_interval_persists_at_once() -> None:
     assert next_persist("gpu-a", 42.0, 0.0) == 42.0
 
 
-def _slot(processed_ms: int, persisted_ms: int, persist_started: float, persist_due: float) -> Slot:
+def _slot(processed_ms: int, persisted_ms: int, persist_started: float, persist_due: float,
+          catching: bool = False) -> Slot:
     state = new_state("gpu-a")
     state.processed_ms = processed_ms
     return Slot(node="gpu-a", partition=0, state=state, held=Held(0), seq=1, versions={}, mark_ms=0,
                 replay_until_ms=0, recovered_ms=0, persisted_ms=persisted_ms, persist_started=persist_started,
-                persist_due=persist_due)
+                persist_due=persist_due, catching=catching)
 
 
 @pytest.mark.parametrize(("now", "moved_ms", "due"), [
@@ -72,16 +75,46 @@ def test_a_periodic_persist_waits_for_the_interval_on_the_clock_and_in_event_tim
     assert periodic_due(slot, now, 5.0) is due
 
 
+@pytest.mark.parametrize(("now", "moved_ms", "due"), [
+    (105.0, 5_000, False),  # live it would be due: catching up, it waits for CATCH_UP_SPACING intervals
+    (105.0, 29_999, False),
+    (105.0, 30_000, True),
+    (129.9, 0, False),
+    (130.0, 0, False),  # nor does a node whose event time stands still persist after 6 intervals then
+    (279.9, 0, False),
+    (280.0, 0, True),  # but after 6 times as long
+])
+def test_a_node_being_caught_up_on_persists_catch_up_spacing_times_less_often(
+        now: float, moved_ms: int, due: bool) -> None:
+    assert CATCH_UP_SPACING * 5.0 == 30.0
+    slot = _slot(1_000_000 + moved_ms, 1_000_000, persist_started=100.0, persist_due=105.0, catching=True)
+    assert periodic_due(slot, now, 5.0) is due
+
+
+def test_a_node_with_nothing_processed_at_its_last_persist_counts_its_event_time_from_its_first_record(
+        ) -> None:
+    # Not from zero: the samples the event-time alignment releases after a new node's first persist would
+    # make it due again at once (a second persist of every node a worker catches up on).
+    slot = _slot(1_790_000_004_999, 0, persist_started=100.0, persist_due=105.0)
+    slot.state.inputs.opened_ms = 1_790_000_000_000
+    assert not periodic_due(slot, 105.0, 5.0)
+    slot.state.processed_ms += 1
+    assert periodic_due(slot, 105.0, 5.0)
+
+
 def test_without_an_interval_every_batch_persists() -> None:
     assert periodic_due(_slot(1_000_000, 1_000_000, persist_started=100.0, persist_due=100.0), 100.0, 0.0)
 
 
-def _record(node: str, t_ms: int, offset: int) -> Event:
+def _record(node: str, t_ms: int, offset: int, waited_s: float | None = None) -> Event:
+    """A telemetry record of `node`; `waited_s`: how long ago the broker stamped it (None: no stamp)."""
     ev = replace(tel(t_ms, dev(gpu(0), 50.0)), meta=meta(t_ms, node=node, source=f"probe/{node}"))
-    return Event(Msg(TELEMETRY.name, 0, offset, node.encode(), codec.encode(ev)))
+    stamped = None if waited_s is None else time.time() - waited_s
+    return Event(Msg(TELEMETRY.name, 0, offset, node.encode(), codec.encode(ev), timestamp=stamped))
 
 
-def _joiner(nodes: Table, clock: list[float], persist_interval_s: float) -> tuple[Joiner, OutputSender]:
+def _joiner(nodes: Table, clock: list[float], persist_interval_s: float,
+            ends: dict[str, int] | None = None) -> tuple[Joiner, OutputSender]:
     """A worker over in-memory tables whose outputs go nowhere; any error or dead letter fails the test."""
     async def send(records: list[Any]) -> list[Any]:
         return []
@@ -96,15 +129,18 @@ def _joiner(nodes: Table, clock: list[float], persist_interval_s: float) -> tupl
     sender = OutputSender(send, marks.fence, lambda topic, n: None, fail)
     joiner = Joiner(config=EngineConfig(), persist_interval_s=persist_interval_s, metrics=JoinerMetrics(),
                     nodes=nodes, pods=Table(), marks=marks, sender=sender,
-                    hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0]))
+                    hooks=Hooks(dead_letter=no_dead_letter, on_error=fail, clock=lambda: clock[0],
+                                end_of=lambda topic, partition: (ends or {}).get(topic)))
     return joiner, sender
 
 
 @contextlib.asynccontextmanager
-async def _running(interval_s: float) -> AsyncIterator[tuple[Joiner, Table, list[float]]]:
-    """A worker as `_joiner` makes it, its sender running; its clock starts at 100 s."""
+async def _running(interval_s: float, ends: dict[str, int] | None = None
+                   ) -> AsyncIterator[tuple[Joiner, Table, list[float]]]:
+    """A worker as `_joiner` makes it, its sender running; its clock starts at 100 s. `ends`: the input
+    partitions' end offsets by topic (else not known)."""
     nodes, clock = Table(), [100.0]
-    joiner, sender = _joiner(nodes, clock, interval_s)
+    joiner, sender = _joiner(nodes, clock, interval_s, ends)
     running = asyncio.ensure_future(sender.run())
     try:
         yield joiner, nodes, clock
@@ -146,6 +182,40 @@ async def test_a_node_behind_the_clock_persists_once_per_interval_of_its_samples
         for second in range(100, 120):
             await _at(second, joiner, clock, [_record("gpu-a", 1_000_000 + second * 1000, second)])
         assert 8 <= len(nodes.writes) <= 10, len(nodes.writes)
+
+
+async def test_a_node_the_worker_catches_up_on_persists_once_per_catch_up_spacing_intervals_of_samples(
+        ) -> None:
+    """Its records waited on the broker: the worker is catching up on it, and persists it once per 30 s
+    of its samples (5 s intervals), counted from its first; once its records come as they are written,
+    every 5 s again."""
+    async with _running(5.0) as (joiner, nodes, clock):
+        for second in range(130):  # 130 s on the clock, 78 s of the node's samples, all read late
+            await _at(second, joiner, clock,
+                      [_record("gpu-a", 1_000_000 + second * 600, second, waited_s=10 * CATCH_UP_WAIT_S)])
+        assert joiner.slots["gpu-a"].catching
+        assert len(nodes.writes) == 2  # after 30 and 60 s of its samples; live, 15
+        for second in range(130, 150):
+            await _at(second, joiner, clock,
+                      [_record("gpu-a", 1_078_000 + (second - 130) * 1000, second, waited_s=0.1)])
+        assert not joiner.slots["gpu-a"].catching
+        assert 5 <= len(nodes.writes) <= 6, len(nodes.writes)
+
+
+async def test_a_node_is_no_longer_caught_up_on_once_it_is_quiet_and_its_partition_read_to_its_end() -> None:
+    ends = {TELEMETRY.name: 10_000}
+    async with _running(5.0, ends) as (joiner, _, clock):
+        for second in range(3):
+            await _at(second, joiner, clock, [_record("gpu-a", 1_000_000 + second * 1000, second,
+                                                      waited_s=10 * CATCH_UP_WAIT_S)])
+        slot = joiner.slots["gpu-a"]
+        assert slot.catching
+        clock[0] += 10.0  # no record of it for a while, but its partition holds more: still behind
+        joiner.tick()
+        assert slot.catching
+        ends[TELEMETRY.name] = 3  # read to the end
+        joiner.tick()
+        assert not slot.catching
 
 
 async def test_a_node_whose_samples_stop_persists_what_it_holds_after_event_time_wait_intervals() -> None:
@@ -228,3 +298,4 @@ def test_the_setting_s_description_says_how_long_a_node_whose_samples_stand_stil
 
     described = JoinerSettings.model_fields["state_persist_interval"].description or ""
     assert f"persists after {EVENT_TIME_WAIT} intervals" in described
+    assert f"{CATCH_UP_SPACING} times as far apart while the worker catches up on the node" in described
