@@ -62,7 +62,8 @@ async def test_readyz_is_503_while_stale_and_healthz_stays_200() -> None:
 
 
 def test_a_view_that_never_took_an_attribution_ages_from_its_start() -> None:
-    status = ConsumerStatus(ready=True, stale_after_s=5.0)
+    # A start time that 5 s adds to exactly (a clock's reading + 5 - that reading can exceed 5).
+    status = ConsumerStatus(ready=True, stale_after_s=5.0, started_at=1000.0)
     assert not status.is_stale(status.started_at + 5)
     assert status.is_stale(status.started_at + 5.1)
     assert status.serving(status.started_at + 1) and not status.serving(status.started_at + 6)
