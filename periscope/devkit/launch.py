@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -73,11 +74,39 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     proc.wait()
 
 
+FIRST_PORT = 10_000  # the lowest port free_port hands out
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands out to a bind to port 0 and to outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(x) for x in f.read().split())
+            return low, high
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing holds now, for a process to listen on soon.
+
+    Chosen below the kernel's ephemeral range where there is room: a port from a bind to port 0 is one
+    the kernel also gives outgoing connections, and one of those took it before the child bound it
+    ("Address already in use", seen with tests running side by side). Below the range only another
+    caller of this function can take it first, and it picks at random among thousands."""
+    low, _ = ephemeral_range()
+    for _ in range(100 if low - FIRST_PORT >= 1000 else 0):
+        port = random.randrange(FIRST_PORT, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen
 
 
 def listening(pid: int, port: int) -> bool | None:
