@@ -28,9 +28,10 @@ class Producer(AIOKafkaProducer):  # type: ignore[misc]  # aiokafka is untyped
     the followed ones only after that; a topic it wrote to while known from the first kind of answer
     is not followed, and the next refresh forgets its partitions. A batch handed over just before
     such a refresh then has no leader and waits, asking again and again for metadata that never
-    names its topic, until it expires (Faust's producer: 20 minutes), and every flush behind it
-    hangs. A joiner worker's first changelog write of a kind was lost that way: its persist never
-    ended and the worker never stopped. Following a topic from its first send closes that gap.
+    names its topic, until it expires and fails (the request timeout: 30 s for the services' own
+    producers, 20 minutes for Faust's), and every flush behind it waits as long. A joiner worker's
+    first pod-record write was held that way: its persist did not end and the worker did not stop.
+    Following a topic from its first send closes that gap.
     """
 
     def __init__(self, **settings: Any) -> None:

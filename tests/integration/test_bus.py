@@ -239,8 +239,8 @@ async def test_a_batch_waiting_as_its_producer_starts_following_another_topic_is
         any_broker: Kafka, unique: str) -> None:
     """aiokafka's client asks for every topic's metadata until it follows one, then for the followed
     ones only. A topic written to while known from the first kind of answer must be followed too, or
-    the refresh that following a new topic starts forgets it, and a batch of it waiting then is never
-    sent (an idempotent producer's batches never expire): periscope.bus.clients.Producer."""
+    the refresh that following a new topic starts forgets it, and a batch of it waiting then is not
+    sent until it expires and fails (the request timeout): periscope.bus.clients.Producer."""
     known = Topic(f"test.known.{unique}", "node", "NodeEvent", partitions=4)
     await ensure_topics(any_broker, [known])
     producer = any_broker.producer("test-follow", linger_ms=300)
