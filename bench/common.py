@@ -10,7 +10,6 @@ import math
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -119,13 +118,6 @@ class CpuTimer:
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.thread_time() - self.start
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def proc_cpu_s(pid: int) -> float:

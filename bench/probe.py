@@ -37,7 +37,6 @@ from bench.common import (
     Goal,
     broker_label,
     end_offsets,
-    free_port,
     kafka_env,
     median,
     proc_cpu_s,
@@ -54,6 +53,7 @@ from bench.workload import (
 )
 from periscope.bus import codec, topics
 from periscope.core.model import NodeTelemetry
+from periscope.devkit.launch import free_port
 from periscope.kubelet.checkpoint import CheckpointEntry, render_checkpoint
 from periscope.sim.kubelet import FakeContainer, FakeDevices, FakeKubelet, FakePod
 from periscope.sim.nvml import write_nvml_state

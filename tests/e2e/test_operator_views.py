@@ -14,7 +14,6 @@ import queue
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ import pytest
 import yaml
 
 from periscope.contract.values import parse_time_ms
+from periscope.devkit.launch import free_port
 from tests import chromium
 from tests.chromium import NEEDS_CHROMIUM
 from tests.e2e.support import marked_env, marked_pids, periscope
@@ -73,12 +73,6 @@ SCENARIO = {
     "events": [{"at": "3s", "xid": {"node": "gpu-x", "gpu": 0, "code": 31}}],
 }
 PODS = [p["name"] for p in SCENARIO["pods"]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_until(what: str, check: Any, timeout_s: float, interval_s: float = 0.5) -> Any:
