@@ -786,8 +786,8 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
     core (what replay gives) would not name at that time, and every XID names its owner at the error."""
     from periscope.devkit.workload import ClusterSpec, timeline
 
-    # Eight nodes: the backlog is several of the worker's input batches (at most TAKE_MAX records each), so
-    # some states are published while it catches up however fast the worker is.
+    # Eight nodes: the backlog is a dozen of the worker's input batches (at most TAKE_MAX records each),
+    # with a hundred XIDs spread over it.
     spec = ClusterSpec(nodes=8, gpus_per_node=4, duration_ms=600_000, pod_lifetime_ms=120_000, gap_ms=5000,
                        xid_every_ms=45_000, idle_every=0, seed=7)
     events = list(timeline(spec))
@@ -817,11 +817,13 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
         if isinstance(o, GpuState):
             by_gpu.setdefault(o.gpu_uuid, []).append(o)
     live_gpus = [o for o in log.outputs() if isinstance(o, GpuState)]
-    # Checked below: the states published during the catch-up, not only the last ones. A worker
-    # catching up publishes only the newest state per GPU at each of its persists (every 2 s here), so
-    # how many there are depends on its speed (72-140 seen); at least a few points in the backlog.
-    during = {o.as_of_ms for o in live_gpus if o.as_of_ms < last - 60 * S}
-    assert len(during) >= 3 and {o.gpu_uuid for o in live_gpus} == set(_gpus(spec)), sorted(during)
+    # Every GPU record published is checked: each GPU's last state, and those published during the
+    # catch-up. A worker catching up publishes only the newest state per GPU, at each persist that
+    # starts while it catches up; how many start is timing (on the embedded broker the first persist
+    # writes its pod records a batch each, and has outlasted the whole two-second catch-up), so none
+    # may fall inside the backlog. Those publications are pinned by test_joiner_newest; here the XID
+    # findings, every one published, check owners all through the backlog.
+    assert {o.gpu_uuid for o in live_gpus} == set(_gpus(spec))
     wrong = []
     for o in live_gpus:
         refs = [r for r in by_gpu[o.gpu_uuid] if r.as_of_ms <= o.as_of_ms]
