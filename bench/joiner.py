@@ -61,7 +61,7 @@ SCALE_WORKERS = 3  # the scale-out runs: this many workers of one group
 async def publish(bootstrap: str, batches: list[list[tuple[topics.Topic, Any]]]) -> int:
     """Publish events in order (batch by batch, one send_many per topic); returns records sent."""
     sent = 0
-    async with Publisher(kafka(bootstrap), "bench-load", linger_ms=20) as pub:
+    async with Publisher(kafka(bootstrap), "bench-load") as pub:
         for batch in batches:
             by_topic: dict[topics.Topic, list[tuple[str, object]]] = {}
             for topic, ev in batch:

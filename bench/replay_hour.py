@@ -93,9 +93,7 @@ async def publish(bootstrap: str, spec: ClusterSpec, chunk: int = CHUNK) -> dict
     counts: Counter[str] = Counter()
     pods: set[str] = set()
     started = time.perf_counter()
-    one_per_batch = common.PROFILE.one_record_batches
-    async with Publisher(kafka(bootstrap), "bench-replay-hour",
-                         linger_ms=0 if one_per_batch else None) as pub:
+    async with Publisher(kafka(bootstrap), "bench-replay-hour") as pub:
 
         async def flush() -> None:
             for topic, items in by_topic.items():

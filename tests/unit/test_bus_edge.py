@@ -20,14 +20,20 @@ from periscope.bus.settings import KafkaSettings
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("p", "idempotent", "compression", "batch"), [
-    (KAFKA, True, "lz4", 256 * 1024), (EMBEDDED, False, None, 1)])
+@pytest.mark.parametrize(("p", "idempotent", "compression", "batch", "linger"), [
+    (KAFKA, True, "lz4", 256 * 1024, 0.005), (EMBEDDED, False, None, 1, 0.0)])
 async def test_producers_follow_their_profile(p: object, idempotent: bool, compression: str | None,
-                                              batch: int) -> None:
+                                              batch: int, linger: float) -> None:
     producer = Kafka("127.0.0.1:1", profile=p).producer("test")  # type: ignore[arg-type]
     assert (producer._txn_manager is not None) == idempotent
     assert producer._compression_type == compression
     assert producer._message_accumulator._batch_size == batch  # 1: every record in a batch of its own
+    assert producer._message_accumulator._linger_time == linger  # a one-record batch cannot fill by waiting
+
+
+def test_a_producer_asked_to_linger_does_so_on_either_broker() -> None:
+    for p in (KAFKA, EMBEDDED):
+        assert Kafka("127.0.0.1:1", profile=p).producer_settings(linger_ms=300)["linger_ms"] == 300
 
 
 async def test_consumers_wait_as_their_broker_allows_and_never_commit_on_a_timer() -> None:
