@@ -800,7 +800,8 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
                       if isinstance(f, Finding) and f.kind == "xid-owner")
 
     async with fresh_broker(broker_kind, tmp_path) as kafka:
-        async with Publisher(kafka, "test-probe", linger_ms=20) as pub:
+        # Every run of a topic is awaited before the next: lingering would only delay each (20 ms: 75 s).
+        async with Publisher(kafka, "test-probe", linger_ms=0) as pub:
             for topic, run in itertools.groupby(events, key=lambda e: e[0]):
                 await pub.send_many(topic, [(_node(ev), ev) for _, ev in run])
         async with OutputLog(kafka) as log:
