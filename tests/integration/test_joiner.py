@@ -822,8 +822,9 @@ async def test_a_fresh_group_on_a_ten_minute_backlog_publishes_only_owners_repla
     # catch-up. A worker catching up publishes only the newest state per GPU, at each persist that
     # starts while it catches up; how many start is timing. A persist is a chain of broker round trips,
     # and a worker catching up gives the event loop one turn per input batch (about 150 ms each here),
-    # so its first persist has outlasted the whole two-second catch-up: none may fall inside the backlog. Those publications are pinned by test_joiner_newest; here the XID
-    # findings, every one published, check owners all through the backlog.
+    # so its first persist has outlasted the whole two-second catch-up: none may fall inside the
+    # backlog. Those publications are pinned by test_joiner_newest; here the XID findings, every one
+    # published, check owners all through the backlog.
     assert {o.gpu_uuid for o in live_gpus} == set(_gpus(spec))
     wrong = []
     for o in live_gpus:
