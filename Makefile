@@ -19,7 +19,7 @@ run: $(STAMP)
 # The suite runs test files in parallel (pytest-xdist): much of its time is real-time scenarios waiting.
 # One file stays on one worker (its module and session fixtures start once there); files go out in
 # tests/conftest.py's order, the long tiers first, end-to-end files in two lanes. 3 workers on 2 cores:
-# 12.5 minutes against 30-34 serially (README). PYTEST_WORKERS=0 runs it serially in one process.
+# 12-12.5 minutes against 30-34 serially (README). PYTEST_WORKERS=0 runs it serially in one process.
 # The slowest tests are listed at the end: the suite is to stay under 15 minutes.
 PYTEST_WORKERS ?= 3
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
