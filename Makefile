@@ -56,6 +56,7 @@ proto: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py --readme
 
 bench-quick: $(STAMP)
 	$(BIN)/python bench/run.py --quick --out bench/results-quick.json

@@ -27,7 +27,8 @@ Figures measured on the embedded broker keep their names; those measured on Apac
 
 Options: --quick (small sizes, one repeat), --only SECTION[,SECTION], --broker embedded|kafka|both,
 --profile (also profile the joiner with py-spy and the core with cProfile into bench/profile.json),
---markdown (print the README table of an existing results.json and exit).
+--markdown (print the table of every figure of an existing results.json and exit), --readme (write the
+README's summary table from it and exit).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ sys.path[:] = [str(HERE.parent), *(p for p in sys.path if Path(p or ".").resolve
 from bench import common  # noqa: E402
 from bench.common import Figure, load, machine, rounded  # noqa: E402
 from bench.common import broker as bench_broker  # noqa: E402
-from bench.report import markdown, table  # noqa: E402
+from bench.report import markdown, table, with_summary  # noqa: E402
 
 SECTIONS = ("replay", "replay_hour", "probe", "api", "api_auth", "api_load", "joiner", "freshness", "eos")
 BROKER_SECTIONS = ("replay_hour", "probe", "api_load", "joiner", "freshness")  # run once per broker
@@ -403,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the broker(s) the broker sections run on (default: both, where Kafka can run)")
     ap.add_argument("--profile", action="store_true", help="also profile the joiner and the core")
     ap.add_argument("--out", default=str(HERE / "results.json"), help="where to write the results")
-    ap.add_argument("--markdown", action="store_true", help="print the README table of --out and exit")
+    ap.add_argument("--markdown", action="store_true",
+                    help="print the table of every figure in --out and exit")
+    ap.add_argument("--readme", action="store_true",
+                    help="write the README's summary table from --out and exit")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on bad input, with its usage line
@@ -415,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench: cannot read {args.out}: {e}", file=sys.stderr)
             return 2
         return 0
+    if args.readme:
+        return _write_readme(Path(args.out))
     only = [s for s in args.only.split(",") if s] or list(SECTIONS)
     unknown = [s for s in only if s not in SECTIONS]
     if unknown:
@@ -473,6 +479,18 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results))
     print(f"\nwrote {args.out} in {wall:.0f}s" + (f"; errors in: {', '.join(errors)}" if errors else ""))
     return 1 if errors else 0
+
+
+def _write_readme(results: Path, readme: Path = HERE.parent / "README.md") -> int:
+    """Rewrite the README's summary table from `results` (bench/report.py: HEADLINES)."""
+    try:
+        text = with_summary(readme.read_text(), json.loads(results.read_text()))
+    except (OSError, ValueError) as e:
+        print(f"bench: cannot write the README's table from {results}: {e}", file=sys.stderr)
+        return 2
+    readme.write_text(text)
+    print(f"bench: wrote the summary table of {readme.name} from {_shown(results)}")
+    return 0
 
 
 def _shown(path: Path) -> str:

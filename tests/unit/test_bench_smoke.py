@@ -323,3 +323,62 @@ def test_replay_hour_on_kafka_is_compared_with_the_same_work_in_memory_and_on_th
     keys = report._keys({"figures": figs})
     twin = keys.index("replay_hour_device_samples_per_s")
     assert keys.index("kafka_replay_hour_device_samples_per_s") == twin + 1
+
+
+def test_the_readme_table_is_the_one_results_json_gives() -> None:
+    """One place for each figure: the README's table is generated from bench/results.json, and every
+    figure with a goal there is in it."""
+    root = Path(__file__).resolve().parents[2]
+    results = json.loads((root / "bench" / "results.json").read_text())
+    readme = (root / "README.md").read_text()
+    assert report.with_summary(readme, results) == readme, "stale: run `bench/run.py --readme`"
+    listed = {base.partition("@")[0] for base, _ in report.HEADLINES}
+    goals = {k.removeprefix("kafka_") if f.get("broker") == "kafka" else k
+             for k, f in results["figures"].items() if f.get("goal")}
+    assert goals - listed == set()
+
+
+def test_the_summary_sets_brokers_side_by_side_with_goals_and_runs(tmp_path: Path) -> None:
+    later = {"date": "2026-12-01T10:00:00Z", "machine": {"cpu_model": "Intel(R) Xeon(R) Processor"},
+             "source": {"commit": "abc1234"}}
+    freshness = {"p99_s": 1.2, "samples": 4000}
+    figs = {
+        "joiner_device_samples_per_s": {
+            "value": 21000.0, "unit": "device-samples/s", "broker": "embedded", "goal": ">= 20,000",
+            "goal_met": True, "min": 20000.0, "max": 22000.0, "runs": [20000.0, 21000.0, 22000.0],
+            "baseline": {"figure": "raw", "value": 42000.0, "ratio": 0.5}, "setup": {"run": later}},
+        "kafka_joiner_device_samples_per_s": {
+            "value": 19000.0, "unit": "device-samples/s", "broker": "kafka", "goal": ">= 20,000",
+            "goal_met": False, "runs": [19000.0], "setup": {}},
+        "freshness_p99_s": {"value": 1.4, "unit": "s", "broker": "embedded", "goal": "p99 < 1.5 s",
+                            "goal_met": True, "setup": {"at_output_topic": {**freshness, "p99_s": 1.6}}},
+        "kafka_freshness_p99_s": {"value": 1.1, "unit": "s", "broker": "kafka", "goal": "p99 < 1.5 s",
+                                  "goal_met": True, "setup": {"at_output_topic": freshness}},
+        "api_bytes_per_row": {"value": 1900.0, "unit": "bytes/row", "broker": None, "goal": "<= 2 KiB",
+                              "goal_met": True, "setup": {}},
+    }
+    results = {"date": "2026-11-28T00:00:00Z", "machine": {"cpu_model": "AMD EPYC"},
+               "source": {"commit": "def5678"}, "figures": figs}
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in report.summary(results).splitlines()}
+    joiner = rows["joiner throughput, one worker, 12 partitions"]
+    assert "| 21,000 device-samples/s (20,000 / 21,000 / 22,000) | 19,000 device-samples/s |" in joiner
+    assert "embedded: `raw` 42,000 (0.5x)" in joiner
+    assert ">= 20,000: embedded: **met**; Apache Kafka: **not met**" in joiner
+    # Each figure's own run where it was merged in from a later one, else the file's.
+    assert joiner.endswith("| 2026-12-01, Intel Xeon, abc1234 · 2026-11-28, AMD EPYC, def5678 |")
+    topic = rows["freshness p99 at the output topic (the marker samples)"]
+    assert "| 1.6 s over 4,000 samples | 1.2 s over 4,000 samples |" in topic
+    assert "p99 < 1.5 s: embedded: **not met**; Apache Kafka: **met**" in topic
+    assert "| 1,900 bytes/row (no broker) | — |" in rows["API memory per row (an hour of windows each)"]
+    assert "replay in memory, one process" not in rows  # not measured: no row
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# x\n{report.README_BEGIN}\nold\n{report.README_END}\ntail\n")
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps(results))
+    assert run._write_readme(out, readme) == 0
+    text = readme.read_text()
+    assert text.startswith(f"# x\n{report.README_BEGIN}\n| what |")
+    assert text.endswith(f"{report.README_END}\ntail\n")
+    assert "old" not in text and report.with_summary(text, results) == text
+    readme.write_text("# no markers\n")
+    assert run._write_readme(out, readme) == 2 and readme.read_text() == "# no markers\n"
