@@ -7,7 +7,7 @@ The limits, and what each one bounds:
 - KAFKA_BATCH_LIMIT (Apache Kafka's `message.max.bytes`, 1 MiB + 12 by default): the largest record
   batch the broker accepts; a record whose batch is larger is refused, so only the embedded broker
   (which has no limit) delivers records above it;
-- FETCH_LIMIT (1 MiB, the consumers' `max_partition_fetch_bytes`; replay's probe reads 64 KiB): a
+- FETCH_LIMIT (1 MiB, the consumers' `max_partition_fetch_bytes`; the joiner's and replay's probe 64 KiB): a
   larger first record is still delivered whole by both brokers (KIP-74), which these tests rely on.
 
 A hostile producer (its own `max_request_size` raised) writes undecodable records of each size; every

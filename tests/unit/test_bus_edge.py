@@ -56,6 +56,7 @@ def test_faust_gets_the_profiles_batching_and_compression() -> None:
     assert s["broker"] == ["kafka://a:1", "kafka://b:2"]
     assert (s["producer_acks"], s["producer_compression_type"], s["producer_max_batch_size"]) == (-1, "lz4",
                                                                                                   256 * 1024)
+    assert s["consumer_max_fetch_size"] == 64 * 1024  # what a catching-up worker materializes at once
 
 
 def test_the_topic_plan_gives_every_topic_explicit_settings() -> None:
