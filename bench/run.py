@@ -28,7 +28,8 @@ Figures measured on the embedded broker keep their names; those measured on Apac
 Options: --quick (small sizes, one repeat), --only SECTION[,SECTION], --broker embedded|kafka|both,
 --profile (also profile the joiner with py-spy and the core with cProfile into bench/profile.json),
 --markdown (print the table of every figure of an existing results.json and exit), --readme (write the
-README's summary table from it and exit).
+README's summary table from it and exit), --merge (put the figures of the sections run into the existing
+--out, each naming its run, instead of replacing it; --note says why).
 """
 
 from __future__ import annotations
@@ -408,6 +409,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="print the table of every figure in --out and exit")
     ap.add_argument("--readme", action="store_true",
                     help="write the README's summary table from --out and exit")
+    ap.add_argument("--merge", action="store_true",
+                    help="put this run's figures into the existing --out (a section run again) instead of "
+                         "replacing it; each figure keeps the run it came from")
+    ap.add_argument("--note", default="", help="with --merge: why the sections ran again (kept with the run)")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on bad input, with its usage line
@@ -473,12 +478,30 @@ def main(argv: list[str] | None = None) -> int:
         "details": bench.details,
         "errors": errors,
     }
+    if args.merge and Path(args.out).exists():
+        results = merged(json.loads(Path(args.out).read_text()), results, args.note)
     Path(args.out).write_text(json.dumps(results, indent=1, default=str) + "\n")
     if prof is not None:
         (HERE / "profile.json").write_text(json.dumps(prof, indent=1, default=str) + "\n")
     print(table(results))
     print(f"\nwrote {args.out} in {wall:.0f}s" + (f"; errors in: {', '.join(errors)}" if errors else ""))
     return 1 if errors else 0
+
+
+def merged(old: dict[str, Any], new: dict[str, Any], note: str = "") -> dict[str, Any]:
+    """`old` results with `new`'s figures and details in place of theirs: each figure taken names its run
+    (`setup.run`), and `partial_runs` lists the runs merged in, newest first, with `note`."""
+    run = {k: new[k] for k in ("date", "mode", "machine", "source")}
+    out = {**old, "figures": dict(old.get("figures", {})), "details": dict(old.get("details", {}))}
+    for key, fig in new.get("figures", {}).items():
+        setup = fig.get("setup") if isinstance(fig.get("setup"), dict) else {}
+        out["figures"][key] = {**fig, "setup": {**setup, "run": run}}
+        out[key] = fig.get("value")
+    out["details"].update(new.get("details", {}))
+    entry = {**run, "sections": new.get("sections", []), "wall_s": new.get("wall_s"),
+             "errors": new.get("errors", {}), "note": note, "figures": sorted(new.get("figures", {}))}
+    out["partial_runs"] = [entry, *old.get("partial_runs", [])]
+    return out
 
 
 def _write_readme(results: Path, readme: Path = HERE.parent / "README.md") -> int:

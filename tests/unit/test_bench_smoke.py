@@ -382,3 +382,27 @@ def test_the_summary_sets_brokers_side_by_side_with_goals_and_runs(tmp_path: Pat
     assert "old" not in text and report.with_summary(text, results) == text
     readme.write_text("# no markers\n")
     assert run._write_readme(out, readme) == 2 and readme.read_text() == "# no markers\n"
+
+
+def test_a_section_run_again_is_merged_with_its_run_named() -> None:
+    run_of = {"mode": "full", "machine": {"cpu_model": "AMD EPYC"}}
+    old = {**run_of, "date": "2026-11-28T00:00:00Z", "source": {"commit": "aaa"}, "replay_x": 1.0,
+           "joiner_x": 2.0, "figures": {"replay_x": {"value": 1.0, "setup": {}}, "joiner_x": {"value": 2.0}},
+           "details": {"replay": 1, "joiner": 2}, "partial_runs": [{"date": "2026-11-29T00:00:00Z"}]}
+    new = {**run_of, "date": "2026-11-30T00:00:00Z", "source": {"commit": "bbb"}, "sections": ["joiner"],
+           "wall_s": 9.0, "errors": {}, "figures": {"joiner_x": {"value": 3.0, "setup": {"nodes": 50}}},
+           "details": {"joiner": 3}}
+    out = run.merged(old, new, "after the fetch change")
+    assert out["joiner_x"] == 3.0 and out["replay_x"] == 1.0
+    assert out["figures"]["joiner_x"]["setup"] == {"nodes": 50, "run": {
+        "date": "2026-11-30T00:00:00Z", "mode": "full", "machine": {"cpu_model": "AMD EPYC"},
+        "source": {"commit": "bbb"}}}
+    assert out["figures"]["replay_x"] == {"value": 1.0, "setup": {}}  # untouched, the file's own run
+    assert out["details"] == {"replay": 1, "joiner": 3}
+    assert [r["date"][:10] for r in out["partial_runs"]] == ["2026-11-30", "2026-11-29"]
+    assert out["partial_runs"][0]["figures"] == ["joiner_x"] and out["source"] == {"commit": "aaa"}
+    assert out["partial_runs"][0]["note"] == "after the fetch change"
+    assert old["figures"]["joiner_x"] == {"value": 2.0}  # the old results are not changed in place
+    # The summary then names each figure's own run.
+    assert report._run_of(out, out["figures"]["joiner_x"]) == "2026-11-30, AMD EPYC, bbb"
+    assert report._run_of(out, out["figures"]["replay_x"]) == "2026-11-28, AMD EPYC, aaa"
