@@ -19,12 +19,6 @@ from periscope.bus.profile import KAFKA, BrokerProfile
 from periscope.bus.security import PLAINTEXT, KafkaSecurity
 
 REQUEST_TIMEOUT_MS = 30_000
-# What the joiner's Faust consumer fetches per partition at a time (Faust's default: 1 MiB). Its fetch
-# loop takes everything fetched at once, from every partition of the six node-input topics: at 1 MiB
-# each, a worker catching up on 12-partition topics on Apache Kafka held some 90,000 records (160 MB of
-# values) at once, and its RSS never came back down from that peak. A larger first record still comes
-# whole (KIP-74).
-FAUST_FETCH_BYTES = 64 * 1024
 
 
 class Producer(AIOKafkaProducer):  # type: ignore[misc]  # aiokafka is untyped
@@ -119,5 +113,5 @@ class Kafka:
             "producer_compression_type": p.compression,
             "producer_linger": p.linger_ms / 1000,
             "producer_max_batch_size": p.max_batch_bytes,
-            "consumer_max_fetch_size": FAUST_FETCH_BYTES,
+            "consumer_max_fetch_size": p.fetch_partition_bytes,
         }

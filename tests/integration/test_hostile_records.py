@@ -7,8 +7,9 @@ The limits, and what each one bounds:
 - KAFKA_BATCH_LIMIT (Apache Kafka's `message.max.bytes`, 1 MiB + 12 by default): the largest record
   batch the broker accepts; a record whose batch is larger is refused, so only the embedded broker
   (which has no limit) delivers records above it;
-- FETCH_LIMIT (1 MiB, the consumers' `max_partition_fetch_bytes`; the joiner's and replay's probe 64 KiB): a
-  larger first record is still delivered whole by both brokers (KIP-74), which these tests rely on.
+- FETCH_LIMIT (1 MiB, the consumers' `max_partition_fetch_bytes`; the joiner's on Apache Kafka and
+  replay's probe read 64 KiB): a larger first record is still delivered whole by both brokers (KIP-74),
+  which these tests rely on.
 
 A hostile producer (its own `max_request_size` raised) writes undecodable records of each size; every
 consumer must dead-letter each one, with a letter that fits, and go on: the joiner, the API's view

@@ -57,6 +57,8 @@ def test_faust_gets_the_profiles_batching_and_compression() -> None:
     assert (s["producer_acks"], s["producer_compression_type"], s["producer_max_batch_size"]) == (-1, "lz4",
                                                                                                   256 * 1024)
     assert s["consumer_max_fetch_size"] == 64 * 1024  # what a catching-up worker materializes at once
+    # One uncompressed record a batch: the same bytes hold a tenth of the records, so Faust's default.
+    assert Kafka("a:1", profile=EMBEDDED).faust_settings()["consumer_max_fetch_size"] == 1024 * 1024
 
 
 def test_the_topic_plan_gives_every_topic_explicit_settings() -> None:
