@@ -178,7 +178,6 @@ def _pair(results: dict[str, Any], base: str) -> list[tuple[str, dict[str, Any]]
     figs = results.get("figures", {})
     found = [(BROKER_NAMES.get(figs[k].get("broker"), "?"), figs[k]) for k in (base, "kafka_" + base)
              if k in figs]
-    found = [(b, f) for b, f in found if not (b == "Apache Kafka" and f.get("broker") != "kafka")]
     if part:
         found = [(b, g) for b, f in found if (g := _p99_of(f, part))]
     return found
