@@ -8,7 +8,7 @@ Faust builds its clients itself and offers no settings for two things the profil
   acknowledgement is not written twice. Its producers are the project's (`clients.Producer`): each
   topic written to stays in the metadata refreshes, where aiokafka's could lose a changelog batch.
 
-Its worker consumer also differs from Faust's in seven ways, whatever the profile:
+Its worker consumer also differs from Faust's in eight ways, whatever the profile:
 - it subscribes only once the broker's metadata lists every topic it subscribes to. A topic just
   created (the tables' changelogs, at a first start) can be missing from it for a moment, and Faust's
   assignor leaves a missing topic out of the assignment until the next metadata refresh, minutes
@@ -18,6 +18,9 @@ Its worker consumer also differs from Faust's in seven ways, whatever the profil
   a partition with none (or 0) wherever its fetcher was. Faust drops records fetched for a partition
   that is paused or whose flow stopped during a rebalance, and the fetcher has moved past them: they
   would never be read. Stream partitions without a committed offset are sought to their first offset;
+- the fetched records Faust drops are read again: a partition whose fetched records Faust did not hand
+  on (paused meanwhile, as a rebalance's table recovery pauses the stream partitions, or after its flow
+  stopped) is sought back to the first of them, unless it was reassigned since (see `not_handed_on`);
 - it hands fetched records to the streams with one race per fetch, not per record (see `drain`);
 - records of the app's direct topics (the joiner's inputs) go from each fetch to the app in batches,
   past Faust's conductor, stream and event objects (`Direct`);
@@ -34,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +58,30 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
     fetch_max_wait_ms = profile.fetch_max_wait_ms
 
     class ProfileThread(faust_aiokafka.AIOKafkaConsumerThread):
+        # The aiokafka assignment the last fetch's records came from (one fetch loop runs at a time).
+        fetched_from: object = None
+
+        async def _fetch_records(self, consumer: Any, active_partitions: Any, timeout: float | None = None,
+                                 max_records: int | None = None) -> Any:
+            records = await super()._fetch_records(consumer, active_partitions, timeout=timeout,
+                                                   max_records=max_records)
+            self.fetched_from = assignment_of(consumer)  # no await since the fetch: the one it used
+            return records
+
+        async def unread(self, assignment: object, offsets: Mapping[Any, int]) -> None:
+            """Seek each partition of `offsets` back to its offset, if the consumer's assignment is still
+            `assignment` (the one those records were fetched in)."""
+            consumer = self._ensure_consumer()
+
+            async def seek() -> None:
+                # Checked and sought in the consumer's thread, where rebalances happen: nothing between.
+                if assignment is None or assignment_of(consumer) is not assignment:
+                    return  # reassigned since: the new assignment positions its partitions itself
+                for tp, offset in offsets.items():
+                    consumer.seek(tp, offset)
+
+            await self.call_thread(seek)
+
         def _create_worker_consumer(self, transport: Any) -> Any:
             consumer = super()._create_worker_consumer(transport)
             # Read by AIOKafkaConsumer.start() when it builds its fetcher, which happens after this.
@@ -78,6 +105,8 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
         # The last offset of each partition handed over to the app's direct take, in this generation.
         handed: dict[TP, int] = {}
         handed_generation: int | None = None
+        # The records of the last fetch, by partition, as aiokafka returned them.
+        fetched: Mapping[TP, list[Any]] = {}
         # The commit the fetch loop started last (`commit_aside`), while it is under way.
         commit_aside_task: asyncio.Future[None] | None = None
 
@@ -86,6 +115,29 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             # Not a step of its own: no hand-over runs between the reset of the read offsets and this.
             if self.handed_generation == self.app.consumer_generation_id:
                 after_seek(self._read_offset, self.handed)
+
+        async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
+            records = await super()._getmany(active_partitions, timeout)
+            self.fetched = records
+            return records
+
+        async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
+            # Faust drops what it fetched for a partition paused after the fetch began (the stream
+            # partitions are paused while a rebalance recovers the tables), and the rest of a fetch
+            # once its flow stops, when aiokafka has moved the partitions' positions past them. Faust's
+            # seek to the committed offsets comes after it resumes the partitions: the fetcher went on
+            # from where it was meanwhile, and handed over records after a hole (a worker catching
+            # up on Apache Kafka, fetching 64 KiB at a time, lost the first hundreds of records of
+            # a partition that way: the progress watch restarted it).
+            self.fetched = {}
+            handed_on: dict[TP, int] = {}
+            async for tp, message in super().getmany(timeout):
+                handed_on[tp] = message.offset
+                yield tp, message
+            dropped = not_handed_on(self.fetched, handed_on)
+            if dropped:
+                thread: Any = self._thread  # a ProfileThread
+                await thread.unread(thread.fetched_from, dropped)
 
         def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
             return ProfileThread(self, loop=self.loop, beacon=self.beacon)
@@ -217,6 +269,23 @@ async def _commit(consumer: Any) -> None:
     except Exception as e:  # as an awaited commit's failure ended the fetch loop, and so the worker
         log.exception("committing offsets failed: %r", e)
         await consumer.crash(e)
+
+
+def assignment_of(consumer: Any) -> object:
+    """An aiokafka consumer's current assignment (a new object at every rebalance), None if none."""
+    subscription = consumer._subscription.subscription
+    return None if subscription is None else subscription.assignment
+
+
+def not_handed_on(fetched: Mapping[Any, list[Any]], handed_on: Mapping[Any, int]) -> dict[Any, int]:
+    """Partition -> the offset of its first fetched record that was not handed on, for the partitions of
+    a fetch whose records were not all handed on (`handed_on`: the last offset handed on of each)."""
+    out = {}
+    for tp, records in fetched.items():
+        last = handed_on.get(tp)
+        if records and (last is None or records[-1].offset > last):  # (the usual fetch: all handed on)
+            out[tp] = next(r.offset for r in records if last is None or r.offset > last)
+    return out
 
 
 def after_seek(read: MutableMapping[Any, int | None], handed: Mapping[Any, int]) -> None:

@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import faust
+from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
-from periscope.bus.faust_transport import transport_class
+from periscope.bus.faust_transport import not_handed_on, transport_class
 from periscope.bus.profile import profile
 
 A, B, C, D = (TP("in", p) for p in range(4))
@@ -97,3 +98,102 @@ async def test_the_seeks_run_in_the_consumer_thread_not_the_callers() -> None:
     await c.seek_to_committed()
     assert thread.position == {A: 0, B: 3}
     assert thread.seeks_on and threading.get_ident() not in thread.seeks_on
+
+
+# ------------------------------------------------- records Faust fetched and dropped are read again
+
+def record(tp: TP, offset: int) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(tp.topic, tp.partition, offset, 0, 0, b"k", b"v", None, 1, 1, ())
+
+
+class FetchingThread:
+    """A consumer thread whose fetch returns `fetched` (aiokafka's RecordMap) from `assignment`, and
+    which notes the unreads the consumer asks for."""
+
+    def __init__(self, fetched: dict[TP, list[ConsumerRecord[bytes, bytes]]],
+                 during: Callable[[], None] = lambda: None) -> None:
+        self.fetched, self.during = fetched, during
+        self.fetched_from: object = None
+        self.unreads: list[tuple[object, dict[TP, int]]] = []
+
+    async def getmany(self, active_partitions: Any, timeout: float) -> dict[TP, Any]:
+        self.fetched_from = "assignment 1"
+        self.during()  # what happens in the app while the fetch waits for records
+        return self.fetched
+
+    def highwater(self, tp: TP) -> int:
+        return 100
+
+    async def unread(self, assignment: object, offsets: dict[TP, int]) -> None:
+        self.unreads.append((assignment, offsets))
+
+
+async def fetch(c: Any) -> list[tuple[str, int, int]]:
+    return [(m.topic, m.partition, m.offset) async for _tp, m in c.getmany(timeout=1.0)]
+
+
+async def test_records_fetched_for_a_partition_paused_meanwhile_are_read_again() -> None:
+    # Faust pauses the stream partitions while a rebalance recovers the tables; what the fetcher
+    # returns for them then is dropped, and aiokafka's position is past it.
+    fetched = {A: [record(A, o) for o in (0, 1, 2)], B: [record(B, o) for o in (7, 8)]}
+    c = consumer(Thread({}, {}, {}))
+    c._thread = thread = FetchingThread(fetched, during=lambda: c._active_partitions.discard(A))
+    c._active_partitions = {A, B}
+    assert await fetch(c) == [("in", 1, 7), ("in", 1, 8)]
+    assert thread.unreads == [("assignment 1", {A: 0})]  # sought back, in the assignment fetched from
+
+
+async def test_a_fetch_handed_on_whole_is_not_read_again() -> None:
+    fetched = {A: [record(A, o) for o in (3, 4)], B: [record(B, 9)]}
+    c = consumer(Thread({}, {}, {}))
+    c._thread = thread = FetchingThread(fetched)
+    c._active_partitions = {A, B}
+    assert sorted(await fetch(c)) == [("in", 0, 3), ("in", 0, 4), ("in", 1, 9)]
+    assert thread.unreads == []
+
+
+async def test_the_rest_of_a_fetch_after_the_flow_stopped_is_read_again_from_its_first() -> None:
+    fetched = {A: [record(A, o) for o in (0, 1, 2)]}
+    c = consumer(Thread({}, {}, {}))
+    c._thread = thread = FetchingThread(fetched)
+    c._active_partitions = {A}
+    got = []
+    async for _tp, m in c.getmany(timeout=1.0):
+        got.append(m.offset)
+        c.stop_flow()  # a rebalance starts after the first record
+    assert got == [0] and thread.unreads == [("assignment 1", {A: 1})]
+
+
+def test_not_handed_on_names_each_partition_from_its_first_record_left() -> None:
+    fetched = {A: [record(A, o) for o in (4, 5, 6)], B: [record(B, 1)], C: [record(C, 2), record(C, 3)],
+               D: []}
+    assert not_handed_on(fetched, {A: 4, B: 1}) == {A: 5, C: 2}
+    assert not_handed_on(fetched, {A: 6, B: 1, C: 3}) == {}
+
+
+class Subscribed:
+    """An aiokafka consumer as the thread's unread sees it: its assignment, and its seeks."""
+
+    def __init__(self, assignment: object) -> None:
+        self._subscription = type("S", (), {"subscription": type("Sub", (), {"assignment": assignment})})()
+        self.seeks: list[tuple[TP, int]] = []
+
+    def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+async def test_unread_seeks_only_while_the_assignment_fetched_from_holds() -> None:
+    c = consumer(Thread({}, {}, {}))
+    thread = c._new_consumer_thread()
+    ran_on: list[int] = []
+
+    async def call_thread(fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        ran_on.append(threading.get_ident())
+        return await asyncio.to_thread(asyncio.run, fun(*args))
+
+    thread.call_thread = call_thread
+    thread._consumer = aiokafka = Subscribed("assignment 2")
+    await thread.unread("assignment 1", {A: 0})  # a rebalance since: the new one positions A itself
+    assert aiokafka.seeks == []
+    await thread.unread("assignment 2", {A: 0, B: 5})
+    assert aiokafka.seeks == [(A, 0), (B, 5)] and ran_on
