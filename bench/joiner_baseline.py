@@ -1,8 +1,9 @@
 """The joiner against a bare batched loop over the same parts, in the same run on the same backlog.
 
 The bare loop is what the joiner would be without Faust and without its durability protocol: one
-aiokafka consumer (no group) assigned every input partition from the start, `getmany` batches of at
-most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
+aiokafka consumer (no group) assigned every input partition from the start, fetching as much a
+partition at a time as the worker's consumer (the broker profile's `fetch_partition_bytes`), `getmany`
+batches of at most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
 core (`step`, and `mark_inputs` with the same at-end flags the worker computes from the partitions'
 end offsets), the worker's catch-up rule (a node's outputs gathered while catching up, newest per
 key), `record_of` (the encoder) and `RecordBatches` (the worker's producer path, over an aiokafka
@@ -78,8 +79,9 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     names = [t.name for t in topics.NODE_INPUTS]
     counts = await partition_counts(k, names)
     parts = [TopicPartition(n, p) for n in names for p in range(counts[n])]
-    consumer = k.consumer(client_id="bench-bare", max_partition_fetch_bytes=4 * 1024 * 1024,
-                          fetch_max_bytes=16 * 1024 * 1024)
+    # Fetching as the worker's Faust consumer does (its per-partition size from the profile, aiokafka's
+    # total), so neither loop reads further ahead of its joins for a larger fetch.
+    consumer = k.consumer(client_id="bench-bare", max_partition_fetch_bytes=k.profile.fetch_partition_bytes)
     aio = k.producer("bench-bare")
     await consumer.start()
     await aio.start()
