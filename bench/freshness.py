@@ -324,11 +324,19 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
              f"+ {real_probes} real probes, 1 worker, API in its own process, /v1/pods polled every "
              f"{poll_s * 1000:.0f} ms; {len(headline)} samples")
     inc_brief = "age of a value seen through U(0,30 s) collect + U(0,15 s) scrape"
+    topic = setup["at_output_topic"]
+    topic_p99 = topic.get("p99_s")
     figures = [
         Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief,
                baseline="incumbent_staleness_p50_s"),
         Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, [p99], brief,
                baseline="incumbent_staleness_p99_s"),
+        # The issue's own measure: the API's consumer and HTTP left out, over every marker sample.
+        Figure("freshness_output_topic_p99_s", topic_p99, "s", setup,
+               "the joiner's lateness (one tick), then the mark write acked before publishing", GOAL,
+               [] if topic_p99 is None else [topic_p99],
+               f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks, 1 worker; sample event time -> its "
+               f"PodAttribution on the output topic; {topic.get('samples', 0):,} samples"),
         Figure("incumbent_staleness_p50_s", inc50, "s", inc, "collect and scrape intervals", None, [inc50],
                inc_brief),
         Figure("incumbent_staleness_p99_s", inc99, "s", inc, "collect and scrape intervals", None, [inc99],

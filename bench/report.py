@@ -144,10 +144,11 @@ HEADLINES = (
     ("joiner_device_samples_per_s", "joiner throughput, one worker, 12 partitions"),
     ("joiner_worker_cpu_us_per_device_sample", "joiner CPU per device sample"),
     ("joiner_vs_bare_loop_cpu_ratio", "joiner CPU per device sample / a bare batched loop's"),
+    ("joiner_vs_bare_loop_cpu_ratio_whole_backlog", "the same over the whole backlog"),
     ("joiner_vs_raw_ratio", "raw consume rate / joiner rate"),
     ("joiner_three_workers_device_samples_per_s", "joiner, three workers of one group"),
     ("freshness_p99_s", "freshness p99: sample on the GPU → visible in `/v1/pods`"),
-    ("freshness_p99_s@at_output_topic", "freshness p99 at the output topic (the marker samples)"),
+    ("freshness_output_topic_p99_s", "freshness p99 at the output topic (the marker samples)"),
     ("outage_catch_up_s", "catch-up after a 60 s broker outage"),
     ("replay_device_samples_per_s", "replay in memory, one process"),
     ("replay_parallel_device_samples_per_s", "replay in memory to the JSON document, a worker per CPU"),
@@ -172,27 +173,10 @@ README_END = "<!-- end of bench summary -->"
 
 
 def _pair(results: dict[str, Any], base: str) -> list[tuple[str, dict[str, Any]]]:
-    """(broker name, figure) for the figure `base` and its Apache Kafka twin, those measured.
-    `figure@key`: the p99 its setup holds under `key`, as a figure of its own."""
-    base, _, part = base.partition("@")
+    """(broker name, figure) for the figure `base` and its Apache Kafka twin, those measured."""
     figs = results.get("figures", {})
-    found = [(BROKER_NAMES.get(figs[k].get("broker"), "?"), figs[k]) for k in (base, "kafka_" + base)
-             if k in figs]
-    if part:
-        found = [(b, g) for b, f in found if (g := _p99_of(f, part))]
-    return found
-
-
-def _p99_of(f: dict[str, Any], key: str) -> dict[str, Any]:
-    """The p99 a freshness figure's setup holds under `key` (the age at the output topic), judged by
-    the freshness goal; {} when the setup has none."""
-    from bench.freshness import GOAL
-
-    ages = (f.get("setup") or {}).get(key)
-    if not isinstance(ages, dict) or ages.get("p99_s") is None:
-        return {}
-    return {**f, "value": ages["p99_s"], "unit": f"s over {ages.get('samples', 0):,} samples", "runs": [],
-            "baseline": None, "goal": GOAL.text, "goal_met": GOAL.met(ages["p99_s"])}
+    return [(BROKER_NAMES.get(figs[k].get("broker"), "?"), figs[k]) for k in (base, "kafka_" + base)
+            if k in figs]
 
 
 def _run_of(results: dict[str, Any], f: dict[str, Any]) -> str:
