@@ -20,7 +20,7 @@ Its worker consumer also differs from Faust's in eight ways, whatever the profil
   would never be read. Stream partitions without a committed offset are sought to their first offset;
 - the fetched records Faust drops are read again: a partition whose fetched records Faust did not hand
   on (paused meanwhile, as a rebalance's table recovery pauses the stream partitions, or after its flow
-  stopped) is sought back to the first of them, unless it was reassigned since (see `not_handed_on`);
+  stopped) is sought back to the first of them, unless a rebalance or a seek moved it since (`Fetched`);
 - it hands fetched records to the streams with one race per fetch, not per record (see `drain`);
 - records of the app's direct topics (the joiner's inputs) go from each fetch to the app in batches,
   past Faust's conductor, stream and event objects (`Direct`);
@@ -58,27 +58,26 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
     fetch_max_wait_ms = profile.fetch_max_wait_ms
 
     class ProfileThread(faust_aiokafka.AIOKafkaConsumerThread):
-        # The aiokafka assignment the last fetch's records came from (one fetch loop runs at a time).
-        fetched_from: object = None
+        # Where the last fetch left its partitions (one fetch loop runs at a time).
+        fetched_at: Fetched | None = None
 
         async def _fetch_records(self, consumer: Any, active_partitions: Any, timeout: float | None = None,
                                  max_records: int | None = None) -> Any:
             records = await super()._fetch_records(consumer, active_partitions, timeout=timeout,
                                                    max_records=max_records)
-            self.fetched_from = assignment_of(consumer)  # no await since the fetch: the one it used
+            self.fetched_at = Fetched.of(consumer, records)  # no await since the fetch: where it left them
             return records
 
-        async def unread(self, assignment: object, offsets: Mapping[Any, int]) -> None:
-            """Seek each partition of `offsets` back to its offset, if the consumer's assignment is still
-            `assignment` (the one those records were fetched in)."""
+        async def unread(self, fetched: Fetched | None, offsets: Mapping[Any, int]) -> None:
+            """Seek each partition of `offsets` back to its offset, where nothing moved it since `fetched`
+            (no rebalance, no seek)."""
             consumer = self._ensure_consumer()
 
             async def seek() -> None:
-                # Checked and sought in the consumer's thread, where rebalances happen: nothing between.
-                if assignment is None or assignment_of(consumer) is not assignment:
-                    return  # reassigned since: the new assignment positions its partitions itself
+                # Checked and sought in the consumer's thread, where rebalances and seeks happen.
                 for tp, offset in offsets.items():
-                    consumer.seek(tp, offset)
+                    if fetched is not None and fetched.holds(consumer, tp):
+                        consumer.seek(tp, offset)
 
             await self.call_thread(seek)
 
@@ -137,7 +136,7 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             dropped = not_handed_on(self.fetched, handed_on)
             if dropped:
                 thread: Any = self._thread  # a ProfileThread
-                await thread.unread(thread.fetched_from, dropped)
+                await thread.unread(thread.fetched_at, dropped)
 
         def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
             return ProfileThread(self, loop=self.loop, beacon=self.beacon)
@@ -271,10 +270,38 @@ async def _commit(consumer: Any) -> None:
         await consumer.crash(e)
 
 
-def assignment_of(consumer: Any) -> object:
-    """An aiokafka consumer's current assignment (a new object at every rebalance), None if none."""
-    subscription = consumer._subscription.subscription
-    return None if subscription is None else subscription.assignment
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """Where a fetch left its partitions: the aiokafka assignment it was made in (a new one at every
+    rebalance) and each partition's position after it."""
+
+    assignment: Any
+    positions: Mapping[Any, int]
+
+    @staticmethod
+    def assignment_of(consumer: Any) -> Any:
+        subscription = consumer._subscription.subscription
+        return None if subscription is None else subscription.assignment
+
+    @classmethod
+    def of(cls, consumer: Any, records: Mapping[Any, Any]) -> Fetched | None:
+        assignment = cls.assignment_of(consumer)
+        if assignment is None:
+            return None
+        positions = {}
+        for tp in records:
+            state = assignment.state_value(tp)
+            if state is not None and state.has_valid_position:
+                positions[tp] = state.position
+        return cls(assignment, positions)
+
+    def holds(self, consumer: Any, tp: Any) -> bool:
+        """Whether `tp` is where this fetch left it: same assignment, position not sought since."""
+        if self.assignment_of(consumer) is not self.assignment:
+            return False  # reassigned since: the new assignment positions its partitions itself
+        state = self.assignment.state_value(tp)
+        return bool(state is not None and state.has_valid_position
+                    and state.position == self.positions.get(tp))
 
 
 def not_handed_on(fetched: Mapping[Any, list[Any]], handed_on: Mapping[Any, int]) -> dict[Any, int]:

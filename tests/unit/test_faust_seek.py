@@ -19,7 +19,7 @@ import faust
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
-from periscope.bus.faust_transport import not_handed_on, transport_class
+from periscope.bus.faust_transport import Fetched, not_handed_on, transport_class
 from periscope.bus.profile import profile
 
 A, B, C, D = (TP("in", p) for p in range(4))
@@ -107,25 +107,25 @@ def record(tp: TP, offset: int) -> ConsumerRecord[bytes, bytes]:
 
 
 class FetchingThread:
-    """A consumer thread whose fetch returns `fetched` (aiokafka's RecordMap) from `assignment`, and
-    which notes the unreads the consumer asks for."""
+    """A consumer thread whose fetch returns `fetched` (aiokafka's RecordMap), and which notes the unreads
+    the consumer asks for."""
 
     def __init__(self, fetched: dict[TP, list[ConsumerRecord[bytes, bytes]]],
                  during: Callable[[], None] = lambda: None) -> None:
         self.fetched, self.during = fetched, during
-        self.fetched_from: object = None
+        self.fetched_at: object = None
         self.unreads: list[tuple[object, dict[TP, int]]] = []
 
     async def getmany(self, active_partitions: Any, timeout: float) -> dict[TP, Any]:
-        self.fetched_from = "assignment 1"
+        self.fetched_at = "where fetch 1 left them"
         self.during()  # what happens in the app while the fetch waits for records
         return self.fetched
 
     def highwater(self, tp: TP) -> int:
         return 100
 
-    async def unread(self, assignment: object, offsets: dict[TP, int]) -> None:
-        self.unreads.append((assignment, offsets))
+    async def unread(self, fetched: object, offsets: dict[TP, int]) -> None:
+        self.unreads.append((fetched, offsets))
 
 
 async def fetch(c: Any) -> list[tuple[str, int, int]]:
@@ -140,7 +140,7 @@ async def test_records_fetched_for_a_partition_paused_meanwhile_are_read_again()
     c._thread = thread = FetchingThread(fetched, during=lambda: c._active_partitions.discard(A))
     c._active_partitions = {A, B}
     assert await fetch(c) == [("in", 1, 7), ("in", 1, 8)]
-    assert thread.unreads == [("assignment 1", {A: 0})]  # sought back, in the assignment fetched from
+    assert thread.unreads == [("where fetch 1 left them", {A: 0})]  # sought back, unless moved since
 
 
 async def test_a_fetch_handed_on_whole_is_not_read_again() -> None:
@@ -161,7 +161,7 @@ async def test_the_rest_of_a_fetch_after_the_flow_stopped_is_read_again_from_its
     async for _tp, m in c.getmany(timeout=1.0):
         got.append(m.offset)
         c.stop_flow()  # a rebalance starts after the first record
-    assert got == [0] and thread.unreads == [("assignment 1", {A: 1})]
+    assert got == [0] and thread.unreads == [("where fetch 1 left them", {A: 1})]
 
 
 def test_not_handed_on_names_each_partition_from_its_first_record_left() -> None:
@@ -171,29 +171,55 @@ def test_not_handed_on_names_each_partition_from_its_first_record_left() -> None
     assert not_handed_on(fetched, {A: 6, B: 1, C: 3}) == {}
 
 
-class Subscribed:
-    """An aiokafka consumer as the thread's unread sees it: its assignment, and its seeks."""
+class Position:
+    """aiokafka's TopicPartitionState, as far as unread reads it."""
 
-    def __init__(self, assignment: object) -> None:
-        self._subscription = type("S", (), {"subscription": type("Sub", (), {"assignment": assignment})})()
+    def __init__(self, position: int | None) -> None:
+        self.position, self.has_valid_position = position, position is not None
+
+
+class Assignment:
+    def __init__(self, positions: dict[TP, int | None]) -> None:
+        self.states = {tp: Position(p) for tp, p in positions.items()}
+
+    def state_value(self, tp: TP) -> Position | None:
+        return self.states.get(tp)
+
+
+class Subscribed:
+    """An aiokafka consumer as the thread's fetch and unread see it: its assignment, and its seeks."""
+
+    def __init__(self, assignment: Assignment) -> None:
+        self.assignment = assignment
         self.seeks: list[tuple[TP, int]] = []
+        self.seeks_on: set[int] = set()  # the threads the seeks ran in
+
+    @property
+    def _subscription(self) -> Any:
+        return type("S", (), {"subscription": type("Sub", (), {"assignment": self.assignment})})()
 
     def seek(self, tp: TP, offset: int) -> None:
         self.seeks.append((tp, offset))
+        self.seeks_on.add(threading.get_ident())
+        self.assignment.states[tp].position = offset
 
 
-async def test_unread_seeks_only_while_the_assignment_fetched_from_holds() -> None:
+async def test_unread_seeks_back_only_partitions_nothing_moved_since_the_fetch() -> None:
     c = consumer(Thread({}, {}, {}))
     thread = c._new_consumer_thread()
-    ran_on: list[int] = []
-
-    async def call_thread(fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-        ran_on.append(threading.get_ident())
-        return await asyncio.to_thread(asyncio.run, fun(*args))
-
-    thread.call_thread = call_thread
-    thread._consumer = aiokafka = Subscribed("assignment 2")
-    await thread.unread("assignment 1", {A: 0})  # a rebalance since: the new one positions A itself
+    thread.call_thread = Thread({}, {}, {}).call_thread  # runs it in another OS thread, as mode does
+    thread._consumer = aiokafka = Subscribed(Assignment({A: 3, B: 9, C: 4}))
+    fetched = Fetched.of(aiokafka, {A: [], B: [], C: []})  # a fetch left A at 3, B at 9, C at 4
+    aiokafka.seek(C, 0)  # then something sought C (Faust positioning it at its committed offset)
+    aiokafka.seeks.clear()
+    aiokafka.seeks_on.clear()
+    await thread.unread(fetched, {A: 0, B: 5, C: 2})
+    assert aiokafka.seeks == [(A, 0), (B, 5)]  # C is left where it was sought
+    assert aiokafka.seeks_on and threading.get_ident() not in aiokafka.seeks_on
+    aiokafka.assignment = Assignment({A: 0, B: 5})  # a rebalance: a new assignment
+    aiokafka.seeks.clear()
+    await thread.unread(Fetched.of(Subscribed(Assignment({A: 0, B: 5})), {A: [], B: []}), {A: 0})
+    await thread.unread(fetched, {A: 0})
+    assert aiokafka.seeks == []  # positioned by the new assignment itself
+    await thread.unread(None, {A: 0})  # no assignment when fetched
     assert aiokafka.seeks == []
-    await thread.unread("assignment 2", {A: 0, B: 5})
-    assert aiokafka.seeks == [(A, 0), (B, 5)] and ran_on
