@@ -2,13 +2,14 @@
 
 The bare loop is what the joiner would be without Faust and without its durability protocol: one
 aiokafka consumer (no group) assigned every input partition from the start, fetching as much a
-partition at a time as the worker's consumer (the broker profile's `fetch_partition_bytes`), `getmany`
-batches of at most the joiner's TAKE_MAX records, and per batch the joiner's own parts: `codec.decode`, the pure
-core (`step`, and `mark_inputs` with the same at-end flags the worker computes from the partitions'
-end offsets), the worker's catch-up rule (a node's outputs gathered while catching up, newest per
-key), `record_of` (the encoder) and `RecordBatches` (the worker's producer path, over an aiokafka
-producer with the joiner's producer settings). The engine configuration is the joiner's default. No
-tables, no marks, no persists, no acknowledgements, no commits.
+partition at a time as the worker's consumer (the broker profile's `fetch_partition_bytes`),
+`getmany` batches of at most the joiner's TAKE_MAX records, and per batch the joiner's own parts:
+`codec.decode`, the pure core (`step`, and `mark_inputs` with the same at-end flags the worker
+computes from the partitions' end offsets), the worker's catch-up rule (a node's outputs gathered
+while catching up, newest per key), `record_of` (the encoder) and `RecordBatches` (the worker's
+producer path, over an aiokafka producer with the joiner's producer settings). The engine
+configuration is the joiner's default. No tables, no marks, no persists, no acknowledgements, no
+commits.
 
 Runs alternate with one-worker joiner runs (bench.joiner.one_worker_run) on one preloaded backlog, so
 each pair sees the same load from the rest of the machine; both are timed between 10 % and 90 % of the
