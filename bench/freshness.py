@@ -324,8 +324,14 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
              f"+ {real_probes} real probes, 1 worker, API in its own process, /v1/pods polled every "
              f"{poll_s * 1000:.0f} ms; {len(headline)} samples")
     inc_brief = "age of a value seen through U(0,30 s) collect + U(0,15 s) scrape"
+    # The goal's figure: the pipeline's own delay. A sample is joined once a later event of its node
+    # arrives, so one whose next tick this process sent late waited for the load, not the pipeline;
+    # those are left out and counted (one tick of every marker in a 60 s span, in the runs of
+    # 2026-11-30: the load process, sharing two cores with everything else, fell a tick behind).
     topic = setup["at_output_topic"]
-    topic_p99 = topic.get("p99_s")
+    timely = topic["synthetic_next_tick_on_schedule"]
+    topic_p99 = timely.get("p99_s")
+    left_out = topic["synthetic_next_tick_late"].get("samples", 0)
     figures = [
         Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief,
                baseline="incumbent_staleness_p50_s"),
@@ -335,8 +341,10 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
         Figure("freshness_output_topic_p99_s", topic_p99, "s", setup,
                "the joiner's lateness (one tick), then the mark write acked before publishing", GOAL,
                [] if topic_p99 is None else [topic_p99],
-               f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks, 1 worker; sample event time -> its "
-               f"PodAttribution on the output topic; {topic.get('samples', 0):,} samples"),
+               f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks, 1 worker; synthetic marker sample "
+               f"event time -> its PodAttribution on the output topic; {timely.get('samples', 0):,} "
+               f"samples whose node's next tick was sent on time ({left_out} whose was not left out; "
+               f"every sample: p99 {topic.get('p99_s')} s)"),
         Figure("incumbent_staleness_p50_s", inc50, "s", inc, "collect and scrape intervals", None, [inc50],
                inc_brief),
         Figure("incumbent_staleness_p99_s", inc99, "s", inc, "collect and scrape intervals", None, [inc99],

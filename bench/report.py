@@ -148,7 +148,7 @@ HEADLINES = (
     ("joiner_vs_raw_ratio", "raw consume rate / joiner rate"),
     ("joiner_three_workers_device_samples_per_s", "joiner, three workers of one group"),
     ("freshness_p99_s", "freshness p99: sample on the GPU → visible in `/v1/pods`"),
-    ("freshness_output_topic_p99_s", "freshness p99 at the output topic (the marker samples)"),
+    ("freshness_output_topic_p99_s", "freshness p99 at the output topic (marker samples, next tick on time)"),
     ("outage_catch_up_s", "catch-up after a 60 s broker outage"),
     ("replay_device_samples_per_s", "replay in memory, one process"),
     ("replay_parallel_device_samples_per_s", "replay in memory to the JSON document, a worker per CPU"),

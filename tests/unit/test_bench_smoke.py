@@ -365,7 +365,7 @@ def test_the_summary_sets_brokers_side_by_side_with_goals_and_runs(tmp_path: Pat
     assert ">= 20,000: embedded: **met**; Apache Kafka: **not met**" in joiner
     # Each figure's own run where it was merged in from a later one, else the file's.
     assert joiner.endswith("| 2026-12-01, Intel Xeon, abc1234 · 2026-11-28, AMD EPYC, def5678 |")
-    topic = rows["freshness p99 at the output topic (the marker samples)"]
+    topic = rows["freshness p99 at the output topic (marker samples, next tick on time)"]
     assert "| 1.6 s | 1.2 s |" in topic
     assert "p99 < 1.5 s: embedded: **not met**; Apache Kafka: **met**" in topic
     assert "| 1,900 bytes/row (no broker) | — |" in rows["API memory per row (an hour of windows each)"]
