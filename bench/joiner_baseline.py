@@ -12,9 +12,9 @@ configuration is the joiner's default. No tables, no marks, no persists, no ackn
 commits.
 
 Runs alternate with one-worker joiner runs (bench.joiner.one_worker_run) on one preloaded backlog, so
-each pair sees the same load from the rest of the machine; both are timed between 10 % and 90 % of the
-backlog's device samples. The bare loop runs in its own process (`python -m bench.joiner_baseline`),
-as the worker does, and reports its own CPU time.
+each pair sees the same load from the rest of the machine; both are timed over the whole backlog (the
+goal's) and between 10 % and 90 % of the backlog's device samples joined. The bare loop runs in its own
+process (`python -m bench.joiner_baseline`), as the worker does, and reports its own CPU time.
 """
 
 from __future__ import annotations
@@ -225,8 +225,9 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
     setup: dict[str, Any] = {
         "nodes": nodes, "gpus_per_node": shape.gpus, "ticks": ticks, **load, "repeats": repeats,
         "how": "one preloaded backlog; one-worker joiner runs (fresh consumer group) alternating with "
-               "bare-loop runs (own process, no group); CPU per device sample of each between 10% and 90% "
-               "of the backlog's device samples; the ratio per pair",
+               "bare-loop runs (own process, no group); CPU per device sample of each over the whole "
+               "backlog (the goal's) and between 10% and 90% of the backlog's device samples joined; the "
+               "ratio per pair",
         "bare_loop": __doc__.split("\n\n")[1].replace("\n", " ") if __doc__ else "",
         "pairs": [{w: {k: rounded(v) for k, v in r.items()} for w, r in p.items()} for p in pairs],
         "void_pairs": failed,
@@ -240,14 +241,22 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
         Figure("joiner_bare_loop_device_samples_per_s", median(bare_rates), "device-samples/s", setup,
                "one process on a shared machine", None, bare_rates,
                "the bare loop's rate, same backlog and run as the joiner"),
-        Figure("joiner_vs_bare_loop_cpu_ratio", median(ratios) if ratios else None, "x", setup, limit,
-               RATIO_GOAL, ratios, "joiner CPU per device sample / bare loop's, paired runs"),
+        Figure("joiner_vs_bare_loop_cpu_ratio", median(ratios) if ratios else None, "x", setup,
+               f"{limit}; and how much of each loop's decoding precedes the window", None, ratios,
+               "the same between 10 % and 90 % of the device samples joined, paired runs"),
         Figure("bare_loop_vs_joiner_rate_ratio", median(rate_ratios), "x", setup, limit, None, rate_ratios,
                "bare loop device-samples/s / joiner's, paired runs"),
+        # The goal's: every device sample's work counted on both sides. A window on samples joined leaves
+        # out the decoding done before it, and how much differs between the loops with how far each
+        # reads ahead of its joins (alignment holds samples until the allocation streams are read): on
+        # Apache Kafka on 2026-11-30 the bare loop's window held 39-43 us a device sample of its 58-66
+        # over the whole backlog, the worker's 53-68 of 64-73. The whole backlog's own bias is against
+        # the joiner: its count starts when the worker listens, before its rebalance and first fetch.
         Figure("joiner_vs_bare_loop_cpu_ratio_whole_backlog", median(whole_ratios) if whole_ratios else None,
-               "x", setup, limit, None, whole_ratios,
-               "the same ratio over each run's whole backlog (joiner: from listening to its last sample; "
-               "bare loop: from its first fetch), beside the 10-90 % window the goal is judged on"),
+               "x", setup, f"{limit}; and the worker's start (its rebalance), which the bare loop has not",
+               RATIO_GOAL, whole_ratios,
+               "joiner CPU per device sample / bare loop's over each run's whole backlog (joiner: from "
+               "listening to its last sample; bare loop: from its first fetch), paired runs"),
     ]
     return figures, {"pairs": setup["pairs"], "void_pairs": failed}
 
