@@ -146,24 +146,36 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             changelogs = self.app.tables.changelog_topics  # their readers position them themselves
             streams = [tp for tp in committed if tp.topic not in changelogs]
             first = await self.earliest_offsets(*streams) if streams else {}
-            positioned = {}
+            positioned, to_start = {}, {}
             for tp in streams:
                 start = max(0, first.get(tp) or 0)
                 if not committed[tp]:
-                    await self.seek(tp, start)
+                    to_start[tp] = start
                 positioned[tp] = max(committed[tp] or 0, start)
+            # One call for all: the consumer thread takes calls one at a time, each after the fetch under
+            # way, so a seek a partition took a worker's fetch loop up to a second each (2.7 s for the
+            # 24 stream partitions of a fresh group), and the fetcher went on from where it was meanwhile.
+            await self._seek_all(to_start)
+            for tp, start in to_start.items():
+                self._read_offset[tp] = start or None  # as Faust's seek: read from there again
             self.positioned = positioned
             return committed
 
         async def _seek(self, partition: TP, offset: int) -> None:
+            await self._seek_all({partition: offset})
+
+        async def _seek_all(self, offsets: Mapping[TP, int]) -> None:
             # In the consumer's own thread, as Faust makes every other call into aiokafka. Faust's seek
             # runs in the caller's: aiokafka's Fetcher.seek_to then drops the partition's fetched records
             # while the consumer thread's fetched_records reads them (a KeyError that crashed a worker's
             # fetcher right after a rebalance, when seek_to_committed positions the partitions).
+            if not offsets:
+                return
             thread = self._thread
 
             async def seek() -> None:
-                thread.seek(partition, offset)
+                for tp, offset in offsets.items():
+                    thread.seek(tp, offset)
 
             await thread.call_thread(seek)
 

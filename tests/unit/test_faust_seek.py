@@ -34,6 +34,7 @@ class Thread:
         self.committed, self.first, self.position = committed, first, position
         self.asked: list[tuple[TP, ...]] = []
         self.seeks_on: set[int] = set()  # the threads aiokafka's seek ran in
+        self.calls = 0  # calls into the consumer thread
 
     async def seek_to_committed(self) -> dict[TP, int | None]:
         for tp, offset in self.committed.items():
@@ -51,6 +52,7 @@ class Thread:
 
     async def call_thread(self, fun: Callable[..., Awaitable[Any]], *args: Any) -> Any:
         """Runs `fun` on an event loop in another OS thread, as mode runs it on the consumer thread's."""
+        self.calls += 1
         return await asyncio.to_thread(asyncio.run, fun(*args))
 
 
@@ -98,6 +100,9 @@ async def test_the_seeks_run_in_the_consumer_thread_not_the_callers() -> None:
     await c.seek_to_committed()
     assert thread.position == {A: 0, B: 3}
     assert thread.seeks_on and threading.get_ident() not in thread.seeks_on
+    # All in one call: the thread takes its calls one at a time, each after the fetch under way.
+    assert thread.calls == 1
+    assert c._read_offset[A] is None and c._read_offset[B] == 3  # read from there again, as Faust's seek
 
 
 # ------------------------------------------------- records Faust fetched and dropped are read again
