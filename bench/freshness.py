@@ -343,8 +343,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                [] if topic_p99 is None else [topic_p99],
                f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks, 1 worker; synthetic marker sample "
                f"event time -> its PodAttribution on the output topic; {timely.get('samples', 0):,} "
-               f"samples whose node's next tick was sent on time ({left_out} whose was not left out; "
-               f"every sample: p99 {topic.get('p99_s')} s)"),
+               f"samples whose node's next tick was sent on time (left out: {left_out} whose next tick "
+               f"was late; every sample: p99 {topic.get('p99_s')} s)"),
         Figure("incumbent_staleness_p50_s", inc50, "s", inc, "collect and scrape intervals", None, [inc50],
                inc_brief),
         Figure("incumbent_staleness_p99_s", inc99, "s", inc, "collect and scrape intervals", None, [inc99],
