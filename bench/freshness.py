@@ -337,7 +337,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                baseline="incumbent_staleness_p50_s"),
         Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, [p99], brief,
                baseline="incumbent_staleness_p99_s"),
-        # The issue's own measure: the API's consumer and HTTP left out, over every marker sample.
+        # The issue's own measure: the API's consumer and HTTP left out.
         Figure("freshness_output_topic_p99_s", topic_p99, "s", setup,
                "the joiner's lateness (one tick), then the mark write acked before publishing", GOAL,
                [] if topic_p99 is None else [topic_p99],
