@@ -68,7 +68,7 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             self.fetched_at = Fetched.of(consumer, records)  # no await since the fetch: where it left them
             return records
 
-        async def unread(self, fetched: Fetched | None, offsets: Mapping[Any, int]) -> None:
+        async def unread(self, fetched: Fetched, offsets: Mapping[Any, int]) -> None:
             """Seek each partition of `offsets` back to its offset, where nothing moved it since `fetched`
             (no rebalance, no seek)."""
             consumer = self._ensure_consumer()
@@ -76,7 +76,7 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             async def seek() -> None:
                 # Checked and sought in the consumer's thread, where rebalances and seeks happen.
                 for tp, offset in offsets.items():
-                    if fetched is not None and fetched.holds(consumer, tp):
+                    if fetched.holds(consumer, tp):
                         consumer.seek(tp, offset)
 
             await self.call_thread(seek)
@@ -104,8 +104,6 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
         # The last offset of each partition handed over to the app's direct take, in this generation.
         handed: dict[TP, int] = {}
         handed_generation: int | None = None
-        # The records of the last fetch, by partition, as aiokafka returned them.
-        fetched: Mapping[TP, list[Any]] = {}
         # The commit the fetch loop started last (`commit_aside`), while it is under way.
         commit_aside_task: asyncio.Future[None] | None = None
 
@@ -115,11 +113,6 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             if self.handed_generation == self.app.consumer_generation_id:
                 after_seek(self._read_offset, self.handed)
 
-        async def _getmany(self, active_partitions: Any, timeout: float) -> Any:
-            records = await super()._getmany(active_partitions, timeout)
-            self.fetched = records
-            return records
-
         async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Any]]:
             # Faust drops what it fetched for a partition paused after the fetch began (the stream
             # partitions are paused while a rebalance recovers the tables), and the rest of a fetch
@@ -128,15 +121,15 @@ def transport_class(profile: BrokerProfile) -> type[faust_aiokafka.Transport]:
             # from where it was meanwhile, and handed over records after a hole (a worker catching
             # up on Apache Kafka, fetching 64 KiB at a time, lost the first hundreds of records of
             # a partition that way: the progress watch restarted it).
-            self.fetched = {}
+            thread: Any = self._thread  # a ProfileThread
+            thread.fetched_at = None  # (no fetch when the flow is stopped)
             handed_on: dict[TP, int] = {}
             async for tp, message in super().getmany(timeout):
                 handed_on[tp] = message.offset
                 yield tp, message
-            dropped = not_handed_on(self.fetched, handed_on)
-            if dropped:
-                thread: Any = self._thread  # a ProfileThread
-                await thread.unread(thread.fetched_at, dropped)
+            fetched = thread.fetched_at
+            if fetched is not None and (dropped := not_handed_on(fetched.records, handed_on)):
+                await thread.unread(fetched, dropped)
 
         def _new_consumer_thread(self) -> faust_aiokafka.AIOKafkaConsumerThread:
             return ProfileThread(self, loop=self.loop, beacon=self.beacon)
@@ -284,9 +277,10 @@ async def _commit(consumer: Any) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Fetched:
-    """Where a fetch left its partitions: the aiokafka assignment it was made in (a new one at every
-    rebalance) and each partition's position after it."""
+    """A fetch's records (aiokafka's, by partition) and where it left their partitions: the aiokafka
+    assignment it was made in (a new one at every rebalance) and each partition's position after it."""
 
+    records: Mapping[Any, list[Any]]
     assignment: Any
     positions: Mapping[Any, int]
 
@@ -305,7 +299,7 @@ class Fetched:
             state = assignment.state_value(tp)
             if state is not None and state.has_valid_position:
                 positions[tp] = state.position
-        return cls(assignment, positions)
+        return cls(records, assignment, positions)
 
     def holds(self, consumer: Any, tp: Any) -> bool:
         """Whether `tp` is where this fetch left it: same assignment, position not sought since."""

@@ -118,19 +118,19 @@ class FetchingThread:
     def __init__(self, fetched: dict[TP, list[ConsumerRecord[bytes, bytes]]],
                  during: Callable[[], None] = lambda: None) -> None:
         self.fetched, self.during = fetched, during
-        self.fetched_at: object = None
-        self.unreads: list[tuple[object, dict[TP, int]]] = []
+        self.fetched_at: Fetched | None = None
+        self.unreads: list[tuple[object, dict[TP, int]]] = []  # (assignment fetched in, offsets)
 
     async def getmany(self, active_partitions: Any, timeout: float) -> dict[TP, Any]:
-        self.fetched_at = "where fetch 1 left them"
+        self.fetched_at = Fetched(self.fetched, "assignment 1", {})
         self.during()  # what happens in the app while the fetch waits for records
         return self.fetched
 
     def highwater(self, tp: TP) -> int:
         return 100
 
-    async def unread(self, fetched: object, offsets: dict[TP, int]) -> None:
-        self.unreads.append((fetched, offsets))
+    async def unread(self, fetched: Fetched, offsets: dict[TP, int]) -> None:
+        self.unreads.append((fetched.assignment, offsets))
 
 
 async def fetch(c: Any) -> list[tuple[str, int, int]]:
@@ -145,7 +145,7 @@ async def test_records_fetched_for_a_partition_paused_meanwhile_are_read_again()
     c._thread = thread = FetchingThread(fetched, during=lambda: c._active_partitions.discard(A))
     c._active_partitions = {A, B}
     assert await fetch(c) == [("in", 1, 7), ("in", 1, 8)]
-    assert thread.unreads == [("where fetch 1 left them", {A: 0})]  # sought back, unless moved since
+    assert thread.unreads == [("assignment 1", {A: 0})]  # sought back, unless moved since
 
 
 async def test_a_fetch_handed_on_whole_is_not_read_again() -> None:
@@ -166,7 +166,7 @@ async def test_the_rest_of_a_fetch_after_the_flow_stopped_is_read_again_from_its
     async for _tp, m in c.getmany(timeout=1.0):
         got.append(m.offset)
         c.stop_flow()  # a rebalance starts after the first record
-    assert got == [0] and thread.unreads == [("where fetch 1 left them", {A: 1})]
+    assert got == [0] and thread.unreads == [("assignment 1", {A: 1})]
 
 
 def test_not_handed_on_names_each_partition_from_its_first_record_left() -> None:
@@ -226,5 +226,5 @@ async def test_unread_seeks_back_only_partitions_nothing_moved_since_the_fetch()
     await thread.unread(Fetched.of(Subscribed(Assignment({A: 0, B: 5})), {A: [], B: []}), {A: 0})
     await thread.unread(fetched, {A: 0})
     assert aiokafka.seeks == []  # positioned by the new assignment itself
-    await thread.unread(None, {A: 0})  # no assignment when fetched
-    assert aiokafka.seeks == []
+    unassigned = type("Consumer", (), {"_subscription": type("S", (), {"subscription": None})()})()
+    assert Fetched.of(unassigned, {A: []}) is None  # no assignment when fetched: nothing to seek back
