@@ -12,6 +12,8 @@ else (PERISCOPE_KAFKA_PROFILE=embedded; `periscope up` sets it for what it start
   that must be sure a reader sees its last record appends a fence record after it;
 - `offsets_for_times` answers wrongly: readers locate event times by bisection instead;
 - a waiting fetch is not answered when records arrive: consumers wait briefly per fetch;
+- a JoinGroup is answered only once half the group's session timeout passed (counted in whole seconds,
+  at least one), waiting for other members: development stacks give their workers short sessions;
 - a group's first generation is numbered 0, which aiokafka takes for "never joined" and so never
   leaves: a consumer sends that LeaveGroup itself;
 - no compression codecs were seen to work, so none is used;

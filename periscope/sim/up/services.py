@@ -43,11 +43,14 @@ class Tuning:
     @classmethod
     def derive(cls, run_dir: Path, tick_ms: int, opts: UpOptions) -> Tuning:
         # The aggregation window: fine enough that idleness is decided within a few ticks. The joiner
-        # republishes unchanged outputs every two ticks (event time), so that data newer than a fault
-        # shows within the five ticks the report allows for recovery; ten ticks and three heartbeats
-        # without an output (at least 5 s of real time) mean stale, so a quiet cluster does not flap
-        # /readyz.
-        heartbeat_ms = 2 * tick_ms
+        # republishes unchanged outputs every second sample, so that data newer than a fault shows
+        # within the five ticks the report allows for recovery. Samples are stamped when the probe
+        # takes them, not on the tick, so two ticks apart can read a few ms short of two ticks: a
+        # heartbeat of exactly two ticks then waited for a third (a whole tick later, under load more
+        # often); one and a half ticks falls due on the second sample with up to half a tick of
+        # jitter. Ten ticks and three heartbeats without an output (at least 5 s of real time) mean
+        # stale, so a quiet cluster does not flap /readyz.
+        heartbeat_ms = 2 * tick_ms - tick_ms // 2
         stale_s = max(5000.0, 10 * tick_ms / opts.speed, 3 * heartbeat_ms / opts.speed)
         bucket_ms = max(tick_ms, min(60_000, opts.idle_window_ms // 5))
         return cls(run_dir, bucket_ms, seconds(stale_s), heartbeat_ms)
@@ -98,7 +101,8 @@ def services(
     out.append(("watcher", py(cli, "watch"), checked("watcher", WatcherSettings, watcher)))
     # Event-time knobs scale with the speed: reordering between topics of up to 0.5 s of real time is
     # `speed` times that in event time. A short session timeout keeps a joiner restart quick (one
-    # worker: there is no one to rebalance with).
+    # worker: there is no one to rebalance with): the embedded broker holds a group's first JoinGroup
+    # for half of it in whole seconds, so 2 s joins in 1 s (3 s took 2).
     joiner = {
         "app_id": JOINER_APP_ID,
         "web_host": "127.0.0.1",
@@ -107,7 +111,7 @@ def services(
         "window": seconds(tune.idle_bucket_ms),
         "lateness": seconds(max(float(DEFAULT_CONFIG.lateness_ms), 500 * opts.speed)),
         "heartbeat": seconds(tune.heartbeat_ms),
-        "session_timeout": "3",
+        "session_timeout": "2",
         "stale_after": tune.stale_after,
         "idle_window": format_duration_ms(opts.idle_window_ms),
         "idle_threshold": f"{opts.idle_threshold:g}",
