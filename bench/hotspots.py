@@ -54,19 +54,32 @@ def _package(frame: str) -> str:
     return parts[0] if len(parts) > 1 else path
 
 
+# Leaf frames of a thread that waits: the event loop in its poll, the log sweeper in its sleep, a thread on
+# a condition. py-spy leaves out idle threads by their OS state, which it cannot always read (it counted
+# these as running), so a sample whose leaf is one of them is counted as waiting, not as work.
+WAITING = frozenset({
+    "EpollSelector.select (stdlib/selectors.py)", "_PollLikeSelector.select (stdlib/selectors.py)",
+    "_sweeper (periscope/logs.py)", "Condition.wait (stdlib/threading.py)",
+})
+
+
 def summarize_collapsed(text: str, top: int = 40) -> dict[str, Any]:
-    """Self and inclusive sample shares per function from py-spy's raw (collapsed) output."""
+    """Self and inclusive sample shares per function from py-spy's raw (collapsed) output, over the
+    samples that were work (`waiting_pct`: the share left out as WAITING)."""
     self_c: Counter[str] = Counter()
     incl_c: Counter[str] = Counter()
     pkg_c: Counter[str] = Counter()
     callers: dict[str, Counter[str]] = {}
-    total = 0
+    total = waiting = 0
     for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
         n = int(count)
         frames = [_frame(f) for f in stack.split(";")]
+        if frames[-1] in WAITING:
+            waiting += n
+            continue
         total += n
         self_c[frames[-1]] += n
         # The nearest caller in project code (or the frame above the leaf), to say who pays.
@@ -88,8 +101,8 @@ def summarize_collapsed(text: str, top: int = 40) -> dict[str, Any]:
     for row in hot[:8]:
         row["callers"] = [{"via": v, "pct": round(100 * n / total, 1)}
                           for v, n in callers[row["function"]].most_common(3)]
-    return {"samples": total, "self_by_package": pct(pkg_c, False), "self": hot,
-            "inclusive_project": pct(incl_c, True)}
+    return {"samples": total, "waiting_pct": round(100 * waiting / (total + waiting), 1),
+            "self_by_package": pct(pkg_c, False), "self": hot, "inclusive_project": pct(incl_c, True)}
 
 
 def _children(pid: int) -> list[int]:
@@ -119,7 +132,7 @@ async def joiner_profile(bootstrap: str, tmp: Path, expected: int, timeout_s: fl
         return {"skipped": "py-spy wrote no profile", "log": worker.log()[-500:]}
     summary = summarize_collapsed(out.read_text())
     summary["setup"] = (f"py-spy record at 200 Hz of one worker over the whole backlog ({expected} device-"
-                        f"samples), idle samples excluded; rate while profiled "
+                        f"samples), waiting threads' samples excluded (`waiting_pct`); rate while profiled "
                         f"{run['device_samples_per_s']:.0f} device-samples/s")
     return summary
 

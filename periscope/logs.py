@@ -169,7 +169,7 @@ def uninstall() -> None:
 
 def _sweeper(repeat: RepeatFilter, stop: threading.Event) -> None:
     while True:
-        time.sleep(max(1.0, repeat.window_s / 3))  # a sleep, not stop.wait: profilers see it as idle
+        time.sleep(max(1.0, repeat.window_s / 3))  # py-spy may count it as running (bench/hotspots.py)
         if stop.is_set():
             return
         for logger, level, line in repeat.sweep():

@@ -165,9 +165,10 @@ def test_percentile_sizes_and_profile_parsing() -> None:
     assert common.percentile(range(1, 101), 99) == 99
     assert common.deep_size([b"x" * 1000]) > 1000
     text = ("main (/x/site-packages/faust/a.py);step (/r/periscope/core/engine.py) 3\n"
-            "main (/x/site-packages/faust/a.py) 1\n")
+            "main (/x/site-packages/faust/a.py) 1\n"
+            "main (/x/site-packages/faust/a.py);EpollSelector.select (/x/lib/python3.11/selectors.py) 4\n")
     s = hotspots.summarize_collapsed(text)
-    assert s["samples"] == 4
+    assert s["samples"] == 4 and s["waiting_pct"] == 50.0  # the loop's poll is waiting, not work
     assert s["self"][0] == {"function": "step (engine.py)", "pct": 75.0,
                             "callers": [{"via": "main (faust/a.py)", "pct": 75.0}]}
     assert hotspots.short("/x/venv/lib/python3.11/site-packages/faust/app.py") == "faust/app.py"
