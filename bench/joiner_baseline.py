@@ -5,9 +5,10 @@ aiokafka consumer (no group) assigned every input partition from the start, fetc
 partition at a time as the worker's consumer (the broker profile's `fetch_partition_bytes`),
 `getmany` batches of at most the joiner's TAKE_MAX records, and per batch the joiner's own parts:
 `codec.decode`, the pure core (`step`, and `mark_inputs` with the same at-end flags the worker
-computes from the partitions' end offsets), the worker's catch-up rule (a node's outputs gathered
-while catching up, newest per key), `record_of` (the encoder) and `RecordBatches` (the worker's
-producer path, over an aiokafka producer with the joiner's producer settings). The engine
+computes from the partitions' end offsets), the worker's catch-up rule (while catching up on a node,
+the core's views paused and its outputs gathered, then the newest per key), `record_of` (the encoder)
+and `RecordBatches` (the worker's producer path, over an aiokafka producer with the joiner's producer
+settings). The engine
 configuration is the joiner's default. No tables, no marks, no persists, no acknowledgements, no
 commits.
 
@@ -65,7 +66,15 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
     from aiokafka import TopicPartition
 
     from periscope.bus.admin import partition_counts
-    from periscope.core.engine import NodeState, apply, mark_inputs, new_state
+    from periscope.core.engine import (
+        NodeState,
+        apply,
+        mark_inputs,
+        new_state,
+        pause_views,
+        refresh_views,
+        resume_views,
+    )
     from periscope.core.model import Output
     from periscope.settings.joiner import JoinerSettings
     from services.joiner.app import TAKE_MAX
@@ -145,7 +154,10 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                 g = gathered.setdefault(node, Gathered())
                 g.add(node_outs)
                 waited_s = (wall_ms - stamped.get(node, wall_ms)) / 1000
-                if not catching_up(node_outs, backlog.get(partition_of[node]), waited_s):
+                if catching_up(node_outs, backlog.get(partition_of[node]), waited_s):
+                    pause_views(states[node])
+                else:
+                    g.add(resume_views(states[node], config))
                     records.extend(record_of(o) for o in g.take())
             if records:
                 pending.extend(await batches.send(records))
@@ -153,6 +165,8 @@ async def bare_loop(bootstrap: str, expected: int) -> dict[str, Any]:
                 samples = sum(state.counters.device_samples for state in states.values())
                 marks.append((time.perf_counter(), time.process_time(), samples))
         # What is still gathered goes out at the end, as a worker's persist would publish it.
+        for node, g in gathered.items():
+            g.add(refresh_views(states[node], config))
         records = [record_of(o) for g in gathered.values() for o in g.take()]
         if records:
             pending.extend(await batches.send(records))

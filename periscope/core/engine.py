@@ -195,11 +195,14 @@ def _time_of(p: Pending) -> int:
 
 
 def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[Output]:
+    # Views paused: those of the samples before the XID first, as they were (a GPU's state names its
+    # last XID).
+    before = _views(state)
     prev = state.last_xid.get(ev.gpu_uuid)
     if prev is None or ev.meta.time_ms >= prev.at_ms:
         state.last_xid[ev.gpu_uuid] = XidRef(code=ev.code, at_ms=ev.meta.time_ms)
     finding = xid_finding(state.node, ev, state.holdings_at(ev.meta.time_ms), state.pods)
-    return emit(state, [finding], config)
+    return emit(state, [*before, finding], config)
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
@@ -215,16 +218,61 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors, gap)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = []
-    by_pod = rows_by_pod(state)
-    for uid in sorted(touched):
-        att = pod_attribution(state, uid, t, by_pod.get(uid, []))
-        if att is not None:
-            outs.append(att)
-    outs.extend(gpu_states(state, tel, held.index, held.monitors))
+    if state.views_paused:
+        state.views_stale = True
+        for uid in touched:
+            state.views_pods[uid] = t
+        if t - state.pruned_ms >= PRUNE_EVERY_MS:
+            outs.extend(_views(state))  # before pods gone past retention are dropped with their rows
+    else:
+        by_pod = rows_by_pod(state)
+        for uid in sorted(touched):
+            att = pod_attribution(state, uid, t, by_pod.get(uid, []))
+            if att is not None:
+                outs.append(att)
+        outs.extend(gpu_states(state, tel, held.index, held.monitors))
     outs.extend(state.findings.reconcile(findings, t))
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
     return emit(state, outs, config)
+
+
+def pause_views(state: NodeState) -> None:
+    """For a host catching up on the node, which would keep only the newest attribution and GPU state
+    of each key: step samples without building their views (the state, windows and findings advance
+    as ever; findings still come out as they happen). `refresh_views` gives the newest views."""
+    state.views_paused = True
+
+
+def refresh_views(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
+    """If samples were stepped with views paused since the last refresh, the views they would have
+    ended with, under the change rule: each pod's attribution as of the last sample that stepped it
+    (every window that closed meanwhile rides on it), and the GPU states of the last sample; else
+    nothing."""
+    return emit(state, _views(state), config)
+
+
+def _views(state: NodeState) -> list[Output]:
+    if not state.views_stale:
+        return []
+    state.views_stale = False
+    stepped, state.views_pods = state.views_pods, {}
+    outs: list[Output] = []
+    by_pod = rows_by_pod(state)
+    for uid in sorted(stepped):
+        att = pod_attribution(state, uid, stepped[uid], by_pod.get(uid, []))
+        if att is not None:
+            outs.append(att)
+    if state.last_telemetry is not None:
+        held = state.held_at(state.processed_ms)
+        outs.extend(gpu_states(state, state.last_telemetry, held.index, held.monitors))
+    return outs
+
+
+def resume_views(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
+    """Build views for every sample again; returns `refresh_views`."""
+    state.views_paused = False
+    return refresh_views(state, config)
 
 
 def _health(state: NodeState, t_ms: int) -> list[SourceHealth]:

@@ -110,6 +110,12 @@ class NodeState:
     allocs_version: int = field(default=0, compare=False)
     inventory_version: int = field(default=0, compare=False)
     node_event_version: int = field(default=0, compare=False)
+    # While a host catches up on the node (engine.pause_views), samples are stepped without building
+    # their attribution and GPU states; `views_stale`: some were since the views were last refreshed.
+    # Not persisted: a host refreshes the views before it persists the state.
+    views_paused: bool = field(default=False, compare=False)
+    views_stale: bool = field(default=False, compare=False)
+    views_pods: dict[str, int] = field(default_factory=dict, compare=False)  # pod UID -> its last step
     _held: Held | None = field(default=None, compare=False, repr=False)
     _sharing: tuple[int, str, int] = field(default=(-1, "time-slicing", 0), compare=False, repr=False)
 

@@ -2,13 +2,17 @@
 on the broker (a restart, a new consumer group, a rebalance, a probe's buffered backlog).
 
 Live, a batch holds a tick or two of a node and every output is published at once. Catching up, the core
-computes an attribution and a GPU state per key for every tick, and publishing each would cost the
+would compute an attribution and a GPU state per key for every tick, and publishing each would cost the
 worker most of its time (encoding and producing ~1.9 records per device sample) for states that are
-stale before they land. The worker then gathers the node's outputs (`Gathered`) and publishes them when
-it has caught up, or before the node's next persist at the latest: only the newest attribution and GPU
-state per key, those that close windows (each window is in one publication only), and every finding, in
-the order the core computed them. A subsequence of the outputs, so every subscriber ends where it would
-with all of them.
+stale before they land. So once a batch finds the worker catching up on a node, the core builds no views
+for its samples (periscope.core.engine.pause_views: the state, windows and findings advance as ever),
+and the worker gathers what comes out (`Gathered`: findings, and views the core refreshes on its own,
+before an XID or a prune) and publishes it when it has caught up, or before the node's next persist at
+the latest, after the views the samples ended with (`refresh_views`): the newest attribution and GPU
+state per key as the core computed them, each closed window on its row's attribution (in one
+publication only), and every finding in the order the core computed them. Every subscriber ends where it
+would with all of the outputs (tests/unit/test_core_views_paused.py, test_joiner_newest.py); building
+only these halved the worker's CPU per device sample on a backlog.
 """
 
 from __future__ import annotations

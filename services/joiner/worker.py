@@ -25,12 +25,12 @@ for their mark; every record of the batch waits, unacknowledged, for the next pe
 those persists start only after the outputs were submitted (nothing is awaited in between). No log
 line or metric update is made per record: they are counted per batch. While the worker catches up on a
 node (catchup.catching_up: its records waited seconds on the broker, or a backlog stands behind them),
-its outputs are gathered instead, and published once it caught up (a batch that reads the partition to
-its end or is not catching up, or no record of the node for GATHERED_QUIET_S) or before its next
-persist, whichever comes first: only the newest attribution and GPU state per key, those that close
-windows and every finding, a subsequence of the outputs that leaves every subscriber where all of them
-would. The persist rule holds: a persist publishes what was gathered before it writes the state that
-computed it.
+the core builds no views for its samples and its outputs are gathered, then published once it caught up
+(a batch that reads the partition to its end or is not catching up, or no record of the node for
+GATHERED_QUIET_S) or before its next persist, whichever comes first, after the views its samples ended
+with: the newest attribution and GPU state per key, every closed window and every finding, which leave
+every subscriber where all the outputs would. The persist rule holds: a persist publishes what was
+gathered, and the views, before it writes the state that computed them.
 """
 
 from __future__ import annotations
@@ -46,7 +46,17 @@ from periscope.bus import codec
 from periscope.bus.codec import DecodeError
 from periscope.bus.topics import ALLOCATIONS, BY_NAME, INVENTORY, NODE_INPUTS, NODES, PODS, TELEMETRY, XID
 from periscope.core.changes import carry_windows
-from periscope.core.engine import Counters, EngineConfig, advance, apply, mark_inputs, output_key
+from periscope.core.engine import (
+    Counters,
+    EngineConfig,
+    advance,
+    apply,
+    mark_inputs,
+    output_key,
+    pause_views,
+    refresh_views,
+    resume_views,
+)
 from periscope.core.model import (
     AllocationSnapshot,
     DeviceInventory,
@@ -262,6 +272,12 @@ class Joiner:
             caught_up = left is not None and left <= 0
             if fresh or t.probe or taken is not None:  # (else the batch tells nothing of it)
                 slot.catching = behind and not caught_up
+            # Catching up, only the newest views of a key would go out: the core builds none until then.
+            if slot.catching:
+                pause_views(slot.state)
+            elif slot.state.views_paused:
+                fresh += self._fresh(slot, resume_views(slot.state, self.config))
+                catching = behind
             fresh = self._outgoing(slot, fresh, catching, caught_up)
             if fresh:
                 newest = max((time_of(o) for o in fresh if not is_one_shot(o)), default=0)
@@ -497,6 +513,8 @@ class Joiner:
                 quiet = not waits[slot.partition]
                 if quiet:
                     slot.catching = False  # nothing of its partition waits: caught up on it
+                    if state.views_paused:
+                        self._emit(slot, resume_views(state, self.config))
             if quiet and state.pending:
                 upto = max(p.meta.time_ms for p in state.pending) + self.config.lateness_ms
                 before = replace(state.counters)
@@ -510,21 +528,23 @@ class Joiner:
                 self._emit(slot, outs)
             if slot.replay_until_ms and quiet:
                 self._end_replay(slot)
-            if slot.gathered and now - slot.last_probe >= GATHERED_QUIET_S:
-                self._emit(slot, ())  # its records stopped coming (where the partition's end is not known)
+            if (slot.gathered or state.views_stale) and now - slot.last_probe >= GATHERED_QUIET_S:
+                # Its records stopped coming (where the partition's end is not known).
+                self._emit(slot, refresh_views(state, self.config))
             if (slot.dirty or slot.held) and periodic_due(slot, now, self.persist_interval_s):
                 self._persist(slot)
 
     # ------------------------------------------------------------------ persistence
 
     def _persist(self, slot: Slot) -> None:
-        if self.stopping and not slot.held and not slot.dirty and not slot.gathered:
+        stale = slot.state.views_stale
+        if self.stopping and not slot.held and not slot.dirty and not slot.gathered and not stale:
             return
         if slot.persisting:
             slot.again = True
             return
-        if slot.gathered:  # the state persisted must not be ahead of what was published
-            self._emit(slot, ())
+        if slot.gathered or stale:  # the state persisted must not be ahead of what was published
+            self._emit(slot, refresh_views(slot.state, self.config))
         slot.seq += 1
         plan = plan_persist(slot.state, slot.seq, slot.versions)
         held, slot.held = slot.held, self._acks.held()
