@@ -206,6 +206,9 @@ def _process_xid(state: NodeState, ev: XidEvent, config: EngineConfig) -> list[O
 
 
 def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) -> list[Output]:
+    # Views paused, a device gone from the sample gets no view from it: those of the samples before
+    # first, while the last sample still holds it.
+    before = _views(state) if state.views_stale and _devices_gone(state.last_telemetry, tel) else []
     t = tel.meta.time_ms
     gap = t - state.processed_ms if state.processed_ms else 0  # the time this sample is charged for
     state.processed_ms = t
@@ -217,7 +220,7 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     held = state.held_at(t)
     touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors, gap)
     findings.extend(health_findings(state.node, t, _health(state, t)))
-    outs: list[Output] = []
+    outs: list[Output] = before
     if state.views_paused:
         state.views_stale = True
         for uid in touched:
@@ -235,6 +238,16 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     if t - state.pruned_ms >= PRUNE_EVERY_MS:
         _prune(state, t, config)
     return emit(state, outs, config)
+
+
+def _devices_gone(last: NodeTelemetry | None, tel: NodeTelemetry) -> bool:
+    """Whether the last sample holds a device `tel` lacks (devices come in the same order, nearly always)."""
+    if last is None:
+        return False
+    if len(last.devices) == len(tel.devices) and all(
+            a.uuid == b.uuid for a, b in zip(last.devices, tel.devices, strict=True)):
+        return False
+    return not {d.uuid for d in last.devices} <= {d.uuid for d in tel.devices}
 
 
 def pause_views(state: NodeState) -> None:

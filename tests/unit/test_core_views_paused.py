@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from periscope.core.changes import without_windows
 from periscope.core.engine import apply, new_state, output_key, pause_views, refresh_views, resume_views
-from periscope.core.model import Finding, GpuState, NodeInput, Output, PodAttribution, XidEvent
-from tests.unit.core_builders import NODE
+from periscope.core.model import Finding, GpuState, NodeInput, NodeTelemetry, Output, PodAttribution, XidEvent
+from tests.unit.core_builders import NODE, tel
 from tests.unit.test_joiner_newest import CONFIG, _feed, _windows
 
 
@@ -93,3 +93,20 @@ def test_any_paused_span_ends_where_views_throughout_would(data: st.DataObject) 
     pause_at = data.draw(st.integers(0, len(feed) - 1), label="pause_at")
     resume_at = data.draw(st.integers(pause_at, len(feed) - 1), label="resume_at")
     _check(feed, pause_at, resume_at)
+
+
+def test_a_gpu_gone_from_the_samples_while_paused_keeps_its_last_view() -> None:
+    """Eager stepping publishes a GPU's state with each sample that holds it; paused, the GPU's last
+    sample is not the node's last, so its views are built before the first sample without it."""
+    feed = _feed(30)
+    cut = next(i for i, ev in enumerate(feed) if isinstance(ev, NodeTelemetry) and ev.meta.time_ms == 20_000)
+    # From 20 s on the node reports its first GPU only (the second gone: lost from NVML, say).
+    feed = feed[:cut] + [tel(ev.meta.time_ms, ev.devices[0]) if isinstance(ev, NodeTelemetry) else ev
+                         for ev in feed[cut:]]
+    before = feed[cut - 1]
+    assert isinstance(before, NodeTelemetry)
+    gone = before.devices[1].uuid
+    paused = _paused(feed, cut - 8, len(feed) - 1)
+    last = {o.as_of_ms for step in paused for o in step if isinstance(o, GpuState) and o.gpu_uuid == gone}
+    assert max(last) == 19_000  # its last sample's state, published
+    _check(feed, cut - 8, len(feed) - 1)
