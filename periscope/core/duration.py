@@ -20,7 +20,15 @@ _MAX_TEXT = 64  # characters: `1h30m15s500ms` is 13; a longer text is not a dura
 
 
 def _clip(text: str) -> str:
-    return repr(text) if len(text) <= 40 else f"{text[:30]!r}... ({len(text)} characters)"
+    """`text` quoted for an error message, in at most about 70 characters whatever it holds (repr writes
+    a character outside the basic plane or a control character as up to ten)."""
+    shown = repr(text)
+    if len(shown) <= 42:
+        return shown
+    head = text[:30]
+    while len(repr(head)) > 40:
+        head = head[:-1]
+    return f"{head!r}... ({len(text)} characters)"
 
 
 def parse_duration_ms(text: str) -> int:

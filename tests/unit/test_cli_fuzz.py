@@ -79,6 +79,15 @@ def test_durations_parse_within_bounds_or_say_why(text: str) -> None:
         assert 0 <= ms <= MAX_DURATION_MS
 
 
+def test_a_duration_of_escaped_characters_is_quoted_short() -> None:
+    # Found by the fuzzer: repr writes each of these as ten characters, so 40 of them made a 460-character
+    # message out of a quote meant to be short.
+    text = "0" * 10 + "\x1f\ud7fc" + "\U0001005e" * 28
+    with pytest.raises(ValueError) as e:
+        parse_duration_ms(text)
+    assert len(str(e.value)) < 120 and "(40 characters)" in str(e.value)
+
+
 TIMES = (st.text()
          | st.from_regex(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})?\Z")
          | st.datetimes(timezones=st.timezones()).map(lambda t: t.isoformat()))
