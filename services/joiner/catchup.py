@@ -7,12 +7,13 @@ worker most of its time (encoding and producing ~1.9 records per device sample) 
 stale before they land. So once a batch finds the worker catching up on a node, the core builds no views
 for its samples (periscope.core.engine.pause_views: the state, windows and findings advance as ever),
 and the worker gathers what comes out (`Gathered`: findings, and views the core refreshes on its own,
-before an XID or a prune) and publishes it when it has caught up, or before the node's next persist at
-the latest, after the views the samples ended with (`refresh_views`): the newest attribution and GPU
-state per key as the core computed them, each closed window on its row's attribution (in one
-publication only), and every finding in the order the core computed them. Every subscriber ends where it
-would with all of the outputs (tests/unit/test_core_views_paused.py, test_joiner_newest.py); building
-only these halved the worker's CPU per device sample on a backlog.
+before an XID, a prune or a sample without a device) and publishes it when it has caught up, or before
+the node's next persist at the latest, after the views the samples ended with (`refresh_views`): the
+newest attribution and GPU state per key as the core computed them, each closed window on its row's
+attribution (in one publication only), and every finding in the order the core computed them. Every
+subscriber ends where it would with all of the outputs (tests/unit/test_core_views_paused.py and
+test_joiner_newest.py); building only these cut the worker's CPU per device sample on a backlog by a
+fifth to a half (bench/README.md).
 """
 
 from __future__ import annotations
