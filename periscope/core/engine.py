@@ -221,23 +221,40 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     touched, findings = attribute_sample(state, tel, held.index, config.rows, held.monitors, gap)
     findings.extend(health_findings(state.node, t, _health(state, t)))
     outs: list[Output] = before
+    prune = t - state.pruned_ms >= PRUNE_EVERY_MS
     if state.views_paused:
         state.views_stale = True
         for uid in touched:
             state.views_pods[uid] = t
-        if t - state.pruned_ms >= PRUNE_EVERY_MS:
+        if prune:
             outs.extend(_views(state))  # before pods gone past retention are dropped with their rows
     else:
-        by_pod = rows_by_pod(state)
-        for uid in sorted(touched):
-            att = pod_attribution(state, uid, t, by_pod.get(uid, []))
-            if att is not None:
-                outs.append(att)
+        outs.extend(_pod_views(state, dict.fromkeys(touched, t)))
         outs.extend(gpu_states(state, tel, held.index, held.monitors))
     outs.extend(state.findings.reconcile(findings, t))
-    if t - state.pruned_ms >= PRUNE_EVERY_MS:
+    if prune:
         _prune(state, t, config)
     return emit(state, outs, config)
+
+
+def _pod_views(state: NodeState, as_of: dict[str, int]) -> list[Output]:
+    """The attribution of each pod of `as_of` (UID -> time), in UID order."""
+    by_pod = rows_by_pod(state)
+    outs: list[Output] = []
+    for uid in sorted(as_of):
+        att = pod_attribution(state, uid, as_of[uid], by_pod.get(uid, []))
+        if att is not None:
+            outs.append(att)
+    return outs
+
+
+def _gpu_views(state: NodeState) -> list[Output]:
+    """The GPU states of the last processed sample (it is kept without its per-process detail, which
+    the GPU view does not read)."""
+    if state.last_telemetry is None:
+        return []
+    held = state.held_at(state.processed_ms)
+    return list(gpu_states(state, state.last_telemetry, held.index, held.monitors))
 
 
 def _devices_gone(last: NodeTelemetry | None, tel: NodeTelemetry) -> bool:
@@ -270,16 +287,7 @@ def _views(state: NodeState) -> list[Output]:
         return []
     state.views_stale = False
     stepped, state.views_pods = state.views_pods, {}
-    outs: list[Output] = []
-    by_pod = rows_by_pod(state)
-    for uid in sorted(stepped):
-        att = pod_attribution(state, uid, stepped[uid], by_pod.get(uid, []))
-        if att is not None:
-            outs.append(att)
-    if state.last_telemetry is not None:
-        held = state.held_at(state.processed_ms)
-        outs.extend(gpu_states(state, state.last_telemetry, held.index, held.monitors))
-    return outs
+    return _pod_views(state, stepped) + _gpu_views(state)
 
 
 def resume_views(state: NodeState, config: EngineConfig = DEFAULT_CONFIG) -> list[Output]:
@@ -308,15 +316,6 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
 
 def current_view(state: NodeState) -> list[Output]:
     """Every output as of the latest processed sample (for recovery and convergence checks)."""
-    t = state.processed_ms
-    outs: list[Output] = []
-    by_pod = rows_by_pod(state)
-    for uid in sorted(by_pod):
-        att = pod_attribution(state, uid, t, by_pod[uid])
-        if att is not None:
-            outs.append(att)
-    if state.last_telemetry is not None:
-        held = state.held_at(t)
-        outs.extend(gpu_states(state, state.last_telemetry, held.index, held.monitors))
+    outs = _pod_views(state, dict.fromkeys(rows_by_pod(state), state.processed_ms)) + _gpu_views(state)
     outs.extend(state.findings.active())
     return outs

@@ -54,6 +54,12 @@ class Slot:
     persist_started: float = 0.0
     persist_warned: bool = False
 
+    @property
+    def unpublished(self) -> bool:
+        """Whether outputs of the node wait to be published: gathered, or views the core has yet to
+        build (catchup.py)."""
+        return bool(self.gathered) or self.state.views_stale
+
 
 EVENT_TIME_WAIT = 6  # intervals on the clock after which a node persists though its event time stood still
 # While the worker catches up on a node its periodic persists are this many times further apart.

@@ -528,7 +528,7 @@ class Joiner:
                 self._emit(slot, outs)
             if slot.replay_until_ms and quiet:
                 self._end_replay(slot)
-            if (slot.gathered or state.views_stale) and now - slot.last_probe >= GATHERED_QUIET_S:
+            if slot.unpublished and now - slot.last_probe >= GATHERED_QUIET_S:
                 # Its records stopped coming (where the partition's end is not known).
                 self._emit(slot, refresh_views(state, self.config))
             if (slot.dirty or slot.held) and periodic_due(slot, now, self.persist_interval_s):
@@ -537,13 +537,12 @@ class Joiner:
     # ------------------------------------------------------------------ persistence
 
     def _persist(self, slot: Slot) -> None:
-        stale = slot.state.views_stale
-        if self.stopping and not slot.held and not slot.dirty and not slot.gathered and not stale:
+        if self.stopping and not slot.held and not slot.dirty and not slot.unpublished:
             return
         if slot.persisting:
             slot.again = True
             return
-        if slot.gathered or stale:  # the state persisted must not be ahead of what was published
+        if slot.unpublished:  # the state persisted must not be ahead of what was published
             self._emit(slot, refresh_views(slot.state, self.config))
         slot.seq += 1
         plan = plan_persist(slot.state, slot.seq, slot.versions)
