@@ -5,10 +5,11 @@ class forbids plain assignment), about 100 ns a field; the engine and the bus de
 hundred fields' worth of such objects for every device of every sample. `fast_init` gives the class an
 `__init__` of the same signature that stores each field with a plain assignment, a sixth of that cost,
 and so drops the run-time guard against assignment after construction: immutability of these classes is
-checked by mypy (`make lint`: an assignment to a field of a frozen dataclass is a type error in every
-annotated function of `periscope` and `services`), and at run time in the test suite, which sets GUARDED
-before the classes are built (tests/conftest.py). With the guard, each field is stored through its slot
-descriptor (about half the generated cost) and assignment raises `FrozenInstanceError` as before.
+checked by mypy (`make lint`: an assignment to a field of a frozen dataclass is a type error wherever
+mypy knows the object's type in `periscope` and `services`, unannotated functions included), and at run
+time in the test suite, which sets GUARDED before the classes are built (tests/conftest.py). With the
+guard, each field is stored through its slot descriptor (about half the generated cost) and assignment
+raises `FrozenInstanceError` as before.
 Everything else the dataclass defines (eq, hash, repr, `fields()`, `replace()`, pickling) is unchanged.
 Measured on the replay benchmark's cluster without the guard: decoding and core together 21 % fewer
 instructions (bench/README.md, "Frozen classes").
