@@ -92,7 +92,7 @@ def test_unguarded_objects_equal_the_guarded_ones_but_for_assignment() -> None:
     guarded, plain = _pair()
     for args in [(1,), (1, 2.0), (1, 2.0, ("a",))]:
         g, p = guarded(*args), plain(*args)
-        assert (repr(g), hash(g)) == (repr(p).replace(plain.__qualname__, guarded.__qualname__), hash(p))
+        assert (repr(g), hash(g)) == (repr(p), hash(p))
         assert dataclasses.astuple(g) == dataclasses.astuple(p)
         assert p == plain(*args) and p != plain(9)
         assert dataclasses.replace(p, x=3) == plain(3, *args[1:])
