@@ -37,6 +37,7 @@ from periscope.core.model import (
 )
 from periscope.core.publish import emit
 from periscope.core.publish import output_key as output_key  # callers take it from the engine
+from periscope.core.rows import RowState
 from periscope.core.sharing import Pool, collect, share
 from periscope.core.state import Counters as Counters
 from periscope.core.state import NodeState as NodeState
@@ -237,9 +238,11 @@ def _process_sample(state: NodeState, tel: NodeTelemetry, config: EngineConfig) 
     return emit(state, outs, config)
 
 
-def _pod_views(state: NodeState, as_of: dict[str, int]) -> list[Output]:
-    """The attribution of each pod of `as_of` (UID -> time), in UID order."""
-    by_pod = rows_by_pod(state)
+def _pod_views(state: NodeState, as_of: dict[str, int],
+               by_pod: dict[str, list[RowState]] | None = None) -> list[Output]:
+    """The attribution of each pod of `as_of` (UID -> time), in UID order (`by_pod`: the state's
+    `rows_by_pod`, where the caller has it)."""
+    by_pod = rows_by_pod(state) if by_pod is None else by_pod
     outs: list[Output] = []
     for uid in sorted(as_of):
         att = pod_attribution(state, uid, as_of[uid], by_pod.get(uid, []))
@@ -316,6 +319,7 @@ def _prune(state: NodeState, t_ms: int, config: EngineConfig) -> None:
 
 def current_view(state: NodeState) -> list[Output]:
     """Every output as of the latest processed sample (for recovery and convergence checks)."""
-    outs = _pod_views(state, dict.fromkeys(rows_by_pod(state), state.processed_ms)) + _gpu_views(state)
+    by_pod = rows_by_pod(state)
+    outs = _pod_views(state, dict.fromkeys(by_pod, state.processed_ms), by_pod) + _gpu_views(state)
     outs.extend(state.findings.active())
     return outs
