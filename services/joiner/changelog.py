@@ -13,8 +13,9 @@ On recovery the node record is the truth: each listed pod takes the newest of it
 not newer than the node record. A crash between the steps therefore yields the previous persist as a
 whole, never a mix in which samples are counted twice or lost.
 
-Records are JSON, zlib-compressed (a fifth of the size: the tables' latest values stay in the worker's
-memory, and each persist goes through the changelog); uncompressed records are read as well.
+Records are JSON, zlib-compressed with a preset dictionary (services.joiner.packing: a pod record in a
+quarter of its size; the tables' latest values stay in the worker's memory, and each persist goes through
+the changelog); records compressed without the dictionary, and uncompressed ones, are read as well.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import orjson
 from periscope.core.engine import NodeState, new_state
 from periscope.core.snapshot import from_parts, to_parts
 from services.joiner.delivery import RecordBatches
+from services.joiner.packing import pack, unpack
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ class PodVersion:
     stale: bool = False  # the table holds a newer, unconfirmed record: rewrite it on the next persist
 
     def rows(self) -> bytes:
-        return zlib.decompress(self.packed)[self.at:self.at + self.size]
+        return unpack(self.packed)[self.at:self.at + self.size]
 
 
 def _digest(blob: bytes) -> bytes:
@@ -78,12 +80,12 @@ def pod_version(seq: int, blob: bytes, record: bytes, *, stale: bool = False,
         data = inflated if record[:1] != b"{" else b""
     else:
         try:
-            data = zlib.decompress(record)
+            data = unpack(record)
         except zlib.error:  # an uncompressed record
             data = b""
     at = data.rfind(blob) if stale else data.find(blob)
     if at < 0:  # another writer's formatting, or an uncompressed record
-        record, at = _pack(blob), 0
+        record, at = pack(blob), 0
     return PodVersion(seq, _digest(blob), record, at, len(blob), stale)
 
 
@@ -109,16 +111,12 @@ class StateError(ValueError):
     """A table record is not in a format this joiner can read."""
 
 
-def _pack(record: bytes) -> bytes:
-    return zlib.compress(record, 1)  # level 1: nearly the ratio of 6 at a third of the CPU
-
-
 def pod_record(node: str, uid: str, seq: int, rows: bytes, prev: PodVersion | None) -> PodVersion:
     """The pod record of persist `seq` (`packed`): `rows`, and the previous version's rows."""
     head = _dumps({"format": FORMAT, "node": node, "uid": uid, "seq": seq})[:-1] + b',"rows":'
     prev_seq = b"null" if prev is None else str(prev.seq).encode()
     prev_rows = b"null" if prev is None else prev.rows()
-    record = _pack(head + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}")
+    record = pack(head + rows + b',"prev_seq":' + prev_seq + b',"prev":' + prev_rows + b"}")
     return PodVersion(seq, _digest(rows), record, len(head), len(rows))
 
 
@@ -136,7 +134,7 @@ def plan_persist(state: NodeState, seq: int, versions: dict[str, PodVersion]) ->
     removed = sorted(set(versions) - set(pod_parts))
     for uid in removed:
         del versions[uid]
-    node = _pack(_dumps({"format": FORMAT, "node": state.node, "seq": seq, "pods": sorted(pod_parts),
+    node = pack(_dumps({"format": FORMAT, "node": state.node, "seq": seq, "pods": sorted(pod_parts),
                          "state": node_part}))
     return Persist(seq=seq, pods=pods, node=node, removed=removed, processed_ms=state.processed_ms)
 
@@ -149,7 +147,7 @@ def load_record(data: bytes, what: str = "record") -> dict[str, Any]:
 def _load(data: bytes, what: str) -> tuple[dict[str, Any], bytes]:
     """The record and its JSON text."""
     try:
-        text = data if data[:1] == b"{" else zlib.decompress(data)
+        text = data if data[:1] == b"{" else unpack(data)
         obj = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError, zlib.error) as e:
         raise StateError(f"{what}: not JSON ({e})") from None
