@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -203,16 +204,19 @@ class RecordBatches:
     def __init__(self, producer: Any) -> None:
         self._producer = producer  # Faust's aiokafka Producer
         # (topic, key) -> partition under the topic's partition count: keys (pod UIDs, GPU UUIDs)
-        # repeat every tick, and the partitioner's hash is pure Python.
-        self._partitions: dict[str, tuple[int, dict[bytes, int]]] = {}
+        # repeat every tick, and the partitioner's hash is pure Python. Keyed by the interned text of
+        # the key: the very string the core's state holds for that pod or GPU, where the bytes would
+        # be a copy kept per key (some 140 bytes a pod-device row).
+        self._partitions: dict[str, tuple[int, dict[str, int]]] = {}
 
     def _partition(self, topic: str, count: int, key: bytes) -> int:
         known = self._partitions.get(topic)
         if known is None or known[0] != count or len(known[1]) > MAX_CACHED_KEYS:
             known = self._partitions[topic] = (count, {})
-        partition = known[1].get(key)
+        text = key.decode("utf-8", "surrogateescape")
+        partition = known[1].get(text)
         if partition is None:
-            partition = known[1][key] = self._producer.key_partition(topic, key).partition
+            partition = known[1][sys.intern(text)] = self._producer.key_partition(topic, key).partition
         return partition
 
     async def send(self, records: list[tuple[str, bytes, bytes]]) -> list[Any]:
