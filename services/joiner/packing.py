@@ -48,8 +48,9 @@ _DICT_1 = (
     b'"exclusive",null,0.0,0.0,0.0,true,false,17,17,["checkpoint","podresources","process"],0,0.0,0.0,'
     b'1.0,[],17,"",null,null,null,null]],"","","Running",17,0,17]},"prev_seq":null,"prev":null}'
 )
-DICTIONARIES: dict[int, bytes] = {zlib.adler32(d): d for d in (_DICT_1,)}
-_NEWEST = _DICT_1
+_DICTS = (_DICT_1,)  # oldest first: new records use the last
+DICTIONARIES: dict[int, bytes] = {zlib.adler32(d): d for d in _DICTS}
+_NEWEST = _DICTS[-1]
 
 
 def pack(record: bytes) -> bytes:
