@@ -26,11 +26,11 @@ those persists start only after the outputs were submitted (nothing is awaited i
 line or metric update is made per record: they are counted per batch. While the worker catches up on a
 node (catchup.catching_up: its records waited seconds on the broker, or a backlog stands behind them),
 the core builds no views for its samples and its outputs are gathered, then published once it caught up
-(a batch that reads the partition to its end or is not catching up, or no record of the node for
-GATHERED_QUIET_S) or before its next persist, whichever comes first, after the views its samples ended
-with: the newest attribution and GPU state per key, every closed window and every finding, which leave
-every subscriber where all the outputs would. The persist rule holds: a persist publishes what was
-gathered, and the views, before it writes the state that computed them.
+(a batch after which every input stream of its partition is read to its end, or one not catching up, or
+no record of the node for GATHERED_QUIET_S) or before its next persist, whichever comes first, after the
+views its samples ended with: the newest attribution and GPU state per key, every closed window and
+every finding, which leave every subscriber where all the outputs would. The persist rule holds: a
+persist publishes what was gathered, and the views, before it writes the state that computed them.
 """
 
 from __future__ import annotations
@@ -255,6 +255,7 @@ class Joiner:
         live = list(touched.values())
         publish: list[tuple[Slot, list[Output], bool]] = []  # slot, outputs, whether its mark moved
         marks: list[tuple[bytes, bytes, int]] = []
+        ends: dict[int, bool] = {}  # partition -> every input stream of it read to its end
         for t in live:
             slot = t.slot
             self.metrics.count_engine(t.before, slot.state.counters, redelivered=False)
@@ -266,10 +267,10 @@ class Joiner:
             taken = self.backlog(slot.partition, taken_at.get(slot.partition))
             behind = catching_up(fresh, taken, wall - t.stamped)
             catching = not fresh or behind
-            # (The partition's end is asked only where the node is catching up. Ends are refreshed
-            # every few seconds, so a worker can be past the last one it was told: below zero.)
-            left = self.backlog(slot.partition) if catching else None
-            caught_up = left is not None and left <= 0
+            # Caught up once every input stream of the node's partition is read to its end (asked only
+            # where the node is catching up): telemetry at its end is not enough, since alignment holds
+            # samples until the allocation and pod streams are read, and releases them after.
+            caught_up = catching and self._read_to_end(slot.partition, ends)
             if fresh or t.probe or taken is not None:  # (else the batch tells nothing of it)
                 slot.catching = behind and not caught_up
             # Catching up, only the newest views of a key would go out: the core builds none until then.
@@ -400,6 +401,13 @@ class Joiner:
             position = self.positions.next(topic, partition)
             out.append((stream, end is not None and position is not None and position >= end))
         return tuple(out)
+
+    def _read_to_end(self, partition: int, known: dict[int, bool]) -> bool:
+        """Whether every input stream of `partition` is read to its end (memoized in `known`)."""
+        done = known.get(partition)
+        if done is None:
+            done = known[partition] = all(at_end for _, at_end in self.flags(partition))
+        return done
 
     def _tell(self, slot: Slot, flags: Flags | None) -> list[Output]:
         if not self.config.align or flags is None:
