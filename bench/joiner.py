@@ -196,11 +196,14 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     progress = Progress(procs)
     progress.origin = (spawned, 0.0)
     cpu: dict[str, tuple[float, float, float]] = {}  # fraction -> (its poll's time, worker CPU, broker CPU)
+    polled: list[tuple[float, float]] = []  # (device samples, worker CPU) at each poll that saw progress
 
     def cpu_s() -> float:
         return sum(w.cpu_s() for w in procs) if wrap is None else 0.0
 
     def on_mark(n: float) -> None:
+        if wrap is None:
+            polled.append((n, cpu_s()))
         for frac in (0.1, 0.9):
             if n >= frac * expected and str(frac) not in cpu and all(w.proc.poll() is None for w in procs):
                 broker = proc_cpu_s(broker_pid) if broker_pid else 0.0
@@ -247,6 +250,8 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
     if wrap is None and progress.count:
         # The whole backlog, from the moment the workers listen (their startup done) to the last sample.
         out["worker_cpu_us_per_device_sample_whole"] = 1e6 * (cpu_done - cpu_listening) / progress.count
+        # Worker CPU from listening at each poll: the whole backlog up to any count of samples.
+        out["cpu_by_samples"] = [(n, c - cpu_listening) for n, c in polled]
     return out
 
 
@@ -429,6 +434,7 @@ async def throughput(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: i
     ]
 
     def brief_run(r: dict[str, Any]) -> dict[str, Any]:
-        return {k: rounded(v) if isinstance(v, float) else v for k, v in r.items() if k != "url"}
+        return {k: rounded(v) if isinstance(v, float) else v for k, v in r.items()
+                if k not in ("url", "cpu_by_samples")}
 
     return figures, {"runs": [brief_run(r) for r in runs], "three_worker_runs": [brief_run(r) for r in pairs]}

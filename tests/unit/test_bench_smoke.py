@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench import api, common, dcgm_scrape, eos, freshness, hotspots, probe, replay, replay_hour, report, run
 from bench.joiner import Progress
+from bench.joiner_baseline import same_samples
 from bench.workload import NodeShape, cluster_events, gpu_uuid, node_name, pod_uid
 from periscope.bus import topics
 from periscope.core import engine
@@ -147,6 +148,16 @@ def test_joiner_rate_spans_the_polls_between_ten_and_ninety_percent() -> None:
     assert rate != rate  # done by the first poll: nothing to time
     progress.origin = (0.5, 0.0)  # ... unless it is known when the workers started
     assert progress.rate(100) == (200.0, 0.5, 1.0)
+
+
+def test_joiner_cpu_is_counted_up_to_the_samples_the_bare_loop_joined() -> None:
+    # (samples counted, worker CPU s since listening) at each poll; the bare loop joined 99,600 of 100,000:
+    # the rest wait for the lateness, released seconds later by the worker's tick.
+    polled = [(40_000.0, 1.0), (99_000.0, 2.4), (99_616.0, 2.5), (100_000.0, 2.8)]
+    assert same_samples(polled, 99_600) == 1e6 * 2.5 / 99_616
+    assert same_samples(polled, 100_000) == 1e6 * 2.8 / 100_000
+    assert same_samples(polled, 100_001) is None  # never got there: no figure
+    assert same_samples([], 10) is None
 
 
 def test_output_ages_split_by_whether_the_next_tick_came_on_schedule() -> None:
