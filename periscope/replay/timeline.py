@@ -56,9 +56,11 @@ class Run:
     items: int = 0
 
 
-def render_run(outputs: list[Output]) -> tuple[bytes, array[int], array[int], int]:
+def render_run(outputs: list[Output]) -> tuple[list[bytes], array[int], array[int], int]:
     """A node's outputs (in emission order) as spooled: the items sorted by event time (stably), each
-    preceded by SEP; the time of each block of one instant and its end relative to the run's start."""
+    preceded by SEP; the time of each block of one instant and its end relative to the run's start.
+    The items are written one after another, not joined first: an hour of a node is some 75 MB of
+    them, and a joined copy of that size is a fresh mapping each time (past glibc's mmap threshold)."""
     timed = sorted((output_time(o), i) for i, o in enumerate(outputs))  # stable: ties by index
     dumps = orjson.dumps
     parts = [SEP + dumps(output_json(outputs[i])) for _, i in timed]
@@ -73,16 +75,16 @@ def render_run(outputs: list[Output]) -> tuple[bytes, array[int], array[int], in
     if last is not None:
         times.append(last)
         ends.append(pos)
-    return b"".join(parts), times, ends, len(parts)
+    return parts, times, ends, len(parts)
 
 
 def append_run(out: IO[bytes], path: str, outputs: list[Output]) -> Run | None:
     """Render `outputs` and append them to `out` (the spool file at `path`) as one run."""
     if not outputs:
         return None
-    data, times, rel, items = render_run(outputs)
+    parts, times, rel, items = render_run(outputs)
     start = out.seek(0, os.SEEK_END)
-    out.write(data)
+    out.writelines(parts)
     out.flush()
     return Run(path, start, times, array("q", (start + e for e in rel)), items)
 
@@ -93,7 +95,7 @@ class Spool:
     def __init__(self) -> None:
         self.dir = tempfile.mkdtemp(prefix="periscope-replay-")
         self._path = os.path.join(self.dir, "main")
-        self._file: IO[bytes] = open(self._path, "w+b")  # noqa: SIM115  (closed by close())
+        self._file: IO[bytes] = open(self._path, "w+b", buffering=_BLOCK)  # noqa: SIM115  (closed by close())
         self._runs: list[Run] = []
         self.items = 0
 
@@ -176,7 +178,7 @@ def replay_to_spool(events: list[ReplayInput], config: ReplayConfig, spool: Spoo
     def render(res: NodeReplay) -> NodeReplay:
         if not out:
             path = os.path.join(spool.dir, f"worker-{os.getpid()}")
-            out.append(open(path, "ab"))  # noqa: SIM115  (closed when the worker exits)
+            out.append(open(path, "ab", buffering=_BLOCK))  # noqa: SIM115  (closed when the worker exits)
         res.rendered, res.kept = append_run(out[0], out[0].name, res.kept), []
         return res
 
