@@ -59,8 +59,8 @@ class Run:
 def render_run(outputs: list[Output]) -> tuple[list[bytes], array[int], array[int], int]:
     """A node's outputs (in emission order) as spooled: the items sorted by event time (stably), each
     preceded by SEP; the time of each block of one instant and its end relative to the run's start.
-    The items are written one after another, not joined first: an hour of a node is some 75 MB of
-    them, and a joined copy of that size is a fresh mapping each time (past glibc's mmap threshold)."""
+    The items stay apart (`append_run` writes them one after another): an hour of a node is some 75 MB
+    of them, and a joined copy that size is a fresh mapping each time (past glibc's mmap threshold)."""
     timed = sorted((output_time(o), i) for i, o in enumerate(outputs))  # stable: ties by index
     dumps = orjson.dumps
     parts = [SEP + dumps(output_json(outputs[i])) for _, i in timed]
