@@ -202,12 +202,13 @@ async def one_worker_run(bootstrap: str, tmp: Path, expected: int, broker_pid: i
         return sum(w.cpu_s() for w in procs) if wrap is None else 0.0
 
     def on_mark(n: float) -> None:
+        worker = cpu_s()  # one reading a poll, for every figure taken from it
         if wrap is None:
-            polled.append((n, cpu_s()))
+            polled.append((n, worker))
         for frac in (0.1, 0.9):
             if n >= frac * expected and str(frac) not in cpu and all(w.proc.poll() is None for w in procs):
                 broker = proc_cpu_s(broker_pid) if broker_pid else 0.0
-                cpu[str(frac)] = (progress.marks[-1][0], cpu_s(), broker)
+                cpu[str(frac)] = (progress.marks[-1][0], worker, broker)
 
     try:
         urls = await asyncio.gather(*(asyncio.to_thread(w.wait_url, 90) for w in procs))
