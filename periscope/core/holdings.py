@@ -22,6 +22,10 @@ def owners_of(hs: Sequence[Holding]) -> tuple[Owner, ...]:
     return tuple(sorted((owner_of(h) for h in hs), key=lambda o: (o.device_id, o.pod_uid, o.container)))
 
 
+def _same_or(known: tuple[Holding, ...] | None, hs: tuple[Holding, ...]) -> tuple[Holding, ...]:
+    return known if known == hs else hs
+
+
 @dataclass(slots=True)
 class HoldingIndex:
     holdings: list[Holding]  # the list indexed
@@ -54,10 +58,12 @@ class HoldingIndex:
                 keys.append(h.key)
             else:
                 unresolved.append(h)
-        ix.by_gpu = {g: tuple(hs) for g, hs in by_gpu.items()}
         ix.ambiguous = tuple(ambiguous)
         ix.unresolved = tuple(unresolved)
         ix.by_instance = {i: (tuple(hs), tuple(keys)) for i, (hs, keys) in by_instance.items()}
+        # A whole GPU's holders are usually its instance's too: the same tuple then serves both.
+        same = {g: hs for g, (hs, _) in ix.by_instance.items()}
+        ix.by_gpu = {g: _same_or(same.get(g), tuple(hs)) for g, hs in by_gpu.items()}
         held = {k: None for _, keys in ix.by_instance.values() for k in keys}  # distinct, in order
         held.update((h.key, None) for h in unresolved)
         ix.held_rows = len(held)

@@ -156,7 +156,7 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
     reg = PodRegistry()
     for p in node["pods"]:
         info: PodInfo = from_jsonable(PodInfo, p["info"])
-        reg.pods[info.uid] = PodRecord(info, p["first"], p["deleted"], (p["ver"][0], p["ver"][1]))
+        reg.pods[info.uid] = PodRecord(info, p["first"], p["deleted"], p["ver"][0], p["ver"][1])
     inventory = from_jsonable(DeviceInventory | None, node["inventory"])
     state = NodeState(
         node=node["node"],

@@ -306,3 +306,22 @@ def test_a_sample_is_joined_when_the_next_tick_arrives_even_a_few_ms_early() -> 
     ) for o in apply(state, ev)]
     assert last_gpu(outs, g).as_of_ms == 2 * S  # the first sample is out; the second waits for the next
     assert [p.meta.time_ms for p in state.pending] == [3 * S - 3]
+
+
+def test_a_nodes_holdings_share_what_every_holding_repeats() -> None:
+    """A worker keeps each node's holdings: the sources every holding of a device lists and the holders
+    of a whole GPU (its unit's too) are one object each, not a copy per pod-device row."""
+    g0, g1 = gpu(0), gpu(1)
+    state, _ = run([
+        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
+        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
+              ck(uid(2), (g1,))),
+        tel(2 * S, dev(g0, 50.0), dev(g1, 60.0)),
+    ])
+    held = state.held_at(2 * S)
+    a, b = held.holdings
+    assert a.sources == b.sources == ("checkpoint", "podresources") and a.sources is b.sources
+    ix = held.index
+    for g in (g0, g1):
+        assert [h.pod_uid for h in ix.by_gpu[g]] == [h.pod_uid for h in ix.by_instance[g][0]]
+        assert ix.by_gpu[g] is ix.by_instance[g][0]
