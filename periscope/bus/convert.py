@@ -30,9 +30,11 @@ _T = TypeVar("_T", bound="DataclassInstance")
 # decoded record costs about 300 bytes per pod-device row. Interned strings are freed with their
 # last reference, so names from hostile records do not accumulate.
 _intern = sys.intern
-# Likewise the numbers a GPU repeats in every sample: its total memory (fixed per GPU or MIG profile) and
-# its temperature (whole degrees). A few hundred values at most; the cache starts over past that (checked
-# per record). Zeros are not shared: -0.0 equals 0.0, and would come back as whichever was seen first.
+# Likewise the numbers a GPU repeats in every sample: its total memory (fixed per GPU or MIG profile), its
+# temperature (whole degrees) and its utilization (whole percent, as NVML reports it; the core keeps
+# it as it came where rounding would not change it). A few hundred values at most; the cache starts
+# over past that (checked per record). Zeros are not shared: -0.0 equals 0.0, and would come back as
+# whichever was seen first.
 _SAME: dict[float, float] = {}
 _same = _SAME.setdefault
 _SAME_MAX = 4096
@@ -209,8 +211,8 @@ def device_from_pb(p: npb.DeviceSample) -> m.DeviceSample:
     return _DeviceSample(
         _intern(p.uuid), p.parent_uuid and _intern(p.parent_uuid), p.index,
         mig_from_pb(p.mig) if has("mig") else None,
-        util if (util or has("util_pct")) and util - util == 0.0 else None,
-        mem if (mem or has("mem_util_pct")) and mem - mem == 0.0 else None,
+        (_same(util, util) if util else util) if (util or has("util_pct")) and util - util == 0.0 else None,
+        (_same(mem, mem) if mem else mem) if (mem or has("mem_util_pct")) and mem - mem == 0.0 else None,
         fb if (fb or has("fb_used_mib")) and fb - fb == 0.0 else None,
         (_same(total, total) if total else total) if (total or has("fb_total_mib")) and total - total == 0.0
         else None,

@@ -164,7 +164,9 @@ def single_usage(
     if dcgm is not None and util is None:
         util, from_dcgm = device_util(sample)
     # Positional, in USAGE_FIELDS order (every held device of every sample; see rows.ROW_FIELDS for why).
-    usage = Usage(None if util is None else round(util, 3), None if fb is None else round(fb, 3),
+    if util is not None and (u3 := round(util, 3)) != util:
+        util = u3  # (else the sample's own float: the decoder shares whole percentages between samples)
+    usage = Usage(util, None if fb is None else round(fb, 3),
                   None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen,
                   dcgm, from_dcgm)
     return usage, unattributed

@@ -181,7 +181,7 @@ def test_names_and_constants_repeated_by_every_sample_are_one_object_across_reco
         proc = node_pb2.ProcessSample(pid=7, pod_uid="5e1c0002-4000-8000-0000-000000000000",
                                       container_id="c" * 64, qos="guaranteed")
         dev = node_pb2.DeviceSample(uuid="GPU-5e1c0001-4000-8000-0000-000000000000", processes=[proc],
-                                    fb_total_mib=81559.0, temp_c=50.0)
+                                    fb_total_mib=81559.0, temp_c=50.0, util_pct=57.0, mem_util_pct=12.0)
         meta = common_pb2.EventMeta(node="gpu-node-0001", source="probe/x", seq=seq)
         raw = node_pb2.NodeTelemetry(meta=meta, devices=[dev])
         return decode(topics.TELEMETRY, raw.SerializeToString())
@@ -191,6 +191,9 @@ def test_names_and_constants_repeated_by_every_sample_are_one_object_across_reco
     assert a.devices[0].uuid is b.devices[0].uuid
     da, db = a.devices[0], b.devices[0]
     assert da.fb_total_mib == 81559.0 and da.fb_total_mib is db.fb_total_mib and da.temp_c is db.temp_c
+    # NVML's utilization is a whole percentage: shared too (a worker keeps every node's last sample)
+    assert (da.util_pct, da.mem_util_pct) == (57.0, 12.0)
+    assert da.util_pct is db.util_pct and da.mem_util_pct is db.mem_util_pct
     pa, pb = a.devices[0].processes[0], b.devices[0].processes[0]
     assert pa.pod_uid is pb.pod_uid and pa.container_id is pb.container_id and pa.qos is pb.qos
 

@@ -325,3 +325,20 @@ def test_a_nodes_holdings_share_what_every_holding_repeats() -> None:
     for g in (g0, g1):
         assert [h.pod_uid for h in ix.by_gpu[g]] == [h.pod_uid for h in ix.by_instance[g][0]]
         assert ix.by_gpu[g] is ix.by_instance[g][0]
+
+
+def test_a_rows_utilization_is_the_samples_own_number_unless_rounding_changes_it() -> None:
+    """Rows keep the sample's utilization to three decimals; a whole percentage (what NVML reports,
+    which the decoder shares between samples) is kept as the sample's own object, not a copy per row."""
+    g0, g1 = gpu(0), gpu(1)
+    whole, long = dev(g0, 85.0), dev(g1, 33.333333)
+    state, outs = run([
+        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
+        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
+              ck(uid(2), (g1,))),
+        tel(2 * S, whole, long),
+    ])
+    usage = {row.gpu_uuid: row.usage for row in state.rows.values()}
+    assert usage[g0] is not None and usage[g0].util_pct is whole.util_pct
+    assert usage[g1] is not None and usage[g1].util_pct == 33.333
+    assert [r.util_pct for r in last_pod(outs, uid(2)).rows] == [33.333]
