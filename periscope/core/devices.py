@@ -8,7 +8,9 @@ that cannot be resolved is never guessed at: it resolves to gpu_uuid "" with the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from periscope.core.deviceid import parse_device_id
 from periscope.core.model import DeviceInventory, MigRef
@@ -28,18 +30,22 @@ class Resolved:
         return self.mig.uuid if self.mig else self.gpu_uuid
 
 
+# What a node without MIG has in each MIG table: one empty mapping for every node (a worker keeps a
+# DeviceMap per node; four empty dicts of its own cost each node 256 bytes). Typed read-only, so mypy
+# refuses a store into it; a plain dict, so states still pickle (replay hands them back so).
+_NONE: Mapping[Any, Any] = {}
+
+
 @dataclass(slots=True)
 class DeviceMap:
-    """Lookup tables built from the latest DeviceInventory."""
+    """Lookup tables built from the latest DeviceInventory (read-only once built)."""
 
-    by_index: dict[int, str] = field(default_factory=dict)
-    mig_by_uuid: dict[str, tuple[str, MigRef]] = field(default_factory=dict)
-    mig_by_pos: dict[tuple[str, int, int], MigRef] = field(default_factory=dict)
-    mig_by_gi: dict[tuple[str, int], MigRef] = field(default_factory=dict)
+    mig_by_uuid: Mapping[str, tuple[str, MigRef]] = field(default_factory=lambda: _NONE)
+    mig_by_pos: Mapping[tuple[str, int, int], MigRef] = field(default_factory=lambda: _NONE)
+    mig_by_gi: Mapping[tuple[str, int], MigRef] = field(default_factory=lambda: _NONE)
+    mig_memory: Mapping[str, float] = field(default_factory=lambda: _NONE)
     gpu_memory: dict[str, float] = field(default_factory=dict)
-    mig_memory: dict[str, float] = field(default_factory=dict)
     models: dict[str, str] = field(default_factory=dict)
-    indexes: dict[str, int] = field(default_factory=dict)
     minors: dict[int, str] = field(default_factory=dict)
     known: bool = False  # an inventory was seen
     minors_unknown: int = 0  # GPUs whose minor NVML did not report
@@ -50,21 +56,25 @@ class DeviceMap:
         if inv is None:
             return m
         m.known = True
+        by_uuid: dict[str, tuple[str, MigRef]] = {}
+        by_pos: dict[tuple[str, int, int], MigRef] = {}
+        by_gi: dict[tuple[str, int], MigRef] = {}
+        memory: dict[str, float] = {}
         for g in inv.gpus:
-            m.by_index[g.index] = g.uuid
             if g.minor is None:
                 m.minors_unknown += 1
             else:
                 m.minors[g.minor] = g.uuid
             m.gpu_memory[g.uuid] = g.memory_mib
             m.models[g.uuid] = g.model
-            m.indexes[g.uuid] = g.index
             for d in g.mig_devices:
                 ref = MigRef(uuid=d.uuid, profile=d.profile, gi=d.gi, ci=d.ci)
-                m.mig_by_uuid[d.uuid] = (g.uuid, ref)
-                m.mig_by_pos[(g.uuid, d.gi, d.ci)] = ref
-                m.mig_by_gi.setdefault((g.uuid, d.gi), ref)
-                m.mig_memory[d.uuid] = d.memory_mib
+                by_uuid[d.uuid] = (g.uuid, ref)
+                by_pos[(g.uuid, d.gi, d.ci)] = ref
+                by_gi.setdefault((g.uuid, d.gi), ref)
+                memory[d.uuid] = d.memory_mib
+        if by_uuid:
+            m.mig_by_uuid, m.mig_by_pos, m.mig_by_gi, m.mig_memory = by_uuid, by_pos, by_gi, memory
         return m
 
     def resolve(self, device_id: str) -> Resolved:

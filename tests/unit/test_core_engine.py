@@ -338,7 +338,20 @@ def test_a_rows_utilization_is_the_samples_own_number_unless_rounding_changes_it
               ck(uid(2), (g1,))),
         tel(2 * S, whole, long),
     ])
-    usage = {row.gpu_uuid: row.usage for row in state.rows.values()}
-    assert usage[g0] is not None and usage[g0].util_pct is whole.util_pct
-    assert usage[g1] is not None and usage[g1].util_pct == 33.333
+    util = {row.gpu_uuid: row.usage and row.usage.util_pct for row in state.rows.values()}
+    assert util[g0] == 85.0 and util[g0] is whole.util_pct
+    assert util[g1] == 33.333
     assert [r.util_pct for r in last_pod(outs, uid(2)).rows] == [33.333]
+
+
+def test_nodes_without_mig_share_their_empty_mig_tables() -> None:
+    from periscope.core.devices import DeviceMap
+
+    plain_a, plain_b = DeviceMap.from_inventory(inventory()), DeviceMap.from_inventory(inventory(gpus=4))
+    assert plain_a.mig_by_uuid is plain_b.mig_by_uuid and not plain_a.mig_by_uuid
+    assert plain_a.mig_memory is plain_b.mig_memory and not plain_b.mig_by_gi
+    with_mig = DeviceMap.from_inventory(inventory(migs=((0, "1g.10gb", 1, 0, 9856.0),)))
+    [(parent, ref)] = with_mig.mig_by_uuid.values()
+    assert parent == gpu(0) and with_mig.mig_by_pos[(gpu(0), 1, 0)] == ref
+    assert with_mig.mig_memory == {mig(0): 9856.0}
+    assert not plain_a.mig_by_uuid  # building a MIG node's tables left the shared ones empty
