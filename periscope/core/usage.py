@@ -44,7 +44,13 @@ USAGE_FIELDS = ("util_pct", "fb_used_mib", "power_w", "sharing", "share_basis", 
 
 
 def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
+    """`v` to three decimals; `v` itself where that changes nothing (`round` makes a new float each
+    time, and a row's usage would then keep a copy of the sample's number; the decoder shares whole
+    percentages between samples)."""
+    if v is None:
+        return None
+    r = round(v, 3)
+    return v if r == v else r
 
 
 def device_util(d: DeviceSample) -> tuple[float | None, bool]:
@@ -164,9 +170,6 @@ def single_usage(
     if dcgm is not None and util is None:
         util, from_dcgm = device_util(sample)
     # Positional, in USAGE_FIELDS order (every held device of every sample; see rows.ROW_FIELDS for why).
-    if util is not None and (u3 := round(util, 3)) != util:
-        util = u3  # (else the sample's own float: the decoder shares whole percentages between samples)
-    usage = Usage(util, None if fb is None else round(fb, 3),
-                  None if power is None else round(power, 3), sharing, "exclusive", base_fraction, seen,
-                  dcgm, from_dcgm)
+    usage = Usage(_round(util), _round(fb), _round(power), sharing, "exclusive", base_fraction, seen, dcgm,
+                  from_dcgm)
     return usage, unattributed

@@ -341,6 +341,9 @@ def test_a_rows_utilization_is_the_samples_own_number_unless_rounding_changes_it
     util = {row.gpu_uuid: row.usage and row.usage.util_pct for row in state.rows.values()}
     assert util[g0] == 85.0 and util[g0] is whole.util_pct
     assert util[g1] == 33.333
+    # The same rule for memory and power: a row keeps the sample's numbers, not copies of them.
+    power = {row.gpu_uuid: row.usage and row.usage.power_w for row in state.rows.values()}
+    assert power[g0] == 100.0 and power[g0] is whole.power_w
     assert [r.util_pct for r in last_pod(outs, uid(2)).rows] == [33.333]
 
 
