@@ -183,7 +183,7 @@ def charge_end(row: RowState, end_ms: int, cfg: RowConfig) -> None:
     u, held = row.usage, row.charged
     if u is None or held is None:
         return
-    share, basis, power_w, used_scale = held
+    (share, basis), power_w, used_scale = held, row.charged_power, row.charged_scale
     dt = float(min(max(0, end_ms - row.sample_ms), cfg.charge_gap_ms))
     alloc = share * dt
     measured = u.util_pct is not None

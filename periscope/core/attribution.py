@@ -57,7 +57,8 @@ def attribute_sample(
         # of a shared one: nobody held it before): with other holders, their shares of the same gap
         # already assume it was there, or was not.
         alone = len(hs) == 1
-        for h, key, u, (share, basis) in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
+        for h, key, u, sb in zip(hs, keys, us, unit_shares(us, replicas, whole), strict=True):
+            share, basis = sb
             row = _row(rows, h, key, t)
             row.observe(t, u, _sources(h.sources, u.seen_processes, u.dcgm is not None), cfg)
             power = u.power_w
@@ -66,7 +67,10 @@ def attribute_sample(
                 power = None if pp is None else pp * share  # its allocated share of the parent's
             charge(row, t, _since_start(pods, key[0], t, gap_ms) if alone else gap_ms, share, basis, power,
                    whole[0], cfg)
-            row.charged = (share, basis, power, whole[0]) if alone else None
+            if alone:
+                row.charged, row.charged_power, row.charged_scale = sb, power, whole[0]
+            else:
+                row.charged = None
             if row.idle:
                 findings.append(_idle(node, t, row))
         if sample is not None and unattributed:

@@ -77,8 +77,12 @@ class RowState:
     ledger: array[float] = field(default_factory=_windows)
     low_gpu_ms: float = 0.0
     idle_booked: bool = False
-    # what the last sample charged per ms: share, basis, power (W), used scale; None once inactive
-    charged: tuple[float, str, float | None, float] | None = None
+    # What the last sample charged per ms, for `charge_end`: (share, basis), None once inactive (the
+    # unit's own pair where the row holds it alone: one object for every such row); the power (W) and
+    # used scale it was charged with.
+    charged: tuple[float, str] | None = None
+    charged_power: float | None = None
+    charged_scale: float = 1.0
     # _closed_sums' cache: first window summed, last closed window, util sum, util samples (4 doubles:
     # 70 bytes less than a tuple of floats).
     _closed: array[float] = field(default_factory=lambda: array("d", (inf, nan, 0.0, 0.0)), compare=False,

@@ -48,7 +48,7 @@ def _row_to(r: RowState, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
         **({"unres": r.unresolved} if r.unresolved else {}),
         **({"led": [_num(x) for x in r.ledger], "lowg": _num(r.low_gpu_ms), "ib": r.idle_booked}
            if r.ledger else {}),
-        **({"chg": _charged_to(r.charged)} if r.charged is not None else {}),
+        **({"chg": _charged_to(r)} if r.charged is not None else {}),
     }
 
 
@@ -69,7 +69,7 @@ def _windows_from(d: dict[str, Any]) -> tuple[array[float], int]:
 
 def _row_from(d: dict[str, Any]) -> RowState:
     windows, published = _windows_from(d)
-    return RowState(
+    row = RowState(
         pod_uid=d["uid"], namespace=d["ns"], pod=d["pod"], container=d["c"], device_id=d["dev"],
         gpu_uuid=d["gpu"], mig=from_jsonable(MigRef | None, d["mig"]), first_seen_ms=d["first"],
         last_seen_ms=d["last"], sample_ms=d["sample"], active=d["active"], sources=tuple(d["src"]),
@@ -80,8 +80,9 @@ def _row_from(d: dict[str, Any]) -> RowState:
         # absent in records written before accounting: nothing charged yet
         ledger=array("d", d.get("led", ())), low_gpu_ms=float(d.get("lowg", 0.0)),
         idle_booked=bool(d.get("ib", False)),
-        charged=_charged(d.get("chg")),
     )
+    _charged(row, d.get("chg"))
+    return row
 
 
 def _pending_to(ev: NodeTelemetry | XidEvent, jsonable: Callable[[Any], Any]) -> dict[str, Any]:
@@ -190,12 +191,14 @@ def from_parts(node: dict[str, Any], pods: dict[str, Any]) -> NodeState:
     return state
 
 
-def _charged_to(c: tuple[float, str, float | None, float]) -> list[Any]:
-    return [_num(c[0]), c[1], None if c[2] is None else _num(c[2]), _num(c[3])]
+def _charged_to(r: RowState) -> list[Any]:
+    assert r.charged is not None
+    (share, basis), power = r.charged, r.charged_power
+    return [_num(share), basis, None if power is None else _num(power), _num(r.charged_scale)]
 
 
-def _charged(v: Any) -> tuple[float, str, float | None, float] | None:
+def _charged(row: RowState, v: Any) -> None:
     """A row's last charge rate, as persisted (absent before it was kept: no end charge then)."""
-    if not isinstance(v, list) or len(v) != 4:
-        return None
-    return (float(v[0]), str(v[1]), None if v[2] is None else float(v[2]), float(v[3]))
+    if isinstance(v, list) and len(v) == 4:
+        row.charged = (float(v[0]), str(v[1]))
+        row.charged_power, row.charged_scale = None if v[2] is None else float(v[2]), float(v[3])

@@ -347,6 +347,28 @@ def test_a_rows_utilization_is_the_samples_own_number_unless_rounding_changes_it
     assert [r.util_pct for r in last_pod(outs, uid(2)).rows] == [33.333]
 
 
+def test_rows_holding_a_gpu_alone_share_what_their_last_sample_charged() -> None:
+    """A row keeps its last charge rate for a deletion between samples; a whole GPU's (its share and
+    basis) is one object for every row that holds one, and the power is the sample's own number."""
+    from periscope.core.snapshot import from_parts, to_parts
+
+    g0, g1 = gpu(0), gpu(1)
+    a, b = dev(g0, 50.0), dev(g1, 60.0)
+    state, _ = run([
+        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
+        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
+              ck(uid(2), (g1,))),
+        tel(2 * S, a, b),
+    ])
+    rows = {row.gpu_uuid: row for row in state.rows.values()}
+    assert rows[g0].charged == rows[g1].charged == (1.0, "exclusive")
+    assert rows[g0].charged is rows[g1].charged
+    assert rows[g0].charged_power is a.power_w and rows[g1].charged_scale == 1.0
+    back = {row.gpu_uuid: row for row in from_parts(*to_parts(state)).rows.values()}
+    again = back[g0]
+    assert (again.charged, again.charged_power, again.charged_scale) == ((1.0, "exclusive"), 100.0, 1.0)
+
+
 def test_nodes_without_mig_share_their_empty_mig_tables() -> None:
     from periscope.core.devices import DeviceMap
 
