@@ -161,6 +161,7 @@ class Joiner:
         # the outputs waiting for it are published. Holding back too much costs intermediate outputs
         # only (the newest per key is published at the end of the replay); too little, a key going back.
         self._marks_sent: dict[str, int] = {}
+        self._was_catching = False  # at the last look, some node was being caught up on
 
     # ------------------------------------------------------------------ events
 
@@ -541,6 +542,13 @@ class Joiner:
                 self._emit(slot, refresh_views(state, self.config))
             if (slot.dirty or slot.held) and periodic_due(slot, now, self.persist_interval_s):
                 self._persist(slot)
+
+    def caught_up_again(self) -> bool:
+        """True once each time the worker went from catching up on some node to catching up on none:
+        the backlog's peak of memory (batches decoded ahead, outputs gathered) is over."""
+        catching = any(slot.catching for slot in self.slots.values())
+        was, self._was_catching = self._was_catching, catching
+        return was and not catching
 
     # ------------------------------------------------------------------ persistence
 

@@ -202,6 +202,26 @@ async def test_a_node_the_worker_catches_up_on_persists_once_per_catch_up_spacin
         assert 5 <= len(nodes.writes) <= 6, len(nodes.writes)
 
 
+async def test_the_worker_tells_once_when_it_caught_up_on_every_node_it_was_behind_on() -> None:
+    """The moment its backlog's peak of memory is over (app.py gives freed memory back then)."""
+    async with _running(5.0) as (joiner, _, clock):
+        await _at(0, joiner, clock, [_record("gpu-a", 1_000_000, 0)])
+        assert not joiner.caught_up_again()  # live from the start: nothing to catch up on
+        for second in range(1, 4):
+            await _at(second, joiner, clock, [
+                _record("gpu-a", 1_000_000 + second * 1000, 2 * second, waited_s=10 * CATCH_UP_WAIT_S),
+                _record("gpu-b", 1_000_000 + second * 1000, 2 * second + 1)])
+            assert not joiner.caught_up_again()  # gpu-a is still behind
+        await _at(4, joiner, clock, [_record("gpu-a", 1_004_000, 8, waited_s=0.1)])
+        assert not joiner.slots["gpu-a"].catching
+        assert joiner.caught_up_again()
+        assert not joiner.caught_up_again()  # once
+        await _at(5, joiner, clock, [_record("gpu-b", 1_005_000, 9, waited_s=10 * CATCH_UP_WAIT_S)])
+        assert not joiner.caught_up_again()
+        await _at(6, joiner, clock, [_record("gpu-b", 1_006_000, 10, waited_s=0.1)])
+        assert joiner.caught_up_again()  # and again after the next backlog
+
+
 async def test_a_node_is_no_longer_caught_up_on_once_it_is_quiet_and_its_partition_read_to_its_end() -> None:
     ends = {TELEMETRY.name: 10_000}
     async with _running(5.0, ends) as (joiner, _, clock):
