@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from periscope.core.engine import EngineConfig, apply, current_view, new_state
-from periscope.core.model import Finding, GpuState, MigRef, NodeInput, Output, PodAttribution
+from periscope.core.engine import EngineConfig, NodeState, apply, current_view, new_state
+from periscope.core.model import DeviceSample, Finding, GpuState, MigRef, NodeInput, Output, PodAttribution
 from periscope.core.rows import RowConfig
 from tests.unit.core_builders import (
     NODE,
@@ -327,17 +327,24 @@ def test_a_nodes_holdings_share_what_every_holding_repeats() -> None:
         assert ix.by_gpu[g] is ix.by_instance[g][0]
 
 
+def _two_pods_a_gpu_each_sampled(sample0: DeviceSample, sample1: DeviceSample
+                                 ) -> tuple[NodeState, list[Output]]:
+    """train-0 on GPU 0 and train-1 on GPU 1, then one telemetry tick with the two samples."""
+    g0, g1 = gpu(0), gpu(1)
+    return run([
+        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
+        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
+              ck(uid(2), (g1,))),
+        tel(2 * S, sample0, sample1),
+    ])
+
+
 def test_a_rows_utilization_is_the_samples_own_number_unless_rounding_changes_it() -> None:
     """Rows keep the sample's utilization to three decimals; a whole percentage (what NVML reports,
     which the decoder shares between samples) is kept as the sample's own object, not a copy per row."""
     g0, g1 = gpu(0), gpu(1)
     whole, long = dev(g0, 85.0), dev(g1, 33.333333)
-    state, outs = run([
-        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
-        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
-              ck(uid(2), (g1,))),
-        tel(2 * S, whole, long),
-    ])
+    state, outs = _two_pods_a_gpu_each_sampled(whole, long)
     util = {row.gpu_uuid: row.usage and row.usage.util_pct for row in state.rows.values()}
     assert util[g0] == 85.0 and util[g0] is whole.util_pct
     assert util[g1] == 33.333
@@ -354,12 +361,7 @@ def test_rows_holding_a_gpu_alone_share_what_their_last_sample_charged() -> None
 
     g0, g1 = gpu(0), gpu(1)
     a, b = dev(g0, 50.0), dev(g1, 60.0)
-    state, _ = run([
-        inventory(), pod(1, "train-0", 0), pod(2, "train-1", 0),
-        alloc(1 * S, pr("ml", "train-0", (g0,)), ck(uid(1), (g0,)), pr("ml", "train-1", (g1,)),
-              ck(uid(2), (g1,))),
-        tel(2 * S, a, b),
-    ])
+    state, _ = _two_pods_a_gpu_each_sampled(a, b)
     rows = {row.gpu_uuid: row for row in state.rows.values()}
     assert rows[g0].charged == rows[g1].charged == (1.0, "exclusive")
     assert rows[g0].charged is rows[g1].charged
