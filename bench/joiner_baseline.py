@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import Figure, Goal, kafka, kafka_env, median, rounded
+from bench.common import Figure, Goal, MachineSpeed, kafka, kafka_env, median, rounded
 from bench.joiner import one_worker_run, preload, settle
 from bench.workload import NodeShape
 from periscope.bus import codec, topics
@@ -213,9 +213,11 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
         got: dict[str, dict[str, Any]] = {}
         by_samples: list[tuple[float, float]] = []
         for what in (("joiner", "bare") if i % 2 == 0 else ("bare", "joiner")):
+            speed = MachineSpeed()
             if what == "joiner":
                 try:
-                    r = await one_worker_run(bootstrap, tmp, expected, broker_pid, timeout_s)
+                    async with speed:
+                        r = await one_worker_run(bootstrap, tmp, expected, broker_pid, timeout_s)
                 except RuntimeError as e:  # a worker that stalled on a loaded machine: this pair is void
                     failed.append(str(e).splitlines()[0])
                     break
@@ -227,8 +229,10 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
                              "cpu_util": r.get("worker_cpu_util")}
                 by_samples = r.get("cpu_by_samples") or []
             else:
-                got[what] = await asyncio.to_thread(bare_run, bootstrap, expected, timeout_s)
+                async with speed:
+                    got[what] = await asyncio.to_thread(bare_run, bootstrap, expected, timeout_s)
                 await settle(bootstrap, topics.GPUS)
+            got[what].update(speed.summary())
         if len(got) == 2:
             joined = got["bare"]["device_samples"]
             got["joiner"]["cpu_us_per_device_sample_whole"] = same_samples(by_samples, joined)
@@ -244,6 +248,9 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
     rate_ratios = [p["bare"]["device_samples_per_s"] / p["joiner"]["device_samples_per_s"] for p in pairs]
     bare_us = [p["bare"]["cpu_us_per_device_sample"] for p in pairs]
     bare_rates = [p["bare"]["device_samples_per_s"] for p in pairs]
+    # The machine's speed over the pairs: the slowest moment's fixed work against the fastest's.
+    speeds = [r[k] for p in pairs for r in p.values() for k in ("fixed_work_ms_min", "fixed_work_ms_max")
+              if r.get(k)]
     setup: dict[str, Any] = {
         "nodes": nodes, "gpus_per_node": shape.gpus, "ticks": ticks, **load, "repeats": repeats,
         "how": "one preloaded backlog; one-worker joiner runs (fresh consumer group) alternating with "
@@ -257,6 +264,10 @@ async def compare(bootstrap: str, broker_pid: int | None, tmp: Path, nodes: int,
         "ratio_whole_backlog_to_last_sample": [rounded(r) for r in to_last],
         "pairs": [{w: {k: rounded(v) for k, v in r.items()} for w, r in p.items()} for p in pairs],
         "void_pairs": failed,
+        "machine_speed": "each run's fixed_work_ms: CPU ms of a fixed Python loop in the bench process "
+                         "every 0.5 s during the run (bench.common.MachineSpeed); slowest / fastest over "
+                         "every run of the pairs: "
+                         + (f"{max(speeds) / min(speeds):.2f}" if speeds else "not measured"),
     }
     limit = ("what the joiner pays beyond the bare loop: Faust's consumer thread and fetch loop, tables, "
              "the mark and persist writes to the changelogs, acknowledgements and commits, metrics")

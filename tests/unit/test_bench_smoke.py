@@ -3,6 +3,7 @@ checked is that the workload means what the figures say it means and that result
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections import Counter
@@ -417,3 +418,19 @@ def test_a_section_run_again_is_merged_with_its_run_named() -> None:
     # The summary then names each figure's own run.
     assert report._run_of(out, out["figures"]["joiner_x"]) == "2026-11-30, AMD EPYC, bbb"
     assert report._run_of(out, out["figures"]["replay_x"]) == "2026-11-28, AMD EPYC, aaa"
+
+
+def test_the_machine_speed_probe_samples_while_a_run_goes_on_and_stops_after() -> None:
+    async def measured() -> common.MachineSpeed:
+        async with common.MachineSpeed(every_s=0.01) as speed:
+            await asyncio.sleep(0.3)  # the run it watches
+        taken = len(speed.ms)
+        await asyncio.sleep(0.05)
+        assert len(speed.ms) == taken  # nothing sampled once the run is over
+        return speed
+
+    speed = asyncio.run(measured())
+    assert len(speed.ms) >= 2 and all(ms > 0 for ms in speed.ms)
+    s = speed.summary()
+    assert s["fixed_work_ms_min"] <= s["fixed_work_ms_median"] <= s["fixed_work_ms_max"]
+    assert common.MachineSpeed().summary()["fixed_work_ms_median"] is None  # never started: not measured
