@@ -122,8 +122,8 @@ class CpuTimer:
 
 class MachineSpeed:
     """The CPU time a fixed piece of Python takes in this process, a few times a second while something
-    else is measured: the machine's speed at those moments. On a shared 2-CPU machine it moves by half
-    from one second to the next (other tenants, caches, clocks), which two runs seconds apart each see
+    else is measured: the machine's speed at those moments. On a shared 2-CPU machine it moves by up to
+    2x from one second to the next (other tenants, caches, clocks), which two runs seconds apart each see
     only part of; a ratio of two runs whose speeds differ by that much says little about the code.
     Costs about 6 ms of this process's CPU each `every_s` (a 1 ms sample reads the VM's CPU accounting
     more than the machine: it jumps by 40 % between consecutive samples on an idle machine)."""
@@ -137,10 +137,11 @@ class MachineSpeed:
 
     @classmethod
     def sample_ms(cls) -> float:
-        start, acc = time.thread_time(), 0
-        for i in range(cls.WORK):
-            acc += i * i
-        return 1000 * (time.thread_time() - start)
+        acc = 0
+        with CpuTimer() as cpu:
+            for i in range(cls.WORK):
+                acc += i * i
+        return 1000 * cpu.seconds
 
     async def _run(self) -> None:
         while True:
