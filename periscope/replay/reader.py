@@ -9,7 +9,8 @@ Every partition is assigned by hand (no group id, so nothing is committed and no
 and read up to the end offset seen at start. Where the broker profile says `offsets_for_times` is
 right, it gives the start; it finds record timestamps, not event times, so it is checked against the
 event times of the records on either side (a producer clock that ran ahead would mislead it) and
-otherwise, or where the profile says it is wrong, the start is found by bisecting on event time.
+otherwise, or where the profile says it is wrong, the start is found by searching on event time
+(periscope.replay.seek: a probe or two where the range begins before or after the partition's records).
 Records that do not decode are skipped, counted and reported through `warn`.
 """
 
@@ -33,6 +34,7 @@ from periscope.bus.security import KafkaSecurityError
 from periscope.core.model import NodeInput
 from periscope.replay.plan import SAMPLES, SNAPSHOTS, STATE, ReadPlan, nodes_needing_snapshots, select
 from periscope.replay.runner import PendingTelemetry, ReplayInput, node_of
+from periscope.replay.seek import first_at_or_after
 
 _PROBE_FETCH_BYTES = 64 * 1024
 _FETCH_BYTES = 8 * 1024 * 1024  # per partition and fetch: few round trips for a long range
@@ -185,7 +187,7 @@ class _Reader:
                 # waiting at the end of a partition (up to fetch_max_wait_ms, 500 ms), and a broker
                 # may answer the next request on that connection only after it.
                 hints = await self.probe.offsets_for_times({tp: max(0, target_ms) for tp in live})
-            except Exception:  # unsupported by the broker: bisect without a hint
+            except Exception:  # unsupported by the broker: search without a hint
                 hints = {}
         out = {tp: self.end[tp] for tp in tps}
         for tp in live:
@@ -196,20 +198,17 @@ class _Reader:
     async def _find_start(self, tp: TopicPartition, target_ms: int, hint: int | None) -> int:
         lo, hi = self.begin[tp], self.end[tp]
 
+        async def time_at(offset: int) -> int | None:
+            return await self._time_at(tp, offset)
+
         async def before(offset: int) -> bool:  # does the record at offset come before the target?
-            tm = await self._time_at(tp, offset)
+            tm = await time_at(offset)
             return tm is not None and tm < target_ms
 
         if (hint is not None and lo <= hint <= hi and (hint == lo or await before(hint - 1))
                 and (hint == hi or not await before(hint))):
             return hint  # the hint holds up against the records on either side of it
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if await before(mid):
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return await first_at_or_after(time_at, lo, hi, target_ms)
 
     # ------------------------------------------------------------------ reading
 
