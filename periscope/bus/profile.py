@@ -10,7 +10,7 @@ else (PERISCOPE_KAFKA_PROFILE=embedded; `periscope up` sets it for what it start
 - a partition's end offset is the base offset of its last record batch + 1, so records after the first
   of a multi-record last batch look past the end: producers send one record per batch, and a writer
   that must be sure a reader sees its last record appends a fence record after it;
-- `offsets_for_times` answers wrongly: readers locate event times by bisection instead;
+- `offsets_for_times` answers wrongly: readers locate event times by probing records instead;
 - a waiting fetch is not answered when records arrive: consumers wait briefly per fetch;
 - a JoinGroup is answered only once half the group's session timeout passed (counted in whole seconds,
   at least one), waiting for other members: development stacks give their workers short sessions;
