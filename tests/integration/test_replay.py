@@ -207,7 +207,7 @@ async def test_start_offsets_are_found_by_event_time_not_the_time_index(any_brok
     tel_times = sorted(e.meta.time_ms - base for e in got if isinstance(e, NodeTelemetry))
     assert tel_times == [k * S for k in range(200, 251)]
     assert {type(e) for e in got} == {NodeTelemetry, PodEvent, DeviceInventory, AllocationSnapshot}
-    assert stats.probes > 0  # located by bisecting on event time
+    assert stats.probes > 0  # located by probing event times
     assert stats.records < 200  # neither the 200 samples before the range nor the 150 after it were read
 
 
