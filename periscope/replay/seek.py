@@ -46,11 +46,10 @@ async def first_at_or_after(time_at: TimeAt, lo: int, hi: int, target_ms: int) -
     misses = 0  # guesses that did not halve the span
     while lo < hi:
         span = hi - lo
-        guessed = misses < MAX_MISSES and right_t is not None and right_t > left_t
-        mid = (lo + hi) // 2
-        if guessed and right_t is not None:
+        mid, guessed = (lo + hi) // 2, False
+        if misses < MAX_MISSES and right_t is not None and right_t > left_t:
             guess = left + (target_ms - left_t) * (right - left) // (right_t - left_t)
-            mid = min(max(guess, lo), hi - 1)
+            mid, guessed = min(max(guess, lo), hi - 1), True
         t = await time_at(mid)
         if t is not None and t < target_ms:
             lo, left, left_t = mid + 1, mid, t
