@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -110,6 +111,7 @@ class TopicPlan:
 
 
 DEFAULT_PLAN = TopicPlan()
+CREATED_WAIT_S = 15.0  # how long a new topic may take to show its partitions and leaders
 
 
 async def ensure_topics(kafka: Kafka, topics: Iterable[Topic] = registry.ALL, *,
@@ -134,7 +136,7 @@ async def ensure_topics(kafka: Kafka, topics: Iterable[Topic] = registry.ALL, *,
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise TopicError(f"cannot create topic {name}: error {code} {rest[0] if rest else ''}")
         drift: list[str] = []
-        for meta in await admin.describe_topics(list(wanted)):
+        for meta in await _described(admin, list(wanted), {t.name for t in new}):
             name, count = meta["topic"], len(meta["partitions"])
             if count != plan.partitions_of(wanted[name]):
                 drift.append(f"topic {name} has {count} partitions, the settings say "
@@ -145,6 +147,23 @@ async def ensure_topics(kafka: Kafka, topics: Iterable[Topic] = registry.ALL, *,
         return drift
     finally:
         await admin.close()
+
+
+async def _described(admin: Any, names: list[str], created: set[str]) -> list[dict[str, Any]]:
+    """The topics' metadata, once each topic just `created` lists its partitions, each with a leader (up to
+    CREATED_WAIT_S). Apache Kafka answers CreateTopics before its brokers' metadata has the new topics: a
+    topic described at once has no partitions yet, which would read as drift, and one used at once has no
+    leader to take its writes."""
+    deadline = time.monotonic() + CREATED_WAIT_S
+    pause = 0.05
+    while True:
+        described: list[dict[str, Any]] = await admin.describe_topics(names)
+        waiting = [m["topic"] for m in described if m["topic"] in created
+                   and not (m["partitions"] and all(p["leader"] >= 0 for p in m["partitions"]))]
+        if not waiting or time.monotonic() >= deadline:
+            return described
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 1.0)
 
 
 async def partition_counts(kafka: Kafka, names: Iterable[str], client_id: str = "periscope-partitions"

@@ -127,3 +127,47 @@ def test_kafka_clients_are_built_in_the_bus_only() -> None:
     offenders = [str(p.relative_to(REPO)) for p in files
                  if pattern.search(p.read_text()) and not p.is_relative_to(REPO / "periscope" / "bus")]
     assert offenders == []
+
+
+class _CreatedTopicMetadata:
+    """`describe_topics` as aiokafka's admin client answers it (MetadataResponse.to_object()'s topics) for a
+    topic Apache Kafka has just created: first unknown, with no partitions, then its partitions without a
+    leader (-1), then led; an older topic is described in full from the start."""
+
+    def __init__(self, new: str, old: str, unready: int) -> None:
+        self.new, self.old, self.unready, self.calls = new, old, unready, 0
+
+    @staticmethod
+    def _topic(name: str, leader: int | None) -> dict[str, object]:
+        parts = [] if leader is None else [
+            {"error_code": 0 if leader >= 0 else 5, "partition": p, "leader": leader, "replicas": [1],
+             "isr": [1]} for p in range(3)]
+        return {"error_code": 0 if parts else 3, "topic": name, "is_internal": False, "partitions": parts}
+
+    async def describe_topics(self, names: list[str]) -> list[dict[str, object]]:
+        self.calls += 1
+        stage = None if self.calls <= self.unready // 2 else -1 if self.calls <= self.unready else 1
+        return [self._topic(n, stage if n == self.new else 1) for n in names]
+
+
+async def test_a_created_topic_is_described_once_its_partitions_have_leaders() -> None:
+    from periscope.bus.admin import _described
+
+    admin = _CreatedTopicMetadata("fresh", "old", unready=4)
+    described = await _described(admin, ["old", "fresh"], {"fresh"})
+    assert admin.calls == 5
+    assert [(m["topic"], [p["leader"] for p in m["partitions"]]) for m in described] == [
+        ("old", [1, 1, 1]), ("fresh", [1, 1, 1])]
+
+
+async def test_a_topic_that_existed_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    from periscope.bus import admin as admin_module
+
+    monkeypatch.setattr(admin_module, "CREATED_WAIT_S", 0.2)
+    admin = _CreatedTopicMetadata("stuck", "old", unready=10**6)
+    described = await admin_module._described(admin, ["stuck"], set())
+    assert admin.calls == 1 and described[0]["partitions"] == []
+    # One just created that never shows its partitions is described as it is once the wait is over (the
+    # caller reports it as drift).
+    described = await admin_module._described(admin, ["stuck"], {"stuck"})
+    assert 1 < admin.calls < 10 and described[0]["partitions"] == []
