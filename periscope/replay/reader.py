@@ -10,7 +10,7 @@ and read up to the end offset seen at start. Where the broker profile says `offs
 right, it gives the start; it finds record timestamps, not event times, so it is checked against the
 event times of the records on either side (a producer clock that ran ahead would mislead it) and
 otherwise, or where the profile says it is wrong, the start is found by searching on event time
-(periscope.replay.seek: a probe or two where the range begins before or after the partition's records).
+(periscope.replay.seek: one probe where the range begins before the partition's records).
 Records that do not decode are skipped, counted and reported through `warn`.
 """
 
