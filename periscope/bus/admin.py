@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from periscope.bus import topics as registry
 from periscope.bus.clients import Kafka
 from periscope.bus.diagnosis import check_connection
+from periscope.bus.retry import Backoff
 from periscope.bus.security import KafkaSecurityError
 from periscope.bus.settings import ServiceSettings
 from periscope.bus.topics import Topic
@@ -155,15 +156,14 @@ async def _described(admin: Any, names: list[str], created: set[str]) -> list[di
     topic described at once has no partitions yet, which would read as drift, and one used at once has no
     leader to take its writes."""
     deadline = time.monotonic() + CREATED_WAIT_S
-    pause = 0.05
+    backoff = Backoff(initial_s=0.05, max_s=1.0)  # a new topic's leaders come in well under a second
     while True:
         described: list[dict[str, Any]] = await admin.describe_topics(names)
         waiting = [m["topic"] for m in described if m["topic"] in created
                    and not (m["partitions"] and all(p["leader"] >= 0 for p in m["partitions"]))]
         if not waiting or time.monotonic() >= deadline:
             return described
-        await asyncio.sleep(pause)
-        pause = min(2 * pause, 1.0)
+        await backoff.sleep()
 
 
 async def partition_counts(kafka: Kafka, names: Iterable[str], client_id: str = "periscope-partitions"
