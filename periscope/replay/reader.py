@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -192,23 +193,9 @@ class _Reader:
         out = {tp: self.end[tp] for tp in tps}
         for tp in live:
             hint = hints.get(tp)
-            out[tp] = await self._find_start(tp, target_ms, None if hint is None else int(hint.offset))
+            out[tp] = await first_at_or_after(partial(self._time_at, tp), self.begin[tp], self.end[tp],
+                                              target_ms, None if hint is None else int(hint.offset))
         return out
-
-    async def _find_start(self, tp: TopicPartition, target_ms: int, hint: int | None) -> int:
-        lo, hi = self.begin[tp], self.end[tp]
-
-        async def time_at(offset: int) -> int | None:
-            return await self._time_at(tp, offset)
-
-        async def before(offset: int) -> bool:  # does the record at offset come before the target?
-            tm = await time_at(offset)
-            return tm is not None and tm < target_ms
-
-        if (hint is not None and lo <= hint <= hi and (hint == lo or await before(hint - 1))
-                and (hint == hi or not await before(hint))):
-            return hint  # the hint holds up against the records on either side of it
-        return await first_at_or_after(time_at, lo, hi, target_ms)
 
     # ------------------------------------------------------------------ reading
 

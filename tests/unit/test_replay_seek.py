@@ -24,20 +24,9 @@ class Partition:
         self.probes += 1
         return self.times[offset] if offset < len(self.times) else None
 
-    def find(self, target_ms: int, lo: int = 0, hi: int | None = None) -> int:
+    def find(self, target_ms: int, lo: int = 0, hi: int | None = None, hint: int | None = None) -> int:
         end = len(self.times) if hi is None else hi
-        return asyncio.run(first_at_or_after(self.time_at, lo, end, target_ms))
-
-
-def bisection(times: list[int], target: int, lo: int, hi: int) -> int:
-    """The reader's search before: bisection on `before(offset)` alone."""
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if times[mid] < target:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+        return asyncio.run(first_at_or_after(self.time_at, lo, end, target_ms, hint))
 
 
 spans = st.lists(st.integers(0, 50), max_size=300)
@@ -59,7 +48,9 @@ def test_with_late_records_it_starts_where_bisection_does_or_at_the_first_record
     lo = data.draw(st.integers(0, len(times)))
     hi = data.draw(st.integers(lo, len(times)))
     at = Partition(times).find(target, lo, hi)
-    old = bisection(times, target, lo, hi)
+    # The reader's search before: bisection on whether a record is before the target, which is what
+    # bisect_left does on any list, ordered or not.
+    old = bisect.bisect_left(times, target, lo, hi)
     assert at == old or (at == lo and times[lo] >= target)
     assert at <= old  # never reads less than the bisection did
 
@@ -75,6 +66,20 @@ def test_one_late_record_at_the_end_does_not_hide_the_range() -> None:
     # the range, the records before it are in it.
     times = [1_000 * k for k in range(1_000)] + [5_000]
     assert Partition(times).find(400_000) == 400
+
+
+def test_a_hint_the_records_on_either_side_bear_out_takes_two_probes() -> None:
+    p = Partition([1_000 * k for k in range(60_000)])
+    assert p.find(400_000, hint=400) == 400
+    assert p.probes == 2
+
+
+def test_a_hint_they_do_not_bear_out_is_searched_past() -> None:
+    # The broker's time index finds record timestamps; a producer clock that ran ahead put it too early.
+    times = [1_000 * k for k in range(60_000)]
+    p = Partition(times)
+    assert p.find(400_000, hint=350) == 400
+    assert p.probes > 2
 
 
 def test_an_empty_span_asks_nothing() -> None:
