@@ -49,7 +49,7 @@ from bench.workload import T0_MS, NodeShape, SyntheticNode
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
 
-GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000), within 3x of raw consume")
+GOAL = Goal(">=", 20_000, ">= 20,000 device-samples/s (stretch 50,000)")  # the 3x of raw consume: RATIO_GOAL
 PERSISTS = "periscope_joiner_state_persists_total"  # the worker's counter of node states written
 PROCESSED = "periscope_joiner_device_samples_total"  # the worker's counter of device samples processed
 POLL_S = 0.2
