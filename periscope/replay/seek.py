@@ -1,14 +1,14 @@
 """Where a time range starts in a partition: the first offset whose record is at or after an event time.
 
 A reader finds it by asking for the event time of single records (a probe). Where the broker's time index
-cannot be trusted (the embedded broker answers ListOffsets by timestamp wrongly), the search takes only
-probes, and a probe can be dear: the embedded broker spends 80-100 ms of CPU on one fetch, whatever its
-offset, in a partition of 14,400 records, and bisection takes log2(n) probes (16 for a partition an hour
-of fifty nodes fills). A range that begins before what the partition holds (a replay of everything a
-broker keeps, as the benchmark's hour is) needs one: the first record is already at or after the time.
-So the search looks at the first record first, and bisects as before where it is not. Where the
-broker's time index can be trusted (Apache Kafka), its answer is taken once the records on either side
-of it bear it out: two probes.
+cannot be trusted (the broker profile says which: periscope.bus.profile), the search takes only probes,
+and a probe can be dear: a broker may spend as much CPU on a one-record fetch as on a full one (80-100 ms
+measured in a partition of 14,400 records; bench/README.md), and bisection takes log2(n) probes (16 for
+a partition an hour of fifty nodes fills). A range that begins before what the partition holds (a replay
+of everything a broker keeps, as the benchmark's hour is) needs one: the first record is already at or
+after the time. So the search looks at the first record first, and bisects as before where it is not.
+Where the broker's time index can be trusted, its answer is taken once the records on either side of it
+bear it out: two probes.
 
 Event times in a partition only mostly grow: nodes share it, and a probe that was cut off sends old
 samples late. Both ways out of the search lean towards reading more, never less: the first record at or
