@@ -34,7 +34,7 @@ from aiokafka.errors import KafkaError
 
 from bench import probe as probes
 from bench import processes
-from bench.common import Figure, Goal, broker_label, kafka, percentile, rounded
+from bench.common import Figure, Goal, broker_label, kafka, median, percentile, rounded
 from bench.workload import NAMESPACE, NodeShape, SyntheticNode, pod_uid
 from periscope.bus import codec, topics
 from periscope.bus.producer import Publisher
@@ -196,6 +196,27 @@ def on_schedule(sampled: list[tuple[str, int, float]], published: dict[str, list
                                     "the sample (this process fell behind)"}
 
 
+def span_quantiles(ages: dict[tuple[str, int], float], out_sampled: list[tuple[str, int, float]],
+                   published: dict[str, list[int]], headline: set[str], start_s: float, span_s: float,
+                   spans: int) -> list[dict[str, Any]]:
+    """Each span's own figures: the headline nodes' ages at the API (p50, p99) and the synthetic
+    markers' at the output topic whose next tick came on schedule (p99), samples split by event time."""
+    api: list[list[float]] = [[] for _ in range(spans)]
+    heads = [(k, a) for k, a in ages.items() if k[0] in headline]
+    for (_, a), i in zip(heads, by_span([ms for (_, ms), _ in heads], start_s, span_s, spans), strict=True):
+        api[i].append(a)
+    topic: list[list[tuple[str, int, float]]] = [[] for _ in range(spans)]
+    for s, i in zip(out_sampled, by_span([ms for _, ms, _ in out_sampled], start_s, span_s, spans),
+                    strict=True):
+        topic[i].append(s)
+    out = []
+    for k in range(spans):
+        q, timely = _quantiles(api[k]), on_schedule(topic[k], published)["synthetic_next_tick_on_schedule"]
+        out.append({"p50_s": q.get("p50_s"), "p99_s": q.get("p99_s"), "samples": q["samples"],
+                    "output_topic_p99_s": timely.get("p99_s"), "output_topic_samples": timely["samples"]})
+    return out
+
+
 def _quantiles(xs: list[float]) -> dict[str, Any]:
     if not xs:
         return {"samples": 0}
@@ -203,12 +224,20 @@ def _quantiles(xs: list[float]) -> dict[str, Any]:
             "max_s": rounded(max(xs)), "samples": len(xs)}
 
 
+def by_span(times_ms: list[int], start_s: float, span_s: float, spans: int) -> list[int]:
+    """The measured span each sample falls in, by its event time: consecutive spans of `span_s` from
+    `start_s` (epoch seconds); a sample before the first counts in it, one after the last in that."""
+    return [min(spans - 1, max(0, int((ms / 1000 - start_s) // span_s))) for ms in times_ms]
+
+
 async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: int, warm_s: float,
               span_s: float, poll_s: float = 0.05, shape: NodeShape = NodeShape(),
-              outage: Callable[[str, str], Awaitable[tuple[Figure, dict[str, Any]]]] | None = None
-              ) -> tuple[list[Figure], dict[str, Any]]:
-    """With `outage`, it is awaited (API url, marker namespace) once the span was measured, and its
-    figure is added; the freshness figures come from the span alone."""
+              outage: Callable[[str, str], Awaitable[tuple[Figure, dict[str, Any]]]] | None = None,
+              spans: int = 1) -> tuple[list[Figure], dict[str, Any]]:
+    """With `outage`, it is awaited (API url, marker namespace) once the spans were measured, and its
+    figure is added; the freshness figures come from the spans alone. `spans` consecutive spans of
+    `span_s` are measured in one live run: each figure is the median over them, and its runs are the
+    spans' own (each span's percentiles from its samples, split by the sample's event time)."""
     worker = processes.joiner(bootstrap, f"bench-fresh-{uuid.uuid4().hex[:8]}", tmp)
     api = processes.api(bootstrap, tmp)
     ages: dict[tuple[str, int], float] = {}
@@ -257,7 +286,7 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                          asyncio.ensure_future(_poll(url, started + warm_s, poll_s, stop, ages, stats))]
                 await asyncio.sleep(warm_s)
                 c_worker, c_api, t0 = worker.cpu_s(), api.cpu_s(), time.monotonic()
-                await asyncio.sleep(span_s)
+                await asyncio.sleep(spans * span_s)
                 span = time.monotonic() - t0
                 util = {"worker_cpu_util": rounded((worker.cpu_s() - c_worker) / span),
                         "api_cpu_util": rounded((api.cpu_s() - c_api) / span)}
@@ -284,7 +313,12 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                            f"{len(by_kind['synthetic'])} of synthetic markers, {len(topic_ages)} at the "
                            f"output topic); worker log:\n{worker.log()[-1500:]}\n"
                            f"api log:\n{api.log()[-1500:]}")
-    p50, p99 = percentile(headline, 50), percentile(headline, 99)
+    per_span = span_quantiles(ages, out_sampled, published, real or synthetic, started + warm_s, span_s,
+                              spans)
+    p50s = [q["p50_s"] for q in per_span if q["samples"]]
+    p99s = [q["p99_s"] for q in per_span if q["samples"]]
+    p50, p99 = median(p50s), median(p99s)
+    topic_p99s = [q["output_topic_p99_s"] for q in per_span if q["output_topic_p99_s"] is not None]
     inc50, inc99 = incumbent_staleness(50), incumbent_staleness(99)
     setup = {
         "load": f"{nodes} synthetic nodes x {shape.gpus} GPUs at 1 s ticks = {nodes * shape.gpus} "
@@ -305,7 +339,8 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
                             "what": "sample event time -> the marker PodAttribution arriving on "
                                     "periscope.attribution.v1 (a 20 ms fetch-wait consumer in this process)",
                             **on_schedule(out_sampled, published)},
-        "warm_up_s": warm_s, "span_s": span_s,
+        "warm_up_s": warm_s, "span_s": span_s, "spans": spans,
+        "by_span": per_span if spans > 1 else None,
         "joiner_lateness": f"{LATENESS_S:g}s (default): a sample is joined once a later event of its node "
                            f"shows the watermark at least {LATENESS_S:g} s past it",
         "worker_env": processes.JOINER_ENV, **util, **{k: rounded(v) for k, v in stats.items()},
@@ -320,9 +355,10 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
              f"Age at the output topic p50 {topic_p50} s, so the API (consumer fetch + HTTP) adds the rest")
     inc = {"incumbent": "dcgm-exporter 30 s collect + Prometheus 15 s scrape: age ~ U(0,30)+U(0,15) s",
            "incumbent_p50_s": inc50, "incumbent_p99_s": inc99}
+    over = f"; median of {spans} consecutive {span_s:g} s spans" if spans > 1 else ""
     brief = (f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks ({nodes * shape.gpus} device-samples/s) "
              f"+ {real_probes} real probes, 1 worker, API in its own process, /v1/pods polled every "
-             f"{poll_s * 1000:.0f} ms; {len(headline)} samples")
+             f"{poll_s * 1000:.0f} ms; {len(headline)} samples{over}")
     inc_brief = "age of a value seen through U(0,30 s) collect + U(0,15 s) scrape"
     # The goal's figure: the pipeline's own delay. A sample is joined once a later event of its node
     # arrives, so one whose next tick this process sent late waited for the load, not the pipeline;
@@ -330,31 +366,31 @@ async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: 
     # 2026-11-30: the load process, sharing two cores with everything else, fell a tick behind).
     topic = setup["at_output_topic"]
     timely = topic["synthetic_next_tick_on_schedule"]
-    topic_p99 = timely.get("p99_s")
+    topic_p99 = median(topic_p99s) if topic_p99s else None
     left_out = topic["synthetic_next_tick_late"].get("samples", 0)
     figures = [
-        Figure("freshness_p50_s", p50, "s", setup, limit, None, [p50], brief,
+        Figure("freshness_p50_s", p50, "s", setup, limit, None, p50s, brief,
                baseline="incumbent_staleness_p50_s"),
-        Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, [p99], brief,
+        Figure("freshness_p99_s", p99, "s", setup, limit, GOAL, p99s, brief,
                baseline="incumbent_staleness_p99_s"),
         # The issue's own measure: the API's consumer and HTTP left out.
         Figure("freshness_output_topic_p99_s", topic_p99, "s", setup,
                "the joiner's lateness (one tick), then the mark write acked before publishing", GOAL,
-               [] if topic_p99 is None else [topic_p99],
+               topic_p99s,
                f"{nodes} live nodes x {shape.gpus} GPUs at 1 s ticks, 1 worker; synthetic marker sample "
                f"event time -> its PodAttribution on the output topic; {timely.get('samples', 0):,} "
                f"samples whose node's next tick was sent on time (left out: {left_out} whose next tick "
-               f"was late; every sample: p99 {topic.get('p99_s')} s)"),
+               f"was late; every sample: p99 {topic.get('p99_s')} s){over}"),
         Figure("incumbent_staleness_p50_s", inc50, "s", inc, "collect and scrape intervals", None, [inc50],
                inc_brief),
         Figure("incumbent_staleness_p99_s", inc99, "s", inc, "collect and scrape intervals", None, [inc99],
                inc_brief),
         Figure("freshness_vs_incumbent_p50_ratio", inc50 / p50, "x",
                {"what": "incumbent_staleness_p50_s / freshness_p50_s (how many times fresher)"}, "", None,
-               [inc50 / p50], "incumbent p50 / our p50"),
+               [inc50 / x for x in p50s], "incumbent p50 / our p50"),
         Figure("freshness_vs_incumbent_p99_ratio", inc99 / p99, "x",
                {"what": "incumbent_staleness_p99_s / freshness_p99_s (how many times fresher)"}, "", None,
-               [inc99 / p99], "incumbent p99 / our p99"),
+               [inc99 / x for x in p99s], "incumbent p99 / our p99"),
     ]
     if outage_figure is not None:
         figures.append(outage_figure[0])

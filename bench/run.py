@@ -16,7 +16,8 @@ the same-run figure it is compared with, its setup and what limits it. Sections:
                query), access control on: p99, 429s
   joiner       one Faust worker's sustained rate vs a bare consumer on the same topic; three workers on
                the same backlog (12 input partitions); memory per row
-  freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus
+  freshness    probe sample time -> visible in /v1/pods under live load, vs dcgm-exporter + Prometheus;
+               one figure per consecutive span of one live run (as many spans as repeats), median
   eos          Faust's exactly_once vs at_least_once on Apache Kafka, a minimal worker (bench/eos.py)
 
 The sections that go through a broker (replay_hour, probe, api_load, joiner, freshness) run once per
@@ -182,7 +183,8 @@ class Bench:
         p = self.plan
         self.add(replay.run(p.replay_nodes, p.replay_ticks, p.repeats))
         self.add(replay.parallel(p.replay_nodes, p.replay_ticks, p.repeats))
-        self.add(list(replay.steady_state(p.steady_nodes, p.steady_min, p.steady_measure_min)))
+        self.add(list(replay.steady_state(p.steady_nodes, p.steady_min, p.steady_measure_min,
+                                           repeats=p.repeats)))
 
     def replay_hour(self) -> None:
         from bench import replay_hour
@@ -291,7 +293,7 @@ class Bench:
 
             figures, details = asyncio.run(freshness.run(
                 broker.bootstrap, self.dir("freshness"), nodes, p.markers, p.real_probes, p.fresh_warm_s,
-                p.fresh_span_s, outage=outage))
+                p.fresh_span_s, outage=outage, spans=p.repeats))
             hops = {f"fetch_max_wait_ms={w}":
                     rounded(asyncio.run(freshness.hop_latency(broker.bootstrap, w, p.hop_n)))
                     for w in (500, 20)}

@@ -172,6 +172,20 @@ def test_output_ages_split_by_whether_the_next_tick_came_on_schedule() -> None:
     assert split["synthetic_next_tick_on_schedule"]["max_s"] == 1.3
 
 
+def test_freshness_spans_split_samples_by_event_time() -> None:
+    # Spans of 10 s from t=100 s: a sample just before the first counts in it, one after the last in that.
+    assert freshness.by_span([99_500, 100_000, 109_999, 110_000, 125_000, 140_000], 100.0, 10.0, 3) == [
+        0, 0, 0, 1, 2, 2]
+    ages = {("p", 101_000): 1.0, ("p", 102_000): 3.0, ("p", 111_000): 2.0, ("q", 101_000): 9.0}
+    published = {"m": [101_000, 102_000, 111_000, 112_000]}
+    sampled = [("m", 101_000, 0.5), ("m", 111_000, 0.7)]
+    spans = freshness.span_quantiles(ages, sampled, published, {"p"}, 100.0, 10.0, 2)
+    # q is not a headline node; each span has its own samples.
+    assert [s["samples"] for s in spans] == [2, 1]
+    assert spans[0]["p99_s"] == 3.0 and spans[1]["p50_s"] == 2.0
+    assert [s["output_topic_p99_s"] for s in spans] == [0.5, 0.7]
+
+
 def test_percentile_sizes_and_profile_parsing() -> None:
     assert common.percentile([5, 1, 4, 2, 3], 50) == 3
     assert common.percentile(range(1, 101), 99) == 99
