@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from aiokafka.errors import KafkaError
@@ -41,6 +41,7 @@ from periscope.bus.producer import Publisher
 from periscope.contract.values import parse_time_ms
 from periscope.core.engine import DEFAULT_CONFIG
 
+T = TypeVar("T")
 GOAL = Goal("<", 1.5, "p99 < 1.5 s")
 MARKER_NS = "bench-fresh"
 COLLECT_S, SCRAPE_S = 30.0, 15.0
@@ -201,14 +202,9 @@ def span_quantiles(ages: dict[tuple[str, int], float], out_sampled: list[tuple[s
                    spans: int) -> list[dict[str, Any]]:
     """Each span's own figures: the headline nodes' ages at the API (p50, p99) and the synthetic
     markers' at the output topic whose next tick came on schedule (p99), samples split by event time."""
-    api: list[list[float]] = [[] for _ in range(spans)]
-    heads = [(k, a) for k, a in ages.items() if k[0] in headline]
-    for (_, a), i in zip(heads, by_span([ms for (_, ms), _ in heads], start_s, span_s, spans), strict=True):
-        api[i].append(a)
-    topic: list[list[tuple[str, int, float]]] = [[] for _ in range(spans)]
-    for s, i in zip(out_sampled, by_span([ms for _, ms, _ in out_sampled], start_s, span_s, spans),
-                    strict=True):
-        topic[i].append(s)
+    heads = [(ms, a) for (node, ms), a in ages.items() if node in headline]
+    api = [[a for _, a in span] for span in _in_spans(heads, [ms for ms, _ in heads], start_s, span_s, spans)]
+    topic = _in_spans(out_sampled, [ms for _, ms, _ in out_sampled], start_s, span_s, spans)
     out = []
     for k in range(spans):
         q, timely = _quantiles(api[k]), on_schedule(topic[k], published)["synthetic_next_tick_on_schedule"]
@@ -228,6 +224,15 @@ def by_span(times_ms: list[int], start_s: float, span_s: float, spans: int) -> l
     """The measured span each sample falls in, by its event time: consecutive spans of `span_s` from
     `start_s` (epoch seconds); a sample before the first counts in it, one after the last in that."""
     return [min(spans - 1, max(0, int((ms / 1000 - start_s) // span_s))) for ms in times_ms]
+
+
+def _in_spans(items: list[T], times_ms: list[int], start_s: float, span_s: float, spans: int
+              ) -> list[list[T]]:
+    """`items` (whose event times are `times_ms`) in the spans `by_span` puts them in."""
+    out: list[list[T]] = [[] for _ in range(spans)]
+    for item, i in zip(items, by_span(times_ms, start_s, span_s, spans), strict=True):
+        out[i].append(item)
+    return out
 
 
 async def run(bootstrap: str, tmp: Path, nodes: int, markers: int, real_probes: int, warm_s: float,
