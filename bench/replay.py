@@ -26,11 +26,11 @@ from bench.common import JOINER_ROW_GOAL, Figure, Goal, deep_size, median, repea
 from bench.hotspots import top_self
 from bench.workload import T0_MS, NodeShape, cluster_events
 from periscope.bus import codec
-from periscope.bus import topics as t
 from periscope.bus.topics import Topic
 from periscope.core import engine
 from periscope.replay.parallel import cores
-from periscope.replay.runner import PendingTelemetry, ReplayConfig, ReplayInput, ReplayResult, replay_events
+from periscope.replay.plan import STATE
+from periscope.replay.runner import Pending, ReplayConfig, ReplayInput, ReplayResult, replay_events
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 
 if TYPE_CHECKING:
@@ -207,9 +207,10 @@ def joiner_state_bytes_per_row(states: dict[str, engine.NodeState], minutes: int
 
 
 def as_read(records: list[tuple[Topic, bytes]]) -> list[ReplayInput]:
-    """What the CLI's reader hands on: telemetry checked and kept as bytes, everything else decoded."""
-    return [PendingTelemetry(codec.decode_meta(topic, data), data) if topic is t.TELEMETRY
-            else codec.decode(topic, data) for topic, data in records]
+    """What the CLI's reader hands on: pods and nodes decoded, every other record checked and kept as
+    bytes."""
+    return [codec.decode(topic, data) if topic in STATE
+            else Pending(codec.decode_meta(topic, data), data, topic) for topic, data in records]
 
 
 def _cpu_s() -> float:

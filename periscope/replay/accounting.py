@@ -15,6 +15,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from periscope.bus import codec
+from periscope.bus import topics as t
 from periscope.bus.clients import Kafka
 from periscope.core.gpuhours import Account, RowTally, Subject
 from periscope.core.model import DeviceInventory, Output, PodAttribution, PodEvent
@@ -25,6 +27,7 @@ from periscope.replay.reader import ReadStats, Warn, read_inputs
 from periscope.replay.runner import (
     NodeReplay,
     OnError,
+    Pending,
     ReplayConfig,
     ReplayInput,
     ReplayResult,
@@ -124,11 +127,23 @@ def identities(events: list[ReplayInput]) -> tuple[dict[str, PodEvent], dict[str
             held = pods.get(ev.pod.uid)
             if held is None or ev.meta.time_ms >= held.meta.time_ms:
                 pods[ev.pod.uid] = ev
-        elif isinstance(ev, DeviceInventory):
-            for g in ev.gpus:
+            continue
+        inv = _inventory(ev)
+        if inv is not None:
+            for g in inv.gpus:
                 if g.model and models.get(g.uuid, (-1, ""))[0] <= ev.meta.time_ms:
                     models[g.uuid] = (ev.meta.time_ms, g.model)
     return pods, {u: m for u, (_, m) in models.items()}
+
+
+def _inventory(ev: ReplayInput) -> DeviceInventory | None:
+    """`ev` as an inventory if it is one (the reader keeps it as bytes: decoded here, it is small)."""
+    if isinstance(ev, Pending) and ev.topic is t.INVENTORY:
+        try:
+            ev = ev.decode()
+        except codec.DecodeError:  # the core reports it when the node is replayed
+            return None
+    return ev if isinstance(ev, DeviceInventory) else None
 
 
 def account_period(kafka: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, *,

@@ -6,7 +6,8 @@ them, are the same. Workers are forked from the process that holds the events (t
 method), so no node's events are copied through a pipe: a worker reads them from the memory it shares
 with its parent (pages are copied only as the worker touches them). Only each node's result comes
 back, pickled. Where `fork` is not available, or one worker is asked for, everything runs in this
-process, through the same function.
+process, through the same function. A `NodePool` is the other way round: workers forked first, each
+node's events sent to them pickled as they become available (while the rest is still being read).
 
 Fork only from the main thread of a process that runs no other threads (the replay CLI after its
 reading is done): a worker holds none of the parent's threads, so a lock another thread held at the
@@ -19,7 +20,7 @@ import multiprocessing
 import os
 import pickle
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -58,6 +59,46 @@ _job: _Job[Any, Any] | None = None
 def _run_node(node: str) -> Any:
     assert _job is not None, "a replay worker was started without its job"
     return _job.fn(node, _job.groups[node])
+
+
+def _run_sent(node: str, events: list[Any]) -> Any:
+    assert _job is not None, "a replay worker was started without its job"
+    return _job.fn(node, events)
+
+
+def _started() -> int:
+    return os.getpid()
+
+
+class NodePool(Generic[T, R]):
+    """`fn(node, events)` in `workers` processes forked now, for nodes whose events arrive later (the
+    replay CLI reads partition by partition and hands each node over once its inputs are read). The
+    events travel pickled, so send what pickles fast (bytes, not decoded events). Fork it before the
+    process starts threads (an event loop's resolver, a progress bar); `close` it when done."""
+
+    def __init__(self, fn: NodeFn[T, R], workers: int) -> None:
+        global _job
+        if _job is not None:
+            raise RuntimeError("one parallel replay at a time per process")
+        _job = _Job(fn, {})
+        try:
+            self._pool = ProcessPoolExecutor(max_workers=workers,
+                                             mp_context=multiprocessing.get_context("fork"))
+            # With fork, the first submit starts every worker, before the executor's own threads.
+            self._pool.submit(_started).result()
+        except BaseException:
+            _job = None
+            raise
+
+    def submit(self, node: str, events: list[Any]) -> Future[R]:
+        return self._pool.submit(_run_sent, node, events)
+
+    def close(self, cancel: bool = False) -> None:
+        global _job
+        try:
+            self._pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        finally:
+            _job = None
 
 
 def map_nodes(fn: NodeFn[T, R], groups: dict[str, list[T]], workers: int) -> Iterator[tuple[str, R]]:

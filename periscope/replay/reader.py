@@ -34,7 +34,7 @@ from periscope.bus.diagnosis import check_connection
 from periscope.bus.security import KafkaSecurityError
 from periscope.core.model import NodeInput
 from periscope.replay.plan import SAMPLES, SNAPSHOTS, STATE, ReadPlan, nodes_needing_snapshots, select
-from periscope.replay.runner import PendingTelemetry, ReplayInput, node_of
+from periscope.replay.runner import Pending, ReplayInput, node_of
 from periscope.replay.seek import first_at_or_after
 
 _PROBE_FETCH_BYTES = 64 * 1024
@@ -204,9 +204,9 @@ class _Reader:
             return None  # another node's record, skipped before decoding
         try:
             ev: ReplayInput
-            if self.lazy and topic is t.TELEMETRY:
+            if self.lazy and topic not in STATE:
                 # Checked now (a bad record is reported while reading), converted when replayed.
-                ev = PendingTelemetry(codec.decode_meta(topic, rec.value or b""), rec.value or b"")
+                ev = Pending(codec.decode_meta(topic, rec.value or b""), rec.value or b"", topic)
             else:
                 ev = codec.decode(topic, rec.value or b"")
         except codec.DecodeError as e:
@@ -295,14 +295,95 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
             lo, chunk = new_lo, chunk * 2
 
 
+class _Handover:
+    """The nodes whose inputs are all read, selected for the replay and handed to `complete`, partition
+    by partition. Every record read is indexed by its node; a node is handed over once the partition
+    its key maps to is read, and again (its whole list) if a record of it turns up later elsewhere."""
+
+    def __init__(self, r: _Reader, complete: Complete) -> None:
+        self.r, self.complete = r, complete
+        self.by_node: dict[str, list[tuple[t.Topic, ReplayInput]]] = {}
+        self.selected: dict[str, int] = {}  # events handed over per node, the last time
+        self._indexed = 0
+
+    def _index(self) -> set[str]:
+        """Index the records read since the last call; the nodes they belong to."""
+        touched: set[str] = set()
+        for topic, ev in self.r.events[self._indexed:]:
+            node = node_of(ev)
+            self.by_node.setdefault(node, []).append((topic, ev))
+            touched.add(node)
+        self._indexed = len(self.r.events)
+        return touched
+
+    async def partition_read(self, p: int, count: int, snap_starts: dict[TopicPartition, int]) -> None:
+        """Partition `p` of the samples is read: its nodes (and any node whose partition came before
+        and that has a record read since) get their snapshots extended where needed and are handed over."""
+        r, plan = self.r, self.r.plan
+        touched = self._index()
+        home = {n: partition_for(n, count) for n in self.by_node if n}
+        nodes = {n for n, q in home.items() if q == p} | {n for n in touched if n and home[n] < p}
+        seen = [e for n in (*nodes, "") for e in self.by_node.get(n, ())]
+        need = nodes_needing_snapshots(seen, plan) & nodes
+        if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
+            await r.fresh_main()  # records further back are needed
+            parts = {home[n] for n in need}
+            for topic in SNAPSHOTS:
+                starts = {tp: s for tp, s in snap_starts.items() if tp.partition in parts}
+                await _extend(r, topic, starts, need)
+            nodes |= {n for n in self._index() if n and partition_for(n, count) <= p}
+        self._hand(nodes)
+
+    def _hand(self, nodes: set[str]) -> None:
+        events: list[ReplayInput] = []
+        for node in sorted(nodes):
+            chosen = select(self.by_node[node], self.r.plan)
+            self.selected[node] = len(chosen)
+            events += chosen
+        if events:
+            self.complete(events)
+
+
+async def _read_samples(r: _Reader, tps: list[TopicPartition], snap_starts: dict[TopicPartition, int],
+                        complete: Complete | None) -> _Handover | None:
+    """Read telemetry and XIDs for the range; with `complete`, partition by partition where the sample
+    and snapshot topics are partitioned alike (a node's records then share one partition number),
+    handing each partition's nodes over as soon as it is read (they replay while the rest is read)."""
+    plan = r.plan
+    sample_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SAMPLES]
+    starts = await r.start_offsets(sample_tps, plan.anchor_ms)
+    counts = {r.parts.get(topic.name, 0) for topic in (*SAMPLES, *SNAPSHOTS)}
+    stop_after = plan.to_ms + plan.late_slack_ms
+    if complete is None or plan.node is not None or len(counts) != 1:
+        await r.fresh_main()
+        await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps}, stop_after_ms=stop_after)
+        return None
+    count = counts.pop()
+    handover = _Handover(r, complete)
+    for p in range(count):
+        # A new consumer each time: the last fetch of a partition may wait at its end (see fresh_main).
+        await r.fresh_main()
+        await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps if tp.partition == p},
+                     stop_after_ms=stop_after)
+        await handover.partition_read(p, count, snap_starts)
+    return handover
+
+
+Complete = Callable[[list[ReplayInput]], None]
+
+
 async def read_inputs(
     kafka: Kafka, plan: ReadPlan, *, warn: Warn | None = None, progress: Progress | None = None,
-    lazy: bool = False,
+    lazy: bool = False, complete: Complete | None = None,
 ) -> tuple[list[ReplayInput], ReadStats]:
     """Every input event the replay of `plan` needs, unordered (the runner orders them per node).
-    With `lazy`, telemetry comes as PendingTelemetry (checked, converted when replayed): the bulk of a
-    long range then stays about as small as it was on the wire until its node is replayed."""
+    With `lazy`, every record but pods and nodes comes as Pending (checked, converted when replayed):
+    the bulk of a long range then stays about as small as it was on the wire until its node is replayed.
+    With `complete`, nodes whose inputs are all read may be handed to it (every event of those nodes at
+    once, maybe before the reading ends; a node handed over again is handed all its events again) and
+    are then not among the events returned."""
     started = time.perf_counter()
+    handover: _Handover | None = None
     try:
         await check_connection(kafka.bootstrap, kafka.security)  # a certificate or credential problem
         async with _Reader(kafka, plan, warn, progress, lazy) as r:
@@ -315,16 +396,13 @@ async def read_inputs(
             await r.read({tp: (snap_starts[tp], r.end[tp]) for tp in snap_tps},
                          stop_after_ms=plan.to_ms + plan.late_slack_ms)
             if plan.samples:
-                sample_tps = [tp for tp in tps if t.BY_NAME[tp.topic] in SAMPLES]
-                starts = await r.start_offsets(sample_tps, plan.anchor_ms)
-                await r.fresh_main()
-                await r.read({tp: (starts[tp], r.end[tp]) for tp in sample_tps},
-                             stop_after_ms=plan.to_ms + plan.late_slack_ms)
-            need = nodes_needing_snapshots(r.events, plan)
-            if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
-                await r.fresh_main()  # records further back are needed
-            for topic in SNAPSHOTS:
-                await _extend(r, topic, snap_starts, need)
+                handover = await _read_samples(r, tps, snap_starts, complete)
+            if handover is None:
+                need = nodes_needing_snapshots(r.events, plan)
+                if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
+                    await r.fresh_main()  # records further back are needed
+                for topic in SNAPSHOTS:
+                    await _extend(r, topic, snap_starts, need)
     except ReadError:
         raise
     except KafkaSecurityError as e:
@@ -332,7 +410,11 @@ async def read_inputs(
     except Exception as e:  # aiokafka's connection and protocol errors
         why = str(e) or type(e).__name__
         raise ReadError(f"cannot read from the broker at {kafka.bootstrap}: {why}") from e
-    selected = select(r.events, plan)
-    r.stats.events = len(selected)
+    if handover is not None:  # every node with a partition was handed over; what is left has none
+        selected = select(handover.by_node.get("", []), plan)
+        r.stats.events = sum(handover.selected.values()) + len(selected)
+    else:
+        selected = select(r.events, plan)
+        r.stats.events = len(selected)
     r.stats.seconds = time.perf_counter() - started
     return selected, r.stats

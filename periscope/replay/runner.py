@@ -12,7 +12,7 @@ being stepped: replay declares each stream at its end, so with the core's input 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from periscope.bus import codec
@@ -50,20 +50,50 @@ _RANK: dict[type, int] = {PodEvent: 0, NodeEvent: 1, DeviceInventory: 2, Allocat
 
 
 @dataclass(frozen=True, slots=True)
-class PendingTelemetry:
-    """A telemetry record that was read and checked but is converted only when its node is replayed:
-    its header, and its bytes (about a third of the memory the decoded sample takes)."""
+class Pending:
+    """A record that was read and checked but is converted only when its node is replayed: its header,
+    its topic and its bytes (a third or less of the memory the decoded event takes, and what a worker
+    process is sent: bytes pickle at the speed of a copy, the decoded classes some 50 times slower)."""
 
     meta: Meta
     data: bytes
+    topic: t.Topic = t.TELEMETRY
 
-    def decode(self) -> NodeTelemetry:
-        tel: NodeTelemetry = codec.decode(t.TELEMETRY, self.data)
-        return tel
+    def decode(self) -> NodeInput:
+        ev: NodeInput = codec.decode(self.topic, self.data)
+        return ev
+
+    def packed(self) -> tuple[str, bytes]:
+        """What a worker process is sent for it (see `ready`)."""
+        return self.topic.name, self.data
 
 
-ReplayInput = NodeInput | PendingTelemetry
-_RANK[PendingTelemetry] = _RANK[NodeTelemetry]
+ReplayInput = NodeInput | Pending
+# A replay input as a worker process gets it: a Pending record as its topic's name and bytes.
+WireInput = NodeInput | tuple[str, bytes]
+# Rank of a record kept as bytes, by its topic: the rank of the event it decodes to.
+_TOPIC_RANK: dict[t.Topic, int] = {t.PODS: 0, t.NODES: 1, t.INVENTORY: 2, t.ALLOCATIONS: 3, t.XID: 4,
+                                   t.TELEMETRY: 5}
+
+
+def ready(ev: ReplayInput | WireInput) -> NodeInput:
+    """The event the core takes for a replay input, converting what was kept as bytes."""
+    if isinstance(ev, Pending):
+        return ev.decode()
+    if isinstance(ev, tuple):
+        decoded: NodeInput = codec.decode(t.BY_NAME[ev[0]], ev[1])
+        return decoded
+    return ev
+
+
+def input_kind(ev: ReplayInput) -> str:
+    """The event's message type, as a warning names it."""
+    return ev.topic.message if isinstance(ev, Pending) else type(ev).__name__
+
+
+def packed(events: list[ReplayInput]) -> list[WireInput]:
+    """`events` as a worker process is sent them."""
+    return [ev.packed() if isinstance(ev, Pending) else ev for ev in events]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +146,8 @@ def output_time(o: Output) -> int:
 
 def order_key(ev: ReplayInput) -> tuple[int, int, str, int, int]:
     m = ev.meta
-    return (m.time_ms, _RANK[type(ev)], m.source, m.epoch, m.seq)
+    rank = _TOPIC_RANK[ev.topic] if isinstance(ev, Pending) else _RANK[type(ev)]
+    return (m.time_ms, rank, m.source, m.epoch, m.seq)
 
 
 def by_node(events: Iterable[ReplayInput], to_ms: int | None = None) -> dict[str, list[ReplayInput]]:
@@ -151,8 +182,8 @@ class NodeReplay:
     rendered: object = None  # what a `finish` made of `kept` where the node was replayed
 
 
-def replay_node(node: str, events: list[ReplayInput], config: ReplayConfig, *, keep_state: bool = True,
-                progress: Callable[[int], None] | None = None) -> NodeReplay:
+def replay_node(node: str, events: Sequence[ReplayInput | WireInput], config: ReplayConfig, *,
+                keep_state: bool = True, progress: Callable[[int], None] | None = None) -> NodeReplay:
     """Replay one node's events (in event-time order, as `by_node` sorts them) from an empty state."""
     cfg = config
     started = time.perf_counter()
@@ -163,7 +194,7 @@ def replay_node(node: str, events: list[ReplayInput], config: ReplayConfig, *, k
     kept, pending = res.kept, 0
     for i, ev in enumerate(events):
         try:
-            outs = apply(state, ev.decode() if isinstance(ev, PendingTelemetry) else ev, cfg.engine)
+            outs = apply(state, ready(ev), cfg.engine)
         except Exception as e:  # a core bug on one event must not lose the whole replay
             res.errors.append((i, e))
             continue
@@ -217,16 +248,7 @@ def replay_nodes(
     for node, res in map_nodes(one, groups, workers if parallel else 1):
         # While workers run, their parent leaves the events alone: freeing them would write to memory
         # the workers share with it, and so copy it. They go once every worker is done.
-        events = groups[node] if parallel else groups.pop(node)
-        result.failed += len(res.errors)
-        if on_error is not None:
-            for i, e in res.errors:
-                on_error(events[i], e)  # type: ignore[arg-type]
-        del events
-        result.events += res.events
-        result.samples += res.samples
-        result.device_samples += res.device_samples
-        result.emitted += res.emitted
+        tally(result, res, groups[node] if parallel else groups.pop(node), on_error)
         if keep_states and res.state is not None:
             result.states[node] = res.state
         if parallel:
@@ -237,6 +259,19 @@ def replay_nodes(
             result.seconds += res.seconds
         yield res
     groups.clear()
+
+
+def tally(result: ReplayResult, res: NodeReplay, events: list[ReplayInput], on_error: OnError | None) -> None:
+    """Count one node's replay into `result`; what the core raised on goes to `on_error` with its event
+    (`events`: the node's events as they were replayed)."""
+    result.failed += len(res.errors)
+    if on_error is not None:
+        for i, e in res.errors:
+            on_error(events[i], e)  # type: ignore[arg-type]
+    result.events += res.events
+    result.samples += res.samples
+    result.device_samples += res.device_samples
+    result.emitted += res.emitted
 
 
 def _keep(outs: list[Output], cfg: ReplayConfig, kept: list[Output]) -> None:

@@ -29,16 +29,8 @@ import orjson
 from periscope.core.model import Output
 from periscope.heap import paused_gc
 from periscope.replay.document import output_json
-from periscope.replay.runner import (
-    NodeReplay,
-    OnError,
-    ReplayConfig,
-    ReplayInput,
-    ReplayResult,
-    by_node,
-    output_time,
-    replay_nodes,
-)
+from periscope.replay.feed import NodeFeed
+from periscope.replay.runner import NodeReplay, OnError, ReplayConfig, ReplayInput, ReplayResult, output_time
 
 Json = dict[str, Any]
 SEP = b",\n    "  # what precedes an item in the document; the first item's leading comma is dropped
@@ -111,7 +103,11 @@ class Spool:
 
     def add_run(self, outputs: list[Output]) -> None:
         """One node's outputs, in emission order (runs are merged in the order they are added)."""
-        self.add(append_run(self._file, self._path, outputs))
+        self.add(self.write_run(outputs))
+
+    def write_run(self, outputs: list[Output]) -> Run | None:
+        """One node's outputs written to this spool's own file, to be added later (`add`)."""
+        return append_run(self._file, self._path, outputs)
 
     def add(self, run: Run | None) -> None:
         """A run written elsewhere (a worker's file in this spool's folder)."""
@@ -167,33 +163,44 @@ class Spool:
             first = False
 
 
+def spool_feed(config: ReplayConfig, spool: Spool, *, workers: int = 1,
+               progress: Callable[[int], None] | None = None, on_error: OnError | None = None) -> NodeFeed:
+    """A feed whose workers (or this process, with one) render each node's items into a file of
+    `spool`'s folder of their own; `into_spool` then adds the runs in node-name order."""
+    here = os.getpid()
+    out: list[IO[bytes]] = []  # a worker's file, opened on first use
+
+    def render(res: NodeReplay) -> NodeReplay:
+        if os.getpid() == here:
+            res.rendered = spool.write_run(res.kept)
+        else:
+            if not out:
+                path = os.path.join(spool.dir, f"worker-{os.getpid()}")
+                out.append(open(path, "ab", buffering=_BLOCK))  # noqa: SIM115  (closed when the worker exits)
+            res.rendered = append_run(out[0], out[0].name, res.kept)
+        res.kept = []
+        return res
+
+    return NodeFeed(config, workers=workers, finish=render, progress=progress, on_error=on_error)
+
+
+def into_spool(feed: NodeFeed, spool: Spool) -> ReplayResult:
+    """Every node the feed was handed, replayed and its run added to `spool`, in node-name order."""
+    result = ReplayResult()
+    for res in feed.results(result):
+        spool.add(res.rendered)  # type: ignore[arg-type]
+    return result
+
+
 def replay_to_spool(events: list[ReplayInput], config: ReplayConfig, spool: Spool, *,
                     progress: Callable[[int], None] | None = None,
                     on_error: OnError | None = None, workers: int = 1) -> ReplayResult:
-    """Replay `events` (the list is emptied: its events are freed node by node) into `spool`. With
-    more than one worker, each worker renders its nodes' items into its own file of the spool."""
-    result = ReplayResult()
-    out: list[IO[bytes]] = []  # this process's (each worker's) file, opened on first use
-
-    def render(res: NodeReplay) -> NodeReplay:
-        if not out:
-            path = os.path.join(spool.dir, f"worker-{os.getpid()}")
-            out.append(open(path, "ab", buffering=_BLOCK))  # noqa: SIM115  (closed when the worker exits)
-        res.rendered, res.kept = append_run(out[0], out[0].name, res.kept), []
-        return res
-
-    with paused_gc():
-        groups = by_node(events, config.to_ms)
+    """Replay `events` (the list is emptied) into `spool`, with `workers` processes."""
+    feed = spool_feed(config, spool, workers=workers, progress=progress, on_error=on_error)
+    with paused_gc(), feed:
+        feed.add(events)
         events.clear()
-        if workers > 1:
-            for res in replay_nodes(groups, config, result, progress=progress, on_error=on_error,
-                                    keep_states=False, workers=workers, finish=render):
-                spool.add(res.rendered)  # type: ignore[arg-type]
-        else:
-            for res in replay_nodes(groups, config, result, progress=progress, on_error=on_error,
-                                    keep_states=False):
-                spool.add_run(res.kept)
-    return result
+        return into_spool(feed, spool)
 
 
 def write_document(out: IO[bytes], doc: Json, items: Iterator[bytes] | Spool, stream: str = "items") -> None:

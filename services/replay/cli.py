@@ -30,20 +30,21 @@ from periscope.contract.values import parse_time_ms, rfc3339
 from periscope.core.duration import parse_duration_ms
 from periscope.heap import paused_gc
 from periscope.replay.document import json_chunks, output_json
+from periscope.replay.feed import NodeFeed
 from periscope.replay.owners import owners_with_stats
 from periscope.replay.parallel import workers_for
 from periscope.replay.plan import ReadPlan
 from periscope.replay.reader import ReadError, ReadStats, read_inputs
 from periscope.replay.runner import (
-    PendingTelemetry,
     ReplayConfig,
     ReplayInput,
     ReplayResult,
+    input_kind,
     output_filter,
     output_time,
     replay_events,
 )
-from periscope.replay.timeline import Spool, replay_to_spool, write_document
+from periscope.replay.timeline import Spool, into_spool, spool_feed, write_document
 from periscope.settings.replay import ReplaySettings
 from services.replay.tables import ProgressBar, owners_table, stdout_console, timeline_table
 
@@ -198,7 +199,17 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     warnings = _Warnings(quiet)
     started = time.perf_counter()
     spool: Spool | None = None
+    feed: NodeFeed | None = None
     with contextlib.ExitStack() as stack:
+        if at_ms is None and fmt == "json":
+            assert from_ms is not None and to_ms is not None
+            spool = stack.enter_context(Spool())
+            # The workers are forked now, before the progress bar and the reading start threads.
+            feed = stack.enter_context(spool_feed(
+                range_config(from_ms, to_ms, settings, {"pod": pod, "gpu": gpu, "node": node}), spool,
+                workers=workers_for(settings.replay_workers),
+                progress=lambda n: bar.update("replaying", n, feed.total if feed is not None else None),
+                on_error=lambda ev, e: _failed(warnings, ev, e)))
         bar = stack.enter_context(ProgressBar(sys.stderr, enabled=not quiet))
         try:
             if at_ms is not None:
@@ -209,10 +220,9 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
             else:
                 assert from_ms is not None and to_ms is not None
                 filters = {"pod": pod, "gpu": gpu, "node": node}
-                if fmt == "json":
-                    spool = stack.enter_context(Spool())
-                    doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings, filters,
-                                                   spool)
+                if spool is not None and feed is not None:
+                    doc, stats, result = _spooled(server, from_ms, to_ms, settings, bar, warnings, filters,
+                                                  spool, feed)
                 else:
                     doc, stats, result = _timeline(server, from_ms, to_ms, settings, bar, warnings, filters)
         except ReadError as e:
@@ -244,31 +254,39 @@ def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
     return ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
 
 
+def _failed(warnings: _Warnings, ev: ReplayInput, e: Exception) -> None:
+    warnings(f"skipping event {input_kind(ev)} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+             f"{type(e).__name__}: {e}")
+
+
 def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
-              warnings: _Warnings, filters: dict[str, str | None], spool: Spool | None = None,
-              ) -> tuple[Json, ReadStats, ReplayResult]:
-    """Read and replay the range. With a spool, the outputs go there (the document's items are then
-    written from it); without one, they are kept in the result and the document."""
+              warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
+    """Read and replay the range; the outputs are kept in the result and the document (a table)."""
     plan = range_plan(from_ms, to_ms, settings, filters["node"])
     with paused_gc():
         events, stats = asyncio.run(read_inputs(
             server, plan, warn=warnings, lazy=True,
             progress=lambda n, total: bar.update("reading", n, total)))
-
-    def failed(ev: ReplayInput, e: Exception) -> None:
-        kind = "NodeTelemetry" if isinstance(ev, PendingTelemetry) else type(ev).__name__
-        warnings(f"skipping event {kind} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
-                 f"{type(e).__name__}: {e}")
-
     total = len(events)
-    config = range_config(from_ms, to_ms, settings, filters)
-    progress = lambda n: bar.update("replaying", n, total)  # noqa: E731
-    if spool is None:  # a table for a person to read: the outputs are needed here, as objects
-        result = replay_events(events, config, progress=progress, on_error=failed)
-        return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
-    # JSON: each worker renders its nodes' items into the spool
-    workers = workers_for(settings.replay_workers)
-    result = replay_to_spool(events, config, spool, progress=progress, on_error=failed, workers=workers)
+    result = replay_events(events, range_config(from_ms, to_ms, settings, filters),
+                           progress=lambda n: bar.update("replaying", n, total),
+                           on_error=lambda ev, e: _failed(warnings, ev, e))
+    return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
+
+
+def _spooled(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
+             warnings: _Warnings, filters: dict[str, str | None], spool: Spool, feed: NodeFeed,
+             ) -> tuple[Json, ReadStats, ReplayResult]:
+    """Read and replay the range for JSON: nodes go to the feed's workers as their partitions are read
+    (they replay while the rest is read), and each worker renders its nodes' items into the spool."""
+    plan = range_plan(from_ms, to_ms, settings, filters["node"])
+    with paused_gc():
+        events, stats = asyncio.run(read_inputs(
+            server, plan, warn=warnings, lazy=True, complete=feed.add,
+            progress=lambda n, total: bar.update("reading", n, total)))
+        feed.add(events)
+        events.clear()
+        result = into_spool(feed, spool)
     return spooled_document(from_ms, to_ms, result, stats, filters), stats, result
 
 

@@ -30,7 +30,7 @@ from periscope.contract.values import rfc3339
 from periscope.core.gpuhours import check_grouping, document, group, price_of, unpriced
 from periscope.replay.accounting import account_period
 from periscope.replay.reader import ReadError
-from periscope.replay.runner import PendingTelemetry, ReplayInput
+from periscope.replay.runner import ReplayInput, input_kind
 from services.replay.cli import _check_bootstrap, _settings, _summary, _time, _Warnings
 from services.replay.tables import ProgressBar, stdout_console
 
@@ -161,8 +161,7 @@ def command(bootstrap: str | None, from_: str, to: str, by: str, fmt: str, price
     started = time.perf_counter()
 
     def failed(ev: ReplayInput, e: Exception) -> None:
-        kind = "NodeTelemetry" if isinstance(ev, PendingTelemetry) else type(ev).__name__
-        warnings(f"skipping event {kind} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+        warnings(f"skipping event {input_kind(ev)} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
                  f"{type(e).__name__}: {e}")
 
     with ProgressBar(sys.stderr, enabled=not quiet) as bar:

@@ -1,6 +1,7 @@
 """`periscope replay` over a real broker: owners at an XID match the live finding across a pod-name reuse,
 bad records are skipped and counted, start offsets are found without trusting the broker's time
-index, a node's last snapshot is found behind the lookback, and nothing is committed.
+index, a node's last snapshot is found behind the lookback, nothing is committed, and nodes are handed
+over for replay partition by partition (again when a record of theirs turns up in a later partition).
 
 The broker is shared with other tests: every test uses its own node name (and reads with --node), and
 event times later than those of every test that runs before it (modules run in name order; the ones
@@ -38,8 +39,16 @@ from periscope.core.model import (
 from periscope.replay.document import output_json
 from periscope.replay.owners import owners_at, owners_with_stats
 from periscope.replay.plan import ReadPlan
-from periscope.replay.reader import read_inputs
-from periscope.replay.runner import ReplayConfig, output_filter, replay_events
+from periscope.replay.reader import partition_for, read_inputs
+from periscope.replay.runner import (
+    Pending,
+    ReplayConfig,
+    ReplayInput,
+    by_node,
+    node_of,
+    output_filter,
+    replay_events,
+)
 from periscope.settings.replay import ReplaySettings
 from tests.unit.core_builders import alloc, ck, dev, gpu, inventory, pod, pr, tel, uid
 from tests.unit.test_replay_owners import XID_TIMES, item_owners, owners_of, relocate, reuse_scenario
@@ -249,3 +258,44 @@ def test_unreachable_broker_is_one_line(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 1 and out == ""
     assert err.count("\n") == 1
     assert err.startswith(f"periscope: cannot read from the broker at 127.0.0.1:{port}")
+
+
+async def test_nodes_are_handed_over_partition_by_partition_and_again_for_a_late_record(
+        any_broker: Kafka, unique: str) -> None:
+    """What a replay with `complete` is handed (each node's last handover) is what a read without it
+    returns; nodes come a partition at a time, and a node with a record under another node's key, in a
+    partition read after its own, is handed over again with that record."""
+    base = BASE + 50_000 * S
+    parts = (await partition_counts(any_broker, [t.TELEMETRY.name]))[t.TELEMETRY.name]
+    if parts < 2:
+        pytest.skip("the test broker's topics have one partition")
+    names = (f"replay-hand-{unique}-{i}" for i in itertools.count())
+    home = {n: partition_for(n, parts) for n in itertools.islice(names, 40)}
+    first = min(home, key=lambda n: (home[n], n))
+    later = max(home, key=lambda n: (home[n], n))
+    nodes = [first, later, *[n for n in home if home[n] not in (home[first], home[later])][:2]]
+    for node in nodes:
+        await publish(any_broker, node, reuse_scenario(node, base))
+    stray = relocate(tel(60 * S, dev(gpu(0), 12.5)), first, base)
+    async with Publisher(any_broker, "replay-test") as pub:
+        await pub.send(t.TELEMETRY, later, stray)  # under `later`'s key: in its partition
+    # Read to the end of the partitions (the stray was published after `later`'s own records).
+    plan = ReadPlan(anchor_ms=base + 10 * S, to_ms=base + 4_000 * S)
+    handed: list[list[ReplayInput]] = []
+    rest, stats = await read_inputs(any_broker, plan, lazy=True, complete=handed.append)
+    whole, _ = await read_inputs(any_broker, plan, lazy=True)
+    last: dict[str, list[ReplayInput]] = {}
+    for events in handed:
+        last.update(by_node(events))
+    # (Other tests may publish to the shared broker between the two reads: only our nodes are compared.)
+    assert {n: last[n] for n in nodes} == {n: by_node(whole)[n] for n in nodes}
+    assert not by_node(rest)  # what is left belongs to no node
+    assert stats.events == sum(len(evs) for evs in last.values()) + len(rest)
+    assert len(handed) >= 2 and set(nodes) <= set(last)
+    times = [[ev.meta.time_ms for ev in events if node_of(ev) == first and isinstance(ev, Pending)
+              and ev.topic is t.TELEMETRY] for events in handed]
+    with_first = [ts for ts in times if ts]
+    assert len(with_first) == 2
+    at = stray.meta.time_ms
+    assert with_first[1].count(at) == with_first[0].count(at) + 1
+    assert len(with_first[1]) == len(with_first[0]) + 1

@@ -11,7 +11,7 @@ from periscope.bus.topics import TELEMETRY
 from periscope.core.model import NodeInput, NodeTelemetry
 from periscope.devkit.workload import ClusterSpec, generate
 from periscope.replay.document import json_chunks, output_json
-from periscope.replay.runner import PendingTelemetry, ReplayConfig, output_time, replay_events
+from periscope.replay.runner import Pending, ReplayConfig, output_time, replay_events
 from periscope.replay.timeline import Spool, replay_to_spool, write_document
 from tests.unit.test_replay_owners import reuse_scenario
 
@@ -67,13 +67,13 @@ def test_an_empty_timeline() -> None:
 
 def test_pending_telemetry_replays_like_decoded_telemetry() -> None:
     events = reuse_scenario()
-    pending = [PendingTelemetry(e.meta, codec.encode(e)) if isinstance(e, NodeTelemetry) else e
+    pending = [Pending(e.meta, codec.encode(e)) if isinstance(e, NodeTelemetry) else e
                for e in events]
-    assert any(isinstance(e, PendingTelemetry) for e in pending)
+    assert any(isinstance(e, Pending) for e in pending)
     assert replay_events(pending).outputs == replay_events(events).outputs
     # Bytes whose header checks out but whose body does not convert: one failed event, not a lost replay.
     tel = next(e for e in events if isinstance(e, NodeTelemetry))
-    broken = PendingTelemetry(tel.meta, b"\x12\x03\x0a\x01")  # a device sample cut short
+    broken = Pending(tel.meta, b"\x12\x03\x0a\x01")  # a device sample cut short
     failed: list[object] = []
     result = replay_events([*events, broken], on_error=lambda ev, e: failed.append(ev))
     assert result.failed == 1 and failed == [broken]
