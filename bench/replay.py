@@ -6,10 +6,10 @@ timed part is what the replay tool does with them: decode every record, then
 `periscope.replay.runner.replay_events` (group by node, order by event time, step the core, flush, keep
 the outputs), in one process. A second, core-only figure replays the already decoded objects, to split
 the cost; a third measures the core after an hour of history. The parallel figure is what
-`periscope replay --format json` does with what it read, without the broker: telemetry checked and
-kept as bytes, nodes replayed in worker processes that decode, step the core and render their JSON
-items, and the merged document written out; paired, in the same run, with the same work in one
-process (`--workers 1`).
+`periscope replay --format json` does with what it read, without the broker: every record but pods
+and nodes checked and kept as bytes, nodes sent to worker processes that decode, step the core and
+render their JSON items, and the merged document written out; paired, in the same run, with the same
+work in one process (`--workers 1`).
 What limits each figure is read from a cProfile of the same work (top functions by self time).
 """
 
@@ -250,7 +250,8 @@ def parallel(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape(
     setup: dict[str, Any] = {
         "nodes": nodes, "gpus_per_node": shape.gpus, "ticks": ticks, "tick": "1s", "records": len(records),
         "workers": workers, "repeats": repeats,
-        "path": "protobuf bytes in memory -> telemetry kept as bytes, the rest decoded (as the reader does) "
+        "path": "protobuf bytes in memory -> pods and nodes decoded, the rest kept as bytes (as the reader "
+                "does) "
                 "-> periscope.replay.timeline.replay_to_spool (workers decode, step the core, render JSON "
                 "items into the spool) -> write_document to /dev/null",
         "runs_min_median_max": {"parallel": _mmm(runs[workers]), "one_process": _mmm(runs[1])},
@@ -260,8 +261,9 @@ def parallel(nodes: int, ticks: int, repeats: int, shape: NodeShape = NodeShape(
     }
     limit = (f"CPU: {workers} workers on {cores()} CPUs; the parent reads nothing here but merges and "
              f"writes; {median(cpu_us[workers]):.1f} us of CPU per device sample in all processes against "
-             f"{median(cpu_us[1]):.1f} in one (forking, result hand-back); the machine is shared: the "
-             f"1-minute load average before the runs was {min(load):.1f}-{max(load):.1f}")
+             f"{median(cpu_us[1]):.1f} in one (sending each node's records to a worker, result "
+             f"hand-back); the machine is shared: the 1-minute load average before the runs was "
+             f"{min(load):.1f}-{max(load):.1f}")
     brief = (f"{nodes} nodes x {shape.gpus} GPUs x {ticks} s ticks, protobuf bytes in memory -> "
              f"timeline JSON document, {workers} worker processes; median of {repeats}")
     return [

@@ -17,10 +17,12 @@ with its output to a file: with its default workers (one per CPU) and, paired an
 `--workers 1` as the same run's baseline. Measured: publishing (records, seconds), the command's wall
 time and peak memory, and from its stderr summary the device samples it replayed, the seconds spent
 replaying and its phases (reading; replaying: the core plus rendering each node's records into the
-spool, in the workers; writing: the merge into the document), which split the wall time. The output is
-read back (line by line: it is gigabytes at full size) to check that it is attribution: items by kind,
-pods attributed, GPUs with an owner. The section fails if the command exits non-zero, replays fewer
-device samples than the spec holds, prints no attribution, or prints different documents in its runs.
+spool, in the workers, as much of it as was left once reading ended (with workers, each partition's
+nodes replay while the next is read); writing: the merge into the document), which split the wall
+time. The output is read back (line by line: it is gigabytes at full size) to check that it is
+attribution: items by kind, pods attributed, GPUs with an owner. The section fails if the command
+exits non-zero, replays fewer device samples than the spec holds, prints no attribution, or prints
+different documents in its runs.
 """
 
 from __future__ import annotations

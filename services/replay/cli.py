@@ -7,8 +7,9 @@
 Reads the input topics (never committing), runs them through the same core as the live joiner and
 prints the records it emits in [from, to] (JSON: {"from", "to", "items", "stats"}), or the owners at
 T (JSON: {"at", "items"}). For JSON, nodes are replayed side by side in worker processes (one per CPU
-unless told otherwise); the document is the same byte for byte. Warnings, the speed summary and the
-progress bar go to stderr.
+unless told otherwise), started before the reading: each partition's nodes replay while the next
+partition is read. The document is the same byte for byte. Warnings, the speed summary (reading;
+replaying: what was left of it once reading ended; writing) and the progress bar go to stderr.
 """
 
 from __future__ import annotations
