@@ -288,6 +288,7 @@ def _spooled(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, 
         feed.add(events)
         events.clear()
         result = into_spool(feed, spool)
+    feed.close()  # the workers' memory goes back before the document is written
     return spooled_document(from_ms, to_ms, result, stats, filters), stats, result
 
 
