@@ -201,13 +201,14 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
     started = time.perf_counter()
     spool: Spool | None = None
     feed: NodeFeed | None = None
+    filters = {"pod": pod, "gpu": gpu, "node": node}
     with contextlib.ExitStack() as stack:
         if at_ms is None and fmt == "json":
             assert from_ms is not None and to_ms is not None
             spool = stack.enter_context(Spool())
             # The workers are forked now, before the progress bar and the reading start threads.
             feed = stack.enter_context(spool_feed(
-                range_config(from_ms, to_ms, settings, {"pod": pod, "gpu": gpu, "node": node}), spool,
+                range_config(from_ms, to_ms, settings, filters), spool,
                 workers=workers_for(settings.replay_workers),
                 progress=lambda n: bar.update("replaying", n, feed.total if feed is not None else None),
                 on_error=lambda ev, e: _failed(warnings, ev, e)))
@@ -220,7 +221,6 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
                 result = None
             else:
                 assert from_ms is not None and to_ms is not None
-                filters = {"pod": pod, "gpu": gpu, "node": node}
                 if spool is not None and feed is not None:
                     doc, stats, result = _spooled(server, from_ms, to_ms, settings, bar, warnings, filters,
                                                   spool, feed)
