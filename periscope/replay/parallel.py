@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import signal
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Generic, TypeVar
@@ -70,6 +71,12 @@ def _started() -> int:
     return os.getpid()
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool, and a worker waiting for its
+    # next node would otherwise print a KeyboardInterrupt traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class NodePool(Generic[T, R]):
     """`fn(node, events)` in `workers` processes forked now, for nodes whose events arrive later (the
     replay CLI reads partition by partition and hands each node over once its inputs are read). The
@@ -82,8 +89,9 @@ class NodePool(Generic[T, R]):
             raise RuntimeError("one parallel replay at a time per process")
         _job = _Job(fn, {})
         try:
-            self._pool = ProcessPoolExecutor(max_workers=workers,
-                                             mp_context=multiprocessing.get_context("fork"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers, mp_context=multiprocessing.get_context("fork"),
+                initializer=_leave_interrupts_to_the_parent)
             # With fork, the first submit starts every worker, before the executor's own threads.
             self._pool.submit(_started).result()
         except BaseException:

@@ -4,6 +4,7 @@ results are the serial replay's, in node-name order, and errors come back with t
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -12,7 +13,7 @@ from periscope.bus import topics as t
 from periscope.core.model import NodeInput, NodeTelemetry
 from periscope.replay import runner
 from periscope.replay.feed import NodeFeed
-from periscope.replay.parallel import can_fork
+from periscope.replay.parallel import NodePool, can_fork
 from periscope.replay.runner import NodeReplay, Pending, ReplayConfig, ReplayInput, ReplayResult, node_of
 from tests.unit.test_replay_parallel import cluster
 
@@ -91,3 +92,16 @@ def test_progress_counts_every_event_once() -> None:
         feed.add(events)
         run(feed)
     assert sum(done) == feed.total == sum(1 for ev in events if node_of(ev))
+
+
+@needs_fork
+def test_workers_leave_ctrl_c_to_this_process() -> None:
+    def handler(node: str, events: list[int]) -> object:
+        return signal.getsignal(signal.SIGINT)
+
+    pool = NodePool(handler, workers=2)
+    try:
+        assert pool.submit("a", []).result() == signal.SIG_IGN
+    finally:
+        pool.close()
+    assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN  # this process still takes it
