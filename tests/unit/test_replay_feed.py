@@ -99,10 +99,14 @@ def test_workers_leave_ctrl_c_to_this_process() -> None:
     def handler(node: str, events: list[int]) -> object:
         return signal.getsignal(signal.SIGINT)
 
-    mine = signal.getsignal(signal.SIGINT)
-    pool = NodePool(handler, workers=2)
+    # As in a terminal (a background run may ignore SIGINT already, and the workers would inherit that).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        assert pool.submit("a", []).result() == signal.SIG_IGN
+        pool = NodePool(handler, workers=2)
+        try:
+            assert pool.submit("a", []).result() == signal.SIG_IGN
+        finally:
+            pool.close()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # this process's is left
     finally:
-        pool.close()
-    assert signal.getsignal(signal.SIGINT) == mine  # this process's own is left as it was
+        signal.signal(signal.SIGINT, before)
