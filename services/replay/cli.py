@@ -68,6 +68,11 @@ class _Warnings:
         elif self.count == _WARNINGS_SHOWN + 1:
             click.echo("periscope: warning: more bad records; only the count is reported below", err=True)
 
+    def failed(self, ev: ReplayInput, e: Exception) -> None:
+        """An event the core raised on (skipped, counted)."""
+        self(f"skipping event {input_kind(ev)} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
+             f"{type(e).__name__}: {e}")
+
 
 def _time(flag: str, text: str | None) -> int | None:
     if text is None:
@@ -211,7 +216,7 @@ def command(bootstrap: str | None, from_: str | None, to: str | None, at: str | 
                 range_config(from_ms, to_ms, settings, filters), spool,
                 workers=workers_for(settings.replay_workers),
                 progress=lambda n: bar.update("replaying", n, feed.total if feed is not None else None),
-                on_error=lambda ev, e: _failed(warnings, ev, e)))
+                on_error=warnings.failed))
         bar = stack.enter_context(ProgressBar(sys.stderr, enabled=not quiet))
         try:
             if at_ms is not None:
@@ -255,11 +260,6 @@ def range_config(from_ms: int, to_ms: int, settings: ReplaySettings,
     return ReplayConfig(engine=settings.engine_config(), from_ms=from_ms, to_ms=to_ms, keep=keep)
 
 
-def _failed(warnings: _Warnings, ev: ReplayInput, e: Exception) -> None:
-    warnings(f"skipping event {input_kind(ev)} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
-             f"{type(e).__name__}: {e}")
-
-
 def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings, bar: ProgressBar,
               warnings: _Warnings, filters: dict[str, str | None]) -> tuple[Json, ReadStats, ReplayResult]:
     """Read and replay the range; the outputs are kept in the result and the document (a table)."""
@@ -271,7 +271,7 @@ def _timeline(server: Kafka, from_ms: int, to_ms: int, settings: ReplaySettings,
     total = len(events)
     result = replay_events(events, range_config(from_ms, to_ms, settings, filters),
                            progress=lambda n: bar.update("replaying", n, total),
-                           on_error=lambda ev, e: _failed(warnings, ev, e))
+                           on_error=warnings.failed)
     return timeline_document(from_ms, to_ms, result, stats, filters), stats, result
 
 

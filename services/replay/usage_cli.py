@@ -30,7 +30,6 @@ from periscope.contract.values import rfc3339
 from periscope.core.gpuhours import check_grouping, document, group, price_of, unpriced
 from periscope.replay.accounting import account_period
 from periscope.replay.reader import ReadError
-from periscope.replay.runner import ReplayInput, input_kind
 from services.replay.cli import _check_bootstrap, _settings, _summary, _time, _Warnings
 from services.replay.tables import ProgressBar, stdout_console
 
@@ -160,16 +159,12 @@ def command(bootstrap: str | None, from_: str, to: str, by: str, fmt: str, price
     warnings = _Warnings(quiet)
     started = time.perf_counter()
 
-    def failed(ev: ReplayInput, e: Exception) -> None:
-        warnings(f"skipping event {input_kind(ev)} of {ev.meta.node} at {rfc3339(ev.meta.time_ms)}: "
-                 f"{type(e).__name__}: {e}")
-
     with ProgressBar(sys.stderr, enabled=not quiet) as bar:
         try:
             got = account_period(server, from_ms, to_ms, settings, warn=warnings,
                                  reading=lambda n, total: bar.update("reading", n, total),
                                  replaying=lambda n, total: bar.update("replaying", n, total),
-                                 on_error=failed)
+                                 on_error=warnings.failed)
         except ReadError as e:
             raise click.ClickException(one_line(str(e))) from None
     missing = unpriced(prices, {s.gpu_model for s, _ in got.rows})
