@@ -59,7 +59,6 @@ class NodeFeed:
             self._pool.close(cancel)
             self._pool = None
 
-
     def _in_worker(self, node: str, events: list[WireInput]) -> NodeReplay:
         res = replay_node(node, events, self.config, keep_state=False)
         res.errors = [(i, portable(e)) for i, e in res.errors]  # it travels back pickled
@@ -82,12 +81,12 @@ class NodeFeed:
             future = self._pool.submit(node, packed(evs))
             self._futures[node] = future
             self._unreported[future] = None
-        self._report(wait=False)
+        self._report()
 
-    def _report(self, wait: bool) -> None:
+    def _report(self) -> None:
         """Progress for the nodes the workers are done with."""
         for future in list(self._unreported):
-            if not wait and not future.done():
+            if not future.done():
                 continue
             del self._unreported[future]
             if self.progress is not None and not future.cancelled() and future.exception() is None:
@@ -107,7 +106,7 @@ class NodeFeed:
                     res = self.finish(res)
             else:
                 res = self._futures.pop(node).result()
-                self._report(wait=False)
+                self._report()
                 result.seconds = time.perf_counter() - (self._started or 0.0)
             tally(result, res, events, self.on_error)
             yield res

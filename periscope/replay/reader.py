@@ -295,6 +295,17 @@ async def _extend(r: _Reader, topic: t.Topic, starts: dict[TopicPartition, int],
             lo, chunk = new_lo, chunk * 2
 
 
+async def _extend_all(r: _Reader, starts: dict[TopicPartition, int], need: set[str]) -> bool:
+    """Read the snapshot topics further back (from `starts`) until every node in `need` has its
+    allocations and inventory at or before the anchor; whether any were missing."""
+    if not (need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]):
+        return False
+    await r.fresh_main()  # records further back are needed
+    for topic in SNAPSHOTS:
+        await _extend(r, topic, starts, need)
+    return True
+
+
 class _Handover:
     """The nodes whose inputs are all read, selected for the replay and handed to `complete`, partition
     by partition. Every record read is indexed by its node; a node is handed over once the partition
@@ -325,12 +336,8 @@ class _Handover:
         nodes = {n for n, q in home.items() if q == p} | {n for n in touched if n and home[n] < p}
         seen = [e for n in (*nodes, "") for e in self.by_node.get(n, ())]
         need = nodes_needing_snapshots(seen, plan) & nodes
-        if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
-            await r.fresh_main()  # records further back are needed
-            parts = {home[n] for n in need}
-            for topic in SNAPSHOTS:
-                starts = {tp: s for tp, s in snap_starts.items() if tp.partition in parts}
-                await _extend(r, topic, starts, need)
+        parts = {home[n] for n in need}
+        if await _extend_all(r, {tp: s for tp, s in snap_starts.items() if tp.partition in parts}, need):
             nodes |= {n for n in self._index() if n and partition_for(n, count) <= p}
         self._hand(nodes)
 
@@ -398,11 +405,7 @@ async def read_inputs(
             if plan.samples:
                 handover = await _read_samples(r, tps, snap_starts, complete)
             if handover is None:
-                need = nodes_needing_snapshots(r.events, plan)
-                if need - r.anchored[t.ALLOCATIONS.name] or need - r.anchored[t.INVENTORY.name]:
-                    await r.fresh_main()  # records further back are needed
-                for topic in SNAPSHOTS:
-                    await _extend(r, topic, snap_starts, need)
+                await _extend_all(r, snap_starts, nodes_needing_snapshots(r.events, plan))
     except ReadError:
         raise
     except KafkaSecurityError as e:

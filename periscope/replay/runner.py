@@ -72,8 +72,8 @@ ReplayInput = NodeInput | Pending
 # A replay input as a worker process gets it: a Pending record as its topic's name and bytes.
 WireInput = NodeInput | tuple[str, bytes]
 # Rank of a record kept as bytes, by its topic: the rank of the event it decodes to.
-_TOPIC_RANK: dict[t.Topic, int] = {t.PODS: 0, t.NODES: 1, t.INVENTORY: 2, t.ALLOCATIONS: 3, t.XID: 4,
-                                   t.TELEMETRY: 5}
+_TOPIC_RANK: dict[t.Topic, int] = {topic: _RANK[cls] for cls in _RANK for topic in t.NODE_INPUTS
+                                   if topic.message == cls.__name__}
 
 
 def ready(ev: ReplayInput | WireInput) -> NodeInput:
